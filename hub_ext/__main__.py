@@ -1,0 +1,3 @@
+from hub_ext.cli import main
+
+main()

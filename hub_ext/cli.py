@@ -1,0 +1,214 @@
+"""The ``classhub`` command. ``classhub local`` runs the single-machine hub.
+
+Every check that can fail (flags, data dir, port, Node.js, the proxy) runs before anything is
+started, so a mistake ends with one line saying what to change and nothing left running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from traitlets.config import Config
+
+from hub_ext import __version__, demo
+from hub_ext.config import configure
+
+PROXY_ENV = "CLASSHUB_PROXY_CMD"
+MIN_NODE = 18
+
+
+class CLIError(Exception):
+    """A problem the person running the command must fix; printed as one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see '{self.prog} --help')\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="classhub", description="classhub: a GPU teaching platform on JupyterHub")
+    parser.add_argument("--version", action="version", version=f"classhub {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    local = sub.add_parser("local", help="run the single-machine hub (JupyterHub + classhub)")
+    local.add_argument("--ip", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    local.add_argument("--port", type=int, default=8000, help="public port (8000)")
+    local.add_argument("--data-dir", default="./var", help="database, secrets and homes (./var)")
+    local.add_argument(
+        "--system-users",
+        action="store_true",
+        help="run each user's server as a matching Unix account with a private home (root only)",
+    )
+    local.add_argument(
+        "--create-system-users",
+        action="store_true",
+        help="with --system-users: create missing Unix accounts on first login",
+    )
+    local.add_argument(
+        "--no-demo", action="store_true", help="do not create the demo accounts and course"
+    )
+    local.add_argument(
+        "--config",
+        default=None,
+        help="extra jupyterhub_config.py loaded last (default: <data-dir>/jupyterhub_config.py)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "local":
+            run_local(args)
+    except CLIError as e:
+        sys.exit(f"classhub: {e}")
+
+
+def run_local(args: argparse.Namespace) -> None:
+    """Check everything, then run JupyterHub in this process until SIGTERM/SIGINT."""
+    if not 0 < args.port < 65536:
+        raise CLIError(f"--port {args.port} is not a TCP port; use 1-65535")
+    if args.create_system_users and not args.system_users:
+        raise CLIError("--create-system-users needs --system-users")
+    if args.system_users and os.geteuid() != 0:
+        raise CLIError("--system-users needs root (the hub switches to each user's account)")
+    data_dir = prepare_data_dir(Path(args.data_dir))
+    if args.config and not Path(args.config).is_file():
+        raise CLIError(f"--config {args.config}: no such file")
+    require_port_free(args.ip, args.port)
+    proxy_cmd = find_proxy()
+
+    c = Config()
+    configure(
+        c,
+        "local",
+        data_dir=data_dir,
+        service_url=f"http://127.0.0.1:{free_port()}",
+        system_users=args.system_users,
+        create_system_users=args.create_system_users,
+    )
+    c.JupyterHub.ip = args.ip
+    c.JupyterHub.port = args.port
+    c.JupyterHub.hub_ip = "127.0.0.1"
+    c.JupyterHub.hub_port = free_port()
+    c.ConfigurableHTTPProxy.command = proxy_cmd
+    c.ConfigurableHTTPProxy.api_url = f"http://127.0.0.1:{free_port()}"
+    c.JupyterHub.cleanup_servers = True
+    c.JupyterHub.cleanup_proxy = True
+    password = None
+    if not args.no_demo:
+        password = demo.demo_password(data_dir)
+        c.JupyterHub.authenticator_class = "hub_ext.demo.DemoAuthenticator"
+        c.DemoAuthenticator.accounts = demo.DEMO_ACCOUNTS
+        c.DemoAuthenticator.password_file = str(data_dir / demo.PASSWORD_FILE)
+        c.DemoAuthenticator.admin_users = {demo.DEMO_ADMIN}
+        c.JupyterHub.load_groups = demo.demo_groups()
+
+    print_banner(args, data_dir, password)
+    from jupyterhub.app import JupyterHub
+
+    JupyterHub.instance(config=c)
+    config_file = args.config or extra_config_file(data_dir)
+    JupyterHub.launch_instance([f"--JupyterHub.config_file={config_file}"])
+
+
+def prepare_data_dir(path: Path) -> Path:
+    """Create the data dir (0700: it holds secrets) and prove it is writable."""
+    path = path.expanduser().resolve()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".classhub-write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as e:
+        raise CLIError(
+            f"cannot write to the data dir {path} ({e.strerror}); pass --data-dir with a folder "
+            "you can write"
+        ) from None
+    return path
+
+
+EXTRA_CONFIG_TEMPLATE = """\
+# Extra JupyterHub configuration for `classhub local`, loaded after classhub's own.
+# Example, a real login instead of the demo accounts (then start with --no-demo):
+#   c.JupyterHub.authenticator_class = "native"   # pip install jupyterhub-nativeauthenticator
+#   c.Authenticator.admin_users = {"alice"}
+"""
+
+
+def extra_config_file(data_dir: Path) -> str:
+    """``<data-dir>/jupyterhub_config.py``, created with an explanatory comment when missing."""
+    path = data_dir / "jupyterhub_config.py"
+    if not path.exists():
+        path.write_text(EXTRA_CONFIG_TEMPLATE)
+    return str(path)
+
+
+def require_port_free(ip: str, port: int) -> None:
+    with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET) as s:
+        try:
+            s.bind((ip, port))
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                raise CLIError(
+                    f"port {port} on {ip} is in use; stop what uses it or pick another with --port"
+                ) from None
+            raise CLIError(f"cannot listen on {ip}:{port} ({e.strerror}); check --ip") from None
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 for the hub's internal endpoints."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def find_proxy() -> list[str]:
+    """configurable-http-proxy: $CLASSHUB_PROXY_CMD, the venv-local npm install, or PATH."""
+    if os.environ.get(PROXY_ENV):
+        return os.environ[PROXY_ENV].split()
+    node = shutil.which("node")
+    if node is None:
+        raise CLIError(
+            f"Node.js is not installed; install Node {MIN_NODE}+ (e.g. 'apt-get install nodejs "
+            "npm') and run 'make run' again"
+        )
+    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout
+    major = int(version.strip().lstrip("v").split(".")[0] or 0)
+    if major < MIN_NODE:
+        raise CLIError(f"Node.js {version.strip()} is too old; install Node {MIN_NODE}+")
+    local = Path(sys.prefix) / "chp" / "node_modules" / ".bin" / "configurable-http-proxy"
+    if local.exists():
+        return [str(local)]
+    on_path = shutil.which("configurable-http-proxy")
+    if on_path:
+        return [on_path]
+    raise CLIError(
+        "configurable-http-proxy is not installed; run 'make run' (it installs it into .venv/chp) "
+        f"or 'npm install --prefix {Path(sys.prefix) / 'chp'} configurable-http-proxy'"
+    )
+
+
+def print_banner(args: argparse.Namespace, data_dir: Path, password: str | None) -> None:
+    host = "127.0.0.1" if args.ip in ("", "0.0.0.0") else args.ip
+    lines = [
+        "",
+        f"classhub {__version__} (local mode) starting on http://{host}:{args.port}",
+        f"  data dir: {data_dir}",
+    ]
+    if password:
+        lines += [
+            f"  demo accounts: {', '.join(demo.DEMO_ACCOUNTS)} (course {demo.DEMO_COURSE})",
+            f"  demo password: {password}   (a demo login; see README to use a real one)",
+        ]
+    if not args.system_users:
+        lines.append("  note: all servers run as this account; users can read each other's files")
+    print("\n".join(lines) + "\n", flush=True)

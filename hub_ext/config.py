@@ -1,0 +1,109 @@
+"""Wire classhub into any ``jupyterhub_config.py`` with one call.
+
+    from hub_ext.config import configure
+    configure(c, mode="kubernetes")
+
+``classhub local`` builds its configuration with the same function (``mode="local"``), so the
+local hub and a z2jh hub are configured by one piece of code.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from hub_ext.core import roles
+
+SERVICE_NAME = "classhub"
+MODES = ("local", "kubernetes")
+
+#: What the classhub service may read from the hub to answer ``/api/me``.
+SERVICE_SCOPES = ["read:users", "list:groups", "read:groups"]
+
+
+def configure(
+    c: Any,
+    mode: str = "local",
+    *,
+    data_dir: str | Path | None = None,
+    service_url: str | None = None,
+    system_users: bool = False,
+    create_system_users: bool = False,
+) -> None:
+    """Add classhub's service, roles and scopes, and spawner to the JupyterHub config ``c``.
+
+    ``mode`` is ``"local"`` (servers are processes on this machine, homes under
+    ``data_dir/homes``) or ``"kubernetes"`` (servers are pods, z2jh). Settings a site already
+    made are extended, never dropped: existing services and roles are kept.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown classhub mode {mode!r}: use one of {', '.join(MODES)}")
+    if service_url is None:
+        service_url = "http://127.0.0.1:10101" if mode == "local" else "http://hub:10101"
+
+    _add_service(c, service_url, bind_all=(mode == "kubernetes"))
+    _add_roles(c)
+    c.Spawner.default_url = "/lab"
+    if mode == "local":
+        c.JupyterHub.spawner_class = "classhub-local"
+        if data_dir is not None:
+            data = Path(data_dir).resolve()
+            c.JupyterHub.db_url = f"sqlite:///{data / 'jupyterhub.sqlite'}"
+            c.JupyterHub.cookie_secret_file = str(data / "jupyterhub_cookie_secret")
+            c.ConfigurableHTTPProxy.pid_file = str(data / "jupyterhub-proxy.pid")
+            c.ClasshubLocalSpawner.homes_dir = str(data / "homes")
+        c.ClasshubLocalSpawner.system_users = system_users
+        c.ClasshubLocalSpawner.create_system_users = create_system_users
+    else:
+        c.JupyterHub.spawner_class = "classhub-kube"
+
+
+def _configured(c: Any, key: str) -> list:
+    """A list already set on ``c.JupyterHub`` (works for traitlets Config and plain objects)."""
+    section = c.JupyterHub
+    if hasattr(section, "keys"):  # traitlets Config: unset keys would be lazy placeholders
+        return list(section[key]) if key in section else []
+    return list(getattr(section, key, None) or [])
+
+
+def _add_service(c: Any, service_url: str, bind_all: bool) -> None:
+    services = [s for s in _configured(c, "services") if s.get("name") != SERVICE_NAME]
+    environment = {"CLASSHUB_BIND_IP": "0.0.0.0"} if bind_all else {}
+    services.append(
+        {
+            "name": SERVICE_NAME,
+            "url": service_url,
+            "command": [sys.executable, "-m", "hub_ext.service"],
+            "oauth_no_confirm": True,
+            "display": True,
+            "environment": environment,
+        }
+    )
+    c.JupyterHub.services = services
+
+
+def _add_roles(c: Any) -> None:
+    """The service's own role, and every user's right to log in to the service."""
+    existing = {r["name"]: r for r in _configured(c, "load_roles")}
+    existing["classhub-service"] = {
+        "name": "classhub-service",
+        "description": "What the classhub service reads from the hub",
+        "scopes": SERVICE_SCOPES,
+        "services": [SERVICE_NAME],
+    }
+    user_role = existing.get("user", {"name": "user", "scopes": ["self"]})
+    scopes = list(user_role.get("scopes", ["self"]))
+    access = f"access:services!service={SERVICE_NAME}"
+    if access not in scopes:
+        scopes.append(access)
+    existing["user"] = {**user_role, "scopes": scopes}
+    c.JupyterHub.load_roles = list(existing.values())
+
+
+def course_group(name: str, members: list[str], teachers: list[str], tas: list[str]) -> dict:
+    """A ``load_groups`` entry that makes the JupyterHub group ``name`` a classhub course."""
+    return {
+        "users": sorted(set(members) | set(teachers) | set(tas)),
+        "properties": {roles.COURSE_PROPERTY: {"teachers": teachers, "tas": tas}},
+    }

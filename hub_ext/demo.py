@@ -1,0 +1,73 @@
+"""Demo login for the local mode: five fixed accounts sharing one generated password.
+
+This is a demo login, not an authentication system. Real sites configure another
+authenticator (see the README); the demo one then no longer applies.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+from pathlib import Path
+
+from jupyterhub.auth import Authenticator
+from traitlets import List, Unicode, default
+
+from hub_ext.config import course_group
+
+DEMO_COURSE = "demo101"
+DEMO_ADMIN = "admin"
+DEMO_TEACHER = "teacher1"
+DEMO_TA = "ta1"
+DEMO_STUDENTS = ["student1", "student2"]
+DEMO_ACCOUNTS = [DEMO_ADMIN, DEMO_TEACHER, DEMO_TA, *DEMO_STUDENTS]
+PASSWORD_FILE = "demo-password"
+
+
+def demo_password(data_dir: Path) -> str:
+    """The demo password, generated on first start and kept (mode 0600) in the data dir."""
+    path = data_dir / PASSWORD_FILE
+    if path.exists():
+        return path.read_text().strip()
+    password = secrets.token_urlsafe(12)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(password + "\n")
+    return password
+
+
+def demo_groups() -> dict:
+    """``load_groups`` for the demo course: teacher1 teaches, ta1 assists, two students."""
+    return {
+        DEMO_COURSE: course_group(
+            DEMO_COURSE, members=DEMO_STUDENTS, teachers=[DEMO_TEACHER], tas=[DEMO_TA]
+        )
+    }
+
+
+class DemoAuthenticator(Authenticator):
+    """Lets the demo accounts log in with the shared demo password; nobody else."""
+
+    accounts = List(
+        Unicode(), config=True, help="User names that may log in with the demo password."
+    )
+    password_file = Unicode(config=True, help="File holding the demo password.")
+    _password = Unicode()
+
+    @default("allow_all")
+    def _allow_all(self) -> bool:
+        # Only the listed accounts can authenticate at all (see authenticate).
+        return True
+
+    @default("_password")
+    def _read_password(self) -> str:
+        return Path(self.password_file).read_text().strip()
+
+    async def authenticate(self, handler, data: dict) -> str | None:
+        name = self.normalize_username(data.get("username", ""))
+        if name not in self.accounts:
+            return None
+        if not hmac.compare_digest(data.get("password", "").encode(), self._password.encode()):
+            return None
+        return name

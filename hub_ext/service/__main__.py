@@ -1,0 +1,3 @@
+from hub_ext.service.app import main
+
+main()

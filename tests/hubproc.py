@@ -1,0 +1,193 @@
+"""Test harness: a real ``classhub local`` hub process, a login through its form, REST calls.
+
+Nothing here fakes JupyterHub: the hub, the proxy, the classhub service and the user servers
+are the real processes that ``make run`` starts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import requests
+
+#: The console script that ``make run`` ends in (installed into the venv by ``pip install -e``).
+CLASSHUB = [str(Path(sys.prefix) / "bin" / "classhub")]
+START_TIMEOUT = 60
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.1) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail with ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@dataclass
+class LocalHub:
+    """A ``classhub local`` process on a free port with its own data dir."""
+
+    data_dir: Path
+    extra_args: list[str] = field(default_factory=list)
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen | None = None
+    log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def password(self) -> str:
+        return (self.data_dir / "demo-password").read_text().strip()
+
+    def start(self) -> LocalHub:
+        self.log_path = self.data_dir.parent / f"hub-{self.port}.log"
+        log = open(self.log_path, "wb")
+        cmd = [*CLASSHUB, "local", "--port", str(self.port), "--data-dir", str(self.data_dir),
+               *self.extra_args]
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL)
+        try:
+            wait_for(self._ready, START_TIMEOUT, f"classhub local on port {self.port}")
+        except Exception:
+            self.stop()
+            raise
+        return self
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"classhub local exited with {self.proc.returncode}:\n{self.log()}")
+        try:
+            r = requests.get(f"{self.url}/services/classhub/api/health", timeout=2)
+            return r.status_code == 200
+        except requests.RequestException:
+            return False
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-5000:] if self.log_path else ""
+
+    def descendants(self) -> list[psutil.Process]:
+        return psutil.Process(self.proc.pid).children(recursive=True)
+
+    def stop(self, timeout: float = 15) -> float:
+        """SIGTERM the hub like an admin would; returns seconds until it exited."""
+        if self.proc is None or self.proc.poll() is not None:
+            return 0.0
+        try:
+            procs = self.descendants()
+        except psutil.NoSuchProcess:
+            procs = []
+        start = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        elapsed = time.monotonic() - start
+        for p in procs:  # never leave a process behind for the next test, whatever happened
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        return elapsed
+
+
+class HubSession:
+    """A browser-like session of one user: cookies from the hub's login form."""
+
+    def __init__(self, hub: LocalHub, username: str, password: str | None = None) -> None:
+        self.hub = hub
+        self.username = username
+        self.http = requests.Session()
+        self.login(password if password is not None else hub.password)
+
+    def login(self, password: str) -> requests.Response:
+        page = self.http.get(f"{self.hub.url}/hub/login", timeout=10)
+        page.raise_for_status()
+        xsrf = re.search(r'name="_xsrf"\s+value="([^"]+)"', page.text)
+        data = {"username": self.username, "password": password}
+        if xsrf:
+            data["_xsrf"] = xsrf.group(1)
+        r = self.http.post(f"{self.hub.url}/hub/login?next=", data=data, timeout=30,
+                           allow_redirects=False)
+        if r.status_code != 302:
+            raise AssertionError(f"login of {self.username} failed: {r.status_code}")
+        return r
+
+    @property
+    def xsrf(self) -> str:
+        return self.http.cookies.get("_xsrf", path="/hub/") or self.http.cookies.get("_xsrf", "")
+
+    def hub_api(self, method: str, path: str, **kwargs) -> requests.Response:
+        headers = {"X-XSRFToken": self.xsrf, **kwargs.pop("headers", {})}
+        return self.http.request(method, f"{self.hub.url}/hub/api/{path.lstrip('/')}",
+                                 headers=headers, timeout=30, **kwargs)
+
+    def new_token(self, scopes: list[str] | None = None) -> str:
+        body: dict[str, Any] = {"note": "classhub test", "expires_in": 3600}
+        if scopes is not None:
+            body["scopes"] = scopes
+        r = self.hub_api("POST", f"users/{self.username}/tokens", json=body)
+        assert r.status_code == 201, r.text
+        return r.json()["token"]
+
+    def get(self, path: str, **kwargs) -> requests.Response:
+        kwargs.setdefault("timeout", 30)
+        return self.http.get(f"{self.hub.url}{path}", **kwargs)
+
+
+def api(hub: LocalHub, method: str, path: str, token: str | None = None,
+        **kwargs) -> requests.Response:
+    """Call the classhub REST API, as a script would: with a token or anonymously."""
+    headers = kwargs.pop("headers", {})
+    if token:
+        headers["Authorization"] = f"token {token}"
+    return requests.request(method, f"{hub.url}/services/classhub/api/{path.lstrip('/')}",
+                            headers=headers, timeout=30, allow_redirects=False, **kwargs)
+
+
+def start_server(hub: LocalHub, username: str, token: str, timeout: float = 60) -> dict:
+    """Start ``username``'s default server through the hub API and wait until it is ready."""
+    headers = {"Authorization": f"token {token}"}
+    r = requests.post(f"{hub.url}/hub/api/users/{username}/server", headers=headers, timeout=30)
+    assert r.status_code in (201, 202), r.text
+
+    def ready():
+        model = requests.get(f"{hub.url}/hub/api/users/{username}", headers=headers,
+                             timeout=10).json()
+        server = model.get("servers", {}).get("")
+        return server if server and server.get("ready") else None
+
+    return wait_for(ready, timeout, f"{username}'s server to be ready", interval=0.25)
+
+
+def proxy_available() -> bool:
+    """Whether configurable-http-proxy and Node.js can be found the way ``classhub`` looks."""
+    local = Path(sys.prefix) / "chp" / "node_modules" / ".bin" / "configurable-http-proxy"
+    return shutil.which("node") is not None and (
+        local.exists() or shutil.which("configurable-http-proxy") is not None
+        or bool(os.environ.get("CLASSHUB_PROXY_CMD"))
+    )
