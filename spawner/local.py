@@ -141,8 +141,10 @@ class ClasshubLocalSpawner(LocalProcessSpawner):
         """Stop the server and every process it started (kernels, terminals)."""
         if not self.pid:
             return
-        pgid = self.pid
-        await processes.stop_process_group(pgid, 0 if now else self.stop_grace)
+        proc = self.proc
+        await processes.stop_process_group(
+            self.pid, 0 if now else self.stop_grace, reap=proc.poll if proc else lambda: None
+        )
         await self.poll()
 
     async def move_certs(self, paths: dict) -> dict:

@@ -6,6 +6,7 @@ are the real processes that ``make run`` starts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -64,7 +65,7 @@ class LocalHub:
 
     def start(self) -> LocalHub:
         self.log_path = self.data_dir.parent / f"hub-{self.port}.log"
-        log = open(self.log_path, "wb")
+        log = open(self.log_path, "wb")  # noqa: SIM115 - the hub process keeps writing to it
         cmd = [*CLASSHUB, "local", "--port", str(self.port), "--data-dir", str(self.data_dir),
                *self.extra_args]
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
@@ -91,10 +92,10 @@ class LocalHub:
     def descendants(self) -> list[psutil.Process]:
         return psutil.Process(self.proc.pid).children(recursive=True)
 
-    def stop(self, timeout: float = 15) -> float:
-        """SIGTERM the hub like an admin would; returns seconds until it exited."""
+    def stop(self, timeout: float = 15) -> Shutdown:
+        """SIGTERM the hub like an admin would; report how long it took and what survived."""
         if self.proc is None or self.proc.poll() is not None:
-            return 0.0
+            return Shutdown(0.0, [])
         try:
             procs = self.descendants()
         except psutil.NoSuchProcess:
@@ -107,12 +108,27 @@ class LocalHub:
             self.proc.kill()
             self.proc.wait()
         elapsed = time.monotonic() - start
-        for p in procs:  # never leave a process behind for the next test, whatever happened
-            try:
+        survivors = [p for p in procs if _alive(p)]
+        report = Shutdown(elapsed, [" ".join(p.cmdline()) for p in survivors])
+        for p in survivors:  # never leave a process behind for the next test
+            with contextlib.suppress(psutil.NoSuchProcess):
                 p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        return elapsed
+        return report
+
+
+@dataclass
+class Shutdown:
+    """How a hub stop went: seconds from SIGTERM to exit, and command lines left running."""
+
+    seconds: float
+    survivors: list[str]
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 class HubSession:

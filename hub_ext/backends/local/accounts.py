@@ -96,7 +96,7 @@ def ensure_system_account(name: str, home: Path, create: bool) -> Account:
             raise AccountError(
                 f"could not create the Unix account {name!r}: {result.stderr.strip()} "
                 "(the hub must run as root to create accounts)"
-            )
+            ) from None
         entry = pwd.getpwnam(name)
     if entry.pw_uid < 1000:
         raise AccountError(

@@ -1,0 +1,100 @@
+"""`classhub local` refuses bad input with one clear line and starts nothing."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import psutil
+
+from tests.hubproc import CLASSHUB
+
+
+def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None):
+    before = {p.pid for p in psutil.process_iter()}
+    result = subprocess.run([*CLASSHUB, *args], capture_output=True, text=True, timeout=60,
+                            env=env, cwd=cwd)
+    leftovers = [
+        p for p in psutil.process_iter(["cmdline"])
+        if p.pid not in before and any("configurable-http-proxy" in c or "hub_ext.service" in c
+                                       for c in (p.info["cmdline"] or []))
+    ]
+    return result, leftovers
+
+
+def one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one line, got: {stderr!r}"
+    return lines[0]
+
+
+def test_unknown_flag(tmp_path):
+    result, leftovers = run_cli("local", "--gpus-please", "--data-dir", str(tmp_path))
+    assert result.returncode != 0
+    line = one_line(result.stderr)
+    assert "unrecognized arguments: --gpus-please" in line
+    assert "--help" in line
+    assert not leftovers
+
+
+def test_port_in_use(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        result, leftovers = run_cli("local", "--port", str(port), "--data-dir", str(tmp_path))
+    assert result.returncode != 0
+    line = one_line(result.stderr)
+    assert f"port {port} on 127.0.0.1 is in use" in line
+    assert "--port" in line
+    assert not leftovers
+    assert not (tmp_path / "jupyterhub.sqlite").exists()
+
+
+def test_unwritable_data_dir(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    result, leftovers = run_cli("local", "--data-dir", str(blocker / "var"))
+    assert result.returncode != 0
+    line = one_line(result.stderr)
+    assert "cannot write to the data dir" in line
+    assert "--data-dir" in line
+    assert not leftovers
+
+
+def test_missing_node(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "CLASSHUB_PROXY_CMD"}
+    env["PATH"] = str(tmp_path)  # no node, no configurable-http-proxy on PATH
+    result, leftovers = run_cli("local", "--data-dir", str(tmp_path / "var"), env=env)
+    assert result.returncode != 0
+    line = one_line(result.stderr)
+    assert "Node.js is not installed" in line
+    assert "make run" in line
+    assert not leftovers
+
+
+def test_out_of_range_port(tmp_path):
+    result, _ = run_cli("local", "--port", "70000", "--data-dir", str(tmp_path))
+    assert result.returncode != 0
+    assert "is not a TCP port" in one_line(result.stderr)
+
+
+def test_create_system_users_needs_system_users(tmp_path):
+    result, _ = run_cli("local", "--create-system-users", "--data-dir", str(tmp_path))
+    assert result.returncode != 0
+    assert "--create-system-users needs --system-users" in one_line(result.stderr)
+
+
+def test_missing_extra_config(tmp_path):
+    result, _ = run_cli("local", "--config", str(tmp_path / "nope.py"), "--data-dir",
+                        str(tmp_path))
+    assert result.returncode != 0
+    assert "no such file" in one_line(result.stderr)
+
+
+def test_version():
+    result = subprocess.run([*CLASSHUB, "--version"], capture_output=True, text=True)
+    assert result.returncode == 0
+    assert result.stdout.startswith("classhub ")
