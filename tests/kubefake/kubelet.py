@@ -1,0 +1,656 @@
+"""A fake kubelet for every fake node: runs bound pods locally.
+
+Each pod gets its own loopback address (127.1.0.2, 127.1.0.3, ...) as ``status.podIP``; the
+whole 127.0.0.0/8 is loopback on Linux, so a client reaches container port P of a pod at
+``http://<podIP>:<P>`` exactly as in a cluster (KubeSpawner's ``pod IP + self.port`` works).
+
+A container runs in one of two ways, chosen per pod by the annotation
+``kubefake.classhub/run: process|standin`` (default: the cluster's ``kubelet_mode``):
+
+* ``standin``: a tiny HTTP server on ``podIP:containerPort`` for every declared TCP port,
+  answering 200 with a JSON description; it runs until the pod is deleted, or exits after
+  ``kubefake.classhub/exit-after`` seconds with ``kubefake.classhub/exit-code`` (default 0).
+* ``process``: ``command + args`` as a local subprocess (own session), with the container's
+  env (value, fieldRef, secretKeyRef, configMapKeyRef, envFrom; ``$(VAR)`` expansion) plus
+  ``POD_IP``/``POD_NAME``/``POD_NAMESPACE`` unless set, stdout+stderr captured for logs.
+
+Exit codes drive ``containerStatuses`` and the phase according to ``restartPolicy``; deletion
+sends SIGTERM, waits up to the grace period, then SIGKILL, then removes the pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import ipaddress
+import json
+import os
+import re
+import signal
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from .events import EventRecorder
+from .logs import LogBuffer
+from .objects import now_iso, set_condition
+from .store import Event, Store
+
+RUN_ANNOTATION = "kubefake.classhub/run"
+EXIT_AFTER_ANNOTATION = "kubefake.classhub/exit-after"
+EXIT_CODE_ANNOTATION = "kubefake.classhub/exit-code"
+KUBELET = "kubelet"
+_VAR_RE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)|\$\$")
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes ``$(VAR)`` expansion (``$$`` escapes; unknown references stay as written)."""
+
+    def sub(m: re.Match[str]) -> str:
+        if m.group(0) == "$$":
+            return "$"
+        return env.get(m.group(1), m.group(0))
+
+    return _VAR_RE.sub(sub, text)
+
+
+@dataclass
+class Container:
+    """One running (or finished) container instance."""
+
+    name: str
+    log: LogBuffer = field(default_factory=LogBuffer)
+    previous: LogBuffer | None = None
+    process: asyncio.subprocess.Process | None = None
+    servers: list[asyncio.AbstractServer] = field(default_factory=list)
+    done: asyncio.Future | None = None
+    restarts: int = 0
+
+
+@dataclass
+class PodRuntime:
+    """Kubelet-side state of one pod."""
+
+    uid: str
+    namespace: str
+    name: str
+    ip: str
+    workdir: str
+    containers: dict[str, Container] = field(default_factory=dict)
+    task: asyncio.Task | None = None
+    stopping: bool = False
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Kubelet:
+    """Runs pods bound to any node that exists in the store."""
+
+    def __init__(
+        self,
+        store: Store,
+        recorder: EventRecorder,
+        loop: asyncio.AbstractEventLoop,
+        mode: str = "standin",
+        ip_base: str = "127.1.0.1",
+    ) -> None:
+        self.store = store
+        self.recorder = recorder
+        self.loop = loop
+        self.mode = mode
+        self.pods_type = store.registry.lookup("", "v1", "pods")
+        self.nodes_type = store.registry.lookup("", "v1", "nodes")
+        self.runtimes: dict[str, PodRuntime] = {}
+        self._next_ip = int(ipaddress.IPv4Address(ip_base))
+        self._workdir = tempfile.mkdtemp(prefix="kubefake-kubelet-")
+        store.listeners.append(self._on_event)
+
+    # ----- reacting to the API ------------------------------------------------------------------
+    def _on_event(self, event: Event) -> None:
+        if event.rtype.key == ("", "nodes") and event.type == "ADDED":
+            assert self.pods_type is not None
+            for pod in self.store.list(self.pods_type):
+                self._reconcile(pod, exists=True)
+        if event.rtype.key != ("", "pods"):
+            return
+        self._reconcile(event.obj, exists=event.type != "DELETED")
+
+    def _reconcile(self, pod: dict[str, Any], exists: bool) -> None:
+        uid = pod["metadata"]["uid"]
+        runtime = self.runtimes.get(uid)
+        if not exists:
+            if runtime and not runtime.stopping:
+                runtime.stopping = True
+                self.loop.create_task(self._kill(runtime, 0))
+            return
+        node = pod["spec"].get("nodeName")
+        if runtime is None and node and not pod["metadata"].get("deletionTimestamp"):
+            assert self.nodes_type is not None
+            if self.store.find(self.nodes_type, None, node) is None:
+                return
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                return
+            runtime = PodRuntime(
+                uid,
+                pod["metadata"]["namespace"],
+                pod["metadata"]["name"],
+                self._allocate_ip(),
+                tempfile.mkdtemp(prefix=pod["metadata"]["name"] + "-", dir=self._workdir),
+            )
+            self.runtimes[uid] = runtime
+            runtime.task = self.loop.create_task(self._run_pod(runtime))
+        elif runtime and pod["metadata"].get("deletionTimestamp") and not runtime.stopping:
+            runtime.stopping = True
+            grace = int(pod["metadata"].get("deletionGracePeriodSeconds") or 0)
+            self.loop.create_task(self._terminate(runtime, grace))
+        elif node and pod["metadata"].get("deletionTimestamp") and runtime is None:
+            self.loop.call_soon(
+                self._finalize_delete, pod["metadata"]["namespace"], pod["metadata"]["name"], uid
+            )
+
+    def _allocate_ip(self) -> str:
+        self._next_ip += 1
+        if self._next_ip % 256 in (0, 255):
+            self._next_ip += 2
+        return str(ipaddress.IPv4Address(self._next_ip))
+
+    def _pod(self, rt: PodRuntime) -> dict[str, Any] | None:
+        assert self.pods_type is not None
+        pod = self.store.find(self.pods_type, rt.namespace, rt.name)
+        return pod if pod is not None and pod["metadata"]["uid"] == rt.uid else None
+
+    def _update(self, rt: PodRuntime, fn: Any) -> dict[str, Any] | None:
+        if self._pod(rt) is None:
+            return None
+        return self.store.mutate(self.pods_type, rt.namespace, rt.name, fn)  # type: ignore[arg-type]
+
+    # ----- running ------------------------------------------------------------------------------
+    async def _run_pod(self, rt: PodRuntime) -> None:
+        pod = self._pod(rt)
+        if pod is None:
+            return
+        spec = pod["spec"]
+        node = spec["nodeName"]
+
+        def started(p: dict[str, Any]) -> None:
+            st = p.setdefault("status", {})
+            st.update(
+                hostIP="127.0.0.1",
+                hostIPs=[{"ip": "127.0.0.1"}],
+                podIP=rt.ip,
+                podIPs=[{"ip": rt.ip}],
+                startTime=now_iso(),
+            )
+            set_condition(st, "PodReadyToStartContainers", "True")
+            set_condition(st, "Initialized", "True")
+            set_condition(
+                st,
+                "Ready",
+                "False",
+                "ContainersNotReady",
+                f"containers with unready status: [{' '.join(c['name'] for c in spec['containers'])}]",
+            )
+            set_condition(
+                st,
+                "ContainersReady",
+                "False",
+                "ContainersNotReady",
+                f"containers with unready status: [{' '.join(c['name'] for c in spec['containers'])}]",
+            )
+            st["containerStatuses"] = [
+                self._status(c, {"waiting": {"reason": "ContainerCreating"}}, False, 0)
+                for c in spec["containers"]
+            ]
+
+        pod = self._update(rt, started)
+        if pod is None:
+            return
+        for init in spec.get("initContainers") or []:
+            while True:
+                code = await self._run_to_end(rt, pod, init, node)
+                if code == 0 or rt.stopping:
+                    break
+                if spec.get("restartPolicy") == "Never":
+                    self._set_phase(rt, "Failed", reason="Init:Error")
+                    return
+                await asyncio.sleep(0.5)
+            if rt.stopping:
+                return
+        await asyncio.gather(*(self._container_loop(rt, pod, c, node) for c in spec["containers"]))
+
+    async def _run_to_end(
+        self, rt: PodRuntime, pod: dict[str, Any], container: dict[str, Any], node: str
+    ) -> int:
+        cont = rt.containers.setdefault(container["name"], Container(container["name"]))
+        if self._pod_mode(pod) != "process" or not container.get("command"):
+            cont.log.close()
+            return 0
+        await self._start(rt, pod, container, cont, node)
+        assert cont.done is not None
+        return await cont.done
+
+    def _pod_mode(self, pod: dict[str, Any]) -> str:
+        return (pod["metadata"].get("annotations") or {}).get(RUN_ANNOTATION, self.mode)
+
+    async def _container_loop(
+        self, rt: PodRuntime, pod: dict[str, Any], container: dict[str, Any], node: str
+    ) -> None:
+        name = container["name"]
+        cont = rt.containers.setdefault(name, Container(name))
+        policy = pod["spec"].get("restartPolicy", "Always")
+        while not rt.stopping:
+            try:
+                await self._start(rt, pod, container, cont, node)
+            except OSError as exc:
+                cont.log.write(f"kubefake: failed to start container {name}: {exc}")
+                cont.done = self.loop.create_future()
+                cont.done.set_result(128)
+            self._container_state(rt, name, {"running": {"startedAt": now_iso()}}, None)
+            self.loop.create_task(self._probe_ready(rt, container, cont))
+            assert cont.done is not None
+            code = await cont.done
+            cont.log.close()
+            if rt.stopping:
+                return
+            terminated = {
+                "exitCode": code,
+                "reason": "Completed" if code == 0 else "Error",
+                "startedAt": now_iso(),
+                "finishedAt": now_iso(),
+            }
+            restart = policy == "Always" or (policy == "OnFailure" and code != 0)
+            if not restart:
+                self._container_state(rt, name, {"terminated": terminated}, None)
+                return
+            cont.restarts += 1
+            self.recorder.record(
+                self._pod(rt) or pod,
+                "Warning",
+                "BackOff",
+                f"Back-off restarting failed container {name} in pod {rt.name}_{rt.namespace}({rt.uid})",
+                KUBELET,
+                node,
+                f"spec.containers{{{name}}}",
+            )
+            self._container_state(
+                rt,
+                name,
+                {
+                    "waiting": {
+                        "reason": "CrashLoopBackOff",
+                        "message": f"back-off restarting failed container={name}",
+                    }
+                },
+                {"terminated": terminated},
+            )
+            await asyncio.sleep(min(0.2 * 2**cont.restarts, 10.0))
+            cont.previous, cont.log = cont.log, LogBuffer()
+
+    async def _start(
+        self, rt: PodRuntime, pod: dict[str, Any], container: dict[str, Any], cont: Container, node: str
+    ) -> None:
+        name = container["name"]
+        field_path = f"spec.containers{{{name}}}"
+        self.recorder.record(
+            pod,
+            "Normal",
+            "Pulled",
+            f'Container image "{container.get("image")}" already present on machine',
+            KUBELET,
+            node,
+            field_path,
+        )
+        self.recorder.record(pod, "Normal", "Created", f"Created container {name}", KUBELET, node, field_path)
+        cont.done = self.loop.create_future()
+        if self._pod_mode(pod) == "process" and (container.get("command") or container.get("args")):
+            await self._start_process(rt, pod, container, cont)
+        else:
+            await self._start_standin(rt, pod, container, cont)
+        self.recorder.record(pod, "Normal", "Started", f"Started container {name}", KUBELET, node, field_path)
+
+    async def _start_process(
+        self, rt: PodRuntime, pod: dict[str, Any], container: dict[str, Any], cont: Container
+    ) -> None:
+        env = self._env(rt, pod, container)
+        argv = [expand(str(a), env) for a in (container.get("command") or []) + (container.get("args") or [])]
+        workdir = container.get("workingDir")
+        cwd = workdir if workdir and os.path.isdir(workdir) else rt.workdir
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            env=env,
+            cwd=cwd,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
+        cont.process = proc
+        done = cont.done
+        assert done is not None and proc.stdout is not None
+
+        async def pump(log: LogBuffer) -> None:
+            assert proc.stdout is not None
+            while True:
+                line = await proc.stdout.readline()
+                if not line:
+                    break
+                log.write(line.decode(errors="replace"))
+            code = await proc.wait()
+            if not done.done():
+                done.set_result(code if code >= 0 else 128 - code)
+
+        self.loop.create_task(pump(cont.log))
+
+    async def _start_standin(
+        self, rt: PodRuntime, pod: dict[str, Any], container: dict[str, Any], cont: Container
+    ) -> None:
+        info = {
+            "kubefake": "standin",
+            "pod": rt.name,
+            "namespace": rt.namespace,
+            "container": container["name"],
+        }
+
+        async def handle(request: web.BaseRequest) -> web.StreamResponse:
+            return web.json_response({**info, "method": request.method, "path": request.path_qs})
+
+        for port in container.get("ports") or []:
+            if port.get("protocol", "TCP") != "TCP":
+                continue
+            server = await self.loop.create_server(web.Server(handle), rt.ip, int(port["containerPort"]))
+            cont.servers.append(server)
+            cont.log.write(
+                f"kubefake stand-in for {rt.namespace}/{rt.name} container {container['name']} "
+                f"listening on http://{rt.ip}:{port['containerPort']}"
+            )
+        if not cont.servers:
+            cont.log.write(
+                f"kubefake stand-in for {rt.namespace}/{rt.name} container {container['name']} running"
+            )
+        annotations = pod["metadata"].get("annotations") or {}
+        if EXIT_AFTER_ANNOTATION in annotations:
+            done = cont.done
+            code = int(annotations.get(EXIT_CODE_ANNOTATION, "0"))
+
+            def finish() -> None:
+                for server in cont.servers:
+                    server.close()
+                cont.servers.clear()
+                if done is not None and not done.done():
+                    done.set_result(code)
+
+            self.loop.call_later(float(annotations[EXIT_AFTER_ANNOTATION]), finish)
+
+    def _env(self, rt: PodRuntime, pod: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
+        env = dict(os.environ)
+        md = pod["metadata"]
+        own: dict[str, str] = {}
+        for source in container.get("envFrom") or []:
+            prefix = source.get("prefix", "")
+            if source.get("configMapRef"):
+                data = self._lookup("configmaps", md["namespace"], source["configMapRef"]["name"])
+                own.update({prefix + k: v for k, v in ((data or {}).get("data") or {}).items()})
+            if source.get("secretRef"):
+                data = self._lookup("secrets", md["namespace"], source["secretRef"]["name"])
+                own.update(
+                    {
+                        prefix + k: base64.b64decode(v).decode(errors="replace")
+                        for k, v in ((data or {}).get("data") or {}).items()
+                    }
+                )
+        for var in container.get("env") or []:
+            if "value" in var:
+                own[var["name"]] = expand(str(var["value"]), {**env, **own})
+            elif var.get("valueFrom"):
+                value = self._value_from(rt, pod, var["valueFrom"])
+                if value is not None:
+                    own[var["name"]] = value
+        for key, value in (
+            ("POD_IP", rt.ip),
+            ("POD_NAME", md["name"]),
+            ("POD_NAMESPACE", md["namespace"]),
+            ("HOSTNAME", md["name"]),
+            ("KUBEFAKE_POD_IP", rt.ip),
+        ):
+            own.setdefault(key, value)
+        env.update(own)
+        return env
+
+    def _lookup(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
+        rtype = self.store.registry.lookup("", "v1", plural)
+        return self.store.find(rtype, namespace, name) if rtype else None
+
+    def _value_from(self, rt: PodRuntime, pod: dict[str, Any], source: dict[str, Any]) -> str | None:
+        md = pod["metadata"]
+        if source.get("fieldRef"):
+            path = source["fieldRef"].get("fieldPath", "")
+            simple = {
+                "metadata.name": md["name"],
+                "metadata.namespace": md["namespace"],
+                "metadata.uid": md["uid"],
+                "spec.nodeName": pod["spec"].get("nodeName"),
+                "status.podIP": rt.ip,
+                "status.hostIP": "127.0.0.1",
+                "spec.serviceAccountName": pod["spec"].get("serviceAccountName"),
+            }
+            if path in simple:
+                return simple[path]
+            m = re.match(r"metadata\.(labels|annotations)\['(.+)'\]$", path)
+            if m:
+                return (md.get(m.group(1)) or {}).get(m.group(2))
+            return None
+        for ref_key, plural in (("secretKeyRef", "secrets"), ("configMapKeyRef", "configmaps")):
+            ref = source.get(ref_key)
+            if ref:
+                obj = self._lookup(plural, md["namespace"], ref["name"]) or {}
+                value = (obj.get("data") or {}).get(ref["key"])
+                if value is not None and plural == "secrets":
+                    value = base64.b64decode(value).decode(errors="replace")
+                return value
+        if source.get("resourceFieldRef"):
+            res = source["resourceFieldRef"].get("resource", "")
+            kind, _, name = res.partition(".")
+            for c in pod["spec"]["containers"]:
+                value = ((c.get("resources") or {}).get(kind) or {}).get(name)
+                if value is not None:
+                    return str(value)
+        return None
+
+    async def _probe_ready(self, rt: PodRuntime, container: dict[str, Any], cont: Container) -> None:
+        probe = container.get("readinessProbe") or {}
+        ports = {p.get("name"): p.get("containerPort") for p in container.get("ports") or []}
+        instance = cont.done
+        while probe and not rt.stopping and instance is cont.done and not (instance and instance.done()):
+            if await self._probe(rt.ip, probe, ports):
+                break
+            await asyncio.sleep(0.1)
+        if rt.stopping or instance is not cont.done or (instance and instance.done()):
+            return
+        self._container_ready(rt, container["name"])
+
+    @staticmethod
+    async def _probe(ip: str, probe: dict[str, Any], ports: dict[str, Any]) -> bool:
+        spec = probe.get("httpGet") or probe.get("tcpSocket")
+        if not spec:
+            return True
+        port = spec.get("port")
+        port = int(ports.get(port, port)) if not isinstance(port, int) else port
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(ip, port), 1.0)
+        except (asyncio.TimeoutError, OSError):
+            return False
+        try:
+            if "httpGet" not in probe:
+                return True
+            writer.write(f"GET {spec.get('path', '/')} HTTP/1.0\r\nHost: {ip}\r\n\r\n".encode())
+            line = await asyncio.wait_for(reader.readline(), 1.0)
+            parts = line.split()
+            return len(parts) > 1 and 200 <= int(parts[1]) < 400
+        except (asyncio.TimeoutError, OSError, ValueError):
+            return False
+        finally:
+            writer.close()
+
+    # ----- status -------------------------------------------------------------------------------
+    @staticmethod
+    def _status(
+        container: dict[str, Any], state: dict[str, Any], ready: bool, restarts: int
+    ) -> dict[str, Any]:
+        return {
+            "name": container["name"],
+            "image": container.get("image"),
+            "imageID": "",
+            "containerID": "",
+            "state": state,
+            "lastState": {},
+            "ready": ready,
+            "restartCount": restarts,
+            "started": "running" in state,
+        }
+
+    def _container_state(
+        self, rt: PodRuntime, name: str, state: dict[str, Any], last: dict[str, Any] | None
+    ) -> None:
+        cont = rt.containers[name]
+
+        def apply(p: dict[str, Any]) -> None:
+            st = p.setdefault("status", {})
+            for cs in st.get("containerStatuses") or []:
+                if cs["name"] == name:
+                    cs["state"] = state
+                    cs["ready"] = False
+                    cs["started"] = "running" in state
+                    cs["restartCount"] = cont.restarts
+                    cs["containerID"] = f"kubefake://{rt.uid[:8]}-{name}-{cont.restarts}"
+                    if last is not None:
+                        cs["lastState"] = last
+            self._derive(p)
+
+        self._update(rt, apply)
+
+    def _container_ready(self, rt: PodRuntime, name: str) -> None:
+        def apply(p: dict[str, Any]) -> None:
+            for cs in (p.get("status") or {}).get("containerStatuses") or []:
+                if cs["name"] == name and "running" in cs["state"]:
+                    cs["ready"] = True
+            self._derive(p)
+
+        self._update(rt, apply)
+
+    @staticmethod
+    def _derive(p: dict[str, Any]) -> None:
+        """Phase and Ready/ContainersReady from container states, as the kubelet computes them."""
+        st = p["status"]
+        statuses = st.get("containerStatuses") or []
+        policy = p["spec"].get("restartPolicy", "Always")
+        terminated = [cs["state"]["terminated"] for cs in statuses if "terminated" in cs["state"]]
+        running = [cs for cs in statuses if "running" in cs["state"]]
+        waiting = [cs for cs in statuses if "waiting" in cs["state"]]
+        if len(terminated) == len(statuses) and statuses and policy != "Always":
+            failed = any(t["exitCode"] != 0 for t in terminated)
+            st["phase"] = (
+                "Failed" if failed and policy == "Never" else ("Succeeded" if not failed else st["phase"])
+            )
+        elif running or (terminated and not waiting) or any(cs["restartCount"] for cs in statuses):
+            st["phase"] = "Running"
+        unready = [cs["name"] for cs in statuses if not cs["ready"]]
+        if unready:
+            msg = f"containers with unready status: [{' '.join(unready)}]"
+            reason = "PodCompleted" if st["phase"] in ("Succeeded", "Failed") else "ContainersNotReady"
+            set_condition(st, "ContainersReady", "False", reason, msg if reason != "PodCompleted" else "")
+            set_condition(st, "Ready", "False", reason, msg if reason != "PodCompleted" else "")
+        else:
+            set_condition(st, "ContainersReady", "True")
+            set_condition(st, "Ready", "True")
+
+    def _set_phase(self, rt: PodRuntime, phase: str, reason: str = "") -> None:
+        def apply(p: dict[str, Any]) -> None:
+            p["status"]["phase"] = phase
+            if reason:
+                p["status"]["reason"] = reason
+
+        self._update(rt, apply)
+
+    # ----- stopping -----------------------------------------------------------------------------
+    async def _stop_containers(self, rt: PodRuntime, grace: float) -> None:
+        procs = []
+        for cont in rt.containers.values():
+            for server in cont.servers:
+                server.close()
+            cont.servers.clear()
+            if cont.done is not None and not cont.done.done() and cont.process is None:
+                cont.done.set_result(137 if grace == 0 else 0)
+            if cont.process is not None and cont.process.returncode is None:
+                procs.append(cont.process)
+                _signal(cont.process, signal.SIGKILL if grace == 0 else signal.SIGTERM)
+        if procs and grace > 0:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*(p.wait() for p in procs)), grace)
+        for proc in procs:
+            if proc.returncode is None:
+                _signal(proc, signal.SIGKILL)
+        for proc in procs:
+            await proc.wait()
+        for cont in rt.containers.values():
+            cont.log.close()
+        if rt.task is not None and not rt.task.done():
+            rt.task.cancel()
+        rt.stopped.set()
+
+    async def _terminate(self, rt: PodRuntime, grace: int) -> None:
+        pod = self._pod(rt)
+        if pod is not None:
+            for c in pod["spec"]["containers"]:
+                self.recorder.record(
+                    pod,
+                    "Normal",
+                    "Killing",
+                    f"Stopping container {c['name']}",
+                    KUBELET,
+                    pod["spec"].get("nodeName"),
+                    f"spec.containers{{{c['name']}}}",
+                )
+        await self._stop_containers(rt, grace)
+        self._finalize_delete(rt.namespace, rt.name, rt.uid)
+
+    def _finalize_delete(self, namespace: str, name: str, uid: str) -> None:
+        assert self.pods_type is not None
+        pod = self.store.find(self.pods_type, namespace, name)
+        if pod is not None and pod["metadata"]["uid"] == uid and pod["metadata"].get("deletionTimestamp"):
+            self.store.delete(self.pods_type, namespace, name, grace=0, preconditions={"uid": uid})
+
+    async def _kill(self, rt: PodRuntime, grace: int) -> None:
+        await self._stop_containers(rt, grace)
+
+    async def shutdown(self) -> None:
+        """Stop every container (used when the cluster stops)."""
+        await asyncio.gather(
+            *(self._stop_containers(rt, 0) for rt in list(self.runtimes.values()) if not rt.stopped.is_set()),
+            return_exceptions=True,
+        )
+
+    def logs(self, uid: str, container: str, previous: bool = False) -> LogBuffer | None:
+        """The log buffer of a container instance (``previous``: the one before the last restart)."""
+        rt = self.runtimes.get(uid)
+        cont = rt.containers.get(container) if rt else None
+        if cont is None:
+            return None
+        return cont.previous if previous else cont.log
+
+    def pod_ip(self, uid: str) -> str | None:
+        """The loopback address given to a pod."""
+        rt = self.runtimes.get(uid)
+        return rt.ip if rt else None
+
+
+def _signal(proc: asyncio.subprocess.Process, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+
+
+__all__ = ["EXIT_AFTER_ANNOTATION", "EXIT_CODE_ANNOTATION", "RUN_ANNOTATION", "Kubelet", "json"]

@@ -1,0 +1,428 @@
+"""Conformance of the fake API server's REST semantics, driven by the official sync client."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+
+import kubernetes
+import pytest
+import requests
+from kubernetes.client.rest import ApiException
+
+from tests.kubefake import FakeCluster
+from tests.kubefake.waiting import wait_for
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with FakeCluster() as c:
+        c.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
+        yield c
+
+
+@pytest.fixture(scope="module")
+def api_client(cluster):
+    client = kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def v1(api_client):
+    return kubernetes.client.CoreV1Api(api_client)
+
+
+@pytest.fixture
+def ns(v1):
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    v1.create_namespace({"metadata": {"name": name}})
+    return name
+
+
+def status_of(exc: ApiException) -> dict:
+    body = json.loads(exc.body)
+    assert body["kind"] == "Status" and body["apiVersion"] == "v1" and body["status"] == "Failure"
+    assert body["code"] == exc.status
+    return body
+
+
+def cm(name: str, labels: dict | None = None, **meta) -> dict:
+    return {"metadata": {"name": name, "labels": labels or {}, **meta}, "data": {"k": "v"}}
+
+
+def test_discovery_version_and_groups(api_client):
+    version = kubernetes.client.VersionApi(api_client).get_code()
+    assert version.major == "1" and version.git_version.startswith("v1.")
+    core = kubernetes.client.CoreV1Api(api_client).get_api_resources()
+    by_name = {r.name: r for r in core.resources}
+    assert by_name["pods"].namespaced and by_name["pods"].kind == "Pod" and "watch" in by_name["pods"].verbs
+    assert not by_name["nodes"].namespaced
+    assert {"pods/status", "pods/log", "pods/binding"} <= set(by_name)
+    groups = kubernetes.client.ApisApi(api_client).get_api_versions()
+    assert "kubeflow.org" in {g.name for g in groups.groups}
+    kf = kubernetes.client.CustomObjectsApi(api_client).get_api_resources("kubeflow.org", "v1")
+    assert {r.name for r in kf.resources} >= {"pytorchjobs", "pytorchjobs/status"}
+
+
+def test_system_namespaces_exist_and_are_active(v1):
+    namespaces = {n.metadata.name: n for n in v1.list_namespace().items}
+    assert {"default", "kube-system"} <= set(namespaces)
+    assert namespaces["default"].status.phase == "Active"
+    assert namespaces["default"].metadata.labels["kubernetes.io/metadata.name"] == "default"
+
+
+def test_create_returns_201_with_server_set_metadata(v1, ns):
+    obj, code, _ = v1.create_namespaced_config_map_with_http_info(ns, cm("a"))
+    assert code == 201
+    assert obj.metadata.uid and obj.metadata.creation_timestamp and obj.metadata.resource_version
+    assert obj.metadata.namespace == ns
+    generated = v1.create_namespaced_config_map(ns, {"metadata": {"generateName": "gen-"}})
+    assert re.fullmatch(r"gen-[a-z0-9]{5}", generated.metadata.name)
+
+
+def test_resource_version_is_a_cluster_wide_counter(v1, ns):
+    a = v1.create_namespaced_config_map(ns, cm("a"))
+    b = v1.create_namespaced_secret(ns, {"metadata": {"name": "b"}, "stringData": {"x": "y"}})
+    assert int(b.metadata.resource_version) > int(a.metadata.resource_version)
+    listed = v1.list_namespaced_config_map(ns)
+    assert int(listed.metadata.resource_version) >= int(b.metadata.resource_version)
+    assert b.data == {"x": "eQ=="} and b.type == "Opaque"
+
+
+def test_get_missing_is_404_not_found(v1, ns):
+    with pytest.raises(ApiException) as err:
+        v1.read_namespaced_config_map("nope", ns)
+    assert err.value.status == 404
+    body = status_of(err.value)
+    assert body["reason"] == "NotFound"
+    assert body["message"] == 'configmaps "nope" not found'
+    assert body["details"] == {"name": "nope", "kind": "configmaps"}
+
+
+def test_create_in_missing_namespace_is_404(v1):
+    with pytest.raises(ApiException) as err:
+        v1.create_namespaced_config_map("does-not-exist", cm("a"))
+    assert err.value.status == 404
+    assert status_of(err.value)["message"] == 'namespaces "does-not-exist" not found'
+
+
+def test_duplicate_create_is_409_already_exists(v1, ns):
+    v1.create_namespaced_config_map(ns, cm("dup"))
+    with pytest.raises(ApiException) as err:
+        v1.create_namespaced_config_map(ns, cm("dup"))
+    assert err.value.status == 409
+    body = status_of(err.value)
+    assert body["reason"] == "AlreadyExists" and body["message"] == 'configmaps "dup" already exists'
+
+
+def test_update_with_stale_resource_version_is_409_conflict(v1, ns):
+    first = v1.create_namespaced_config_map(ns, cm("c"))
+    first.data = {"k": "v2"}
+    second = v1.replace_namespaced_config_map("c", ns, first)
+    assert int(second.metadata.resource_version) > int(first.metadata.resource_version)
+    first.data = {"k": "v3"}  # still carries the old resourceVersion
+    with pytest.raises(ApiException) as err:
+        v1.replace_namespaced_config_map("c", ns, first)
+    assert err.value.status == 409
+    body = status_of(err.value)
+    assert body["reason"] == "Conflict"
+    assert "the object has been modified" in body["message"]
+    assert v1.read_namespaced_config_map("c", ns).data == {"k": "v2"}
+
+
+@pytest.mark.parametrize(
+    ("kind", "body", "field"),
+    [
+        ("configmap", {"metadata": {}}, "metadata.name"),
+        ("configmap", {"metadata": {"name": "Bad_Name"}}, "metadata.name"),
+        (
+            "configmap",
+            {"metadata": {"name": "ok", "labels": {"app": "no spaces allowed"}}},
+            "metadata.labels",
+        ),
+        ("pod", {"metadata": {"name": "p"}, "spec": {"containers": []}}, "spec.containers"),
+        (
+            "pod",
+            {
+                "metadata": {"name": "p"},
+                "spec": {
+                    "containers": [
+                        {"name": "c", "image": "x", "resources": {"requests": {"nvidia.com/gpu": "1"}}}
+                    ]
+                },
+            },
+            "spec.containers[0].resources.requests",
+        ),
+        ("namespace", {"metadata": {"name": "has.dot"}}, "metadata.name"),
+    ],
+)
+def test_invalid_objects_are_422_invalid(v1, ns, kind, body, field):
+    create = {
+        "configmap": lambda: v1.create_namespaced_config_map(ns, body),
+        "pod": lambda: v1.create_namespaced_pod(ns, body),
+        "namespace": lambda: v1.create_namespace(body),
+    }[kind]
+    with pytest.raises(ApiException) as err:
+        create()
+    assert err.value.status == 422
+    result = status_of(err.value)
+    assert result["reason"] == "Invalid"
+    assert any(c["field"].startswith(field) for c in result["details"]["causes"]), result
+
+
+LABELLED = {
+    "a": {"app": "web", "tier": "front"},
+    "b": {"app": "web", "tier": "back"},
+    "c": {"app": "db"},
+    "d": {},
+}
+
+
+@pytest.mark.parametrize(
+    ("selector", "expected"),
+    [
+        ("app=web", {"a", "b"}),
+        ("app==web", {"a", "b"}),
+        ("app!=web", {"c", "d"}),
+        ("tier in (front,back)", {"a", "b"}),
+        ("tier notin (front)", {"b", "c", "d"}),
+        ("tier", {"a", "b"}),
+        ("!tier", {"c", "d"}),
+        ("app=web,tier!=front", {"b"}),
+    ],
+)
+def test_label_selectors(v1, ns, selector, expected):
+    for name, labels in LABELLED.items():
+        v1.create_namespaced_config_map(ns, cm(name, labels))
+    found = {i.metadata.name for i in v1.list_namespaced_config_map(ns, label_selector=selector).items}
+    assert found == expected
+
+
+def test_field_selectors_and_unsupported_fields(v1, ns):
+    for name in ("x", "y"):
+        v1.create_namespaced_config_map(ns, cm(name))
+    assert [
+        i.metadata.name for i in v1.list_namespaced_config_map(ns, field_selector="metadata.name=x").items
+    ] == ["x"]
+    assert [
+        i.metadata.name for i in v1.list_namespaced_config_map(ns, field_selector="metadata.name!=x").items
+    ] == ["y"]
+    every = v1.list_config_map_for_all_namespaces(field_selector=f"metadata.namespace={ns}")
+    assert {i.metadata.name for i in every.items} == {"x", "y"}
+    with pytest.raises(ApiException) as err:
+        v1.list_namespaced_config_map(ns, field_selector="data.k=v")
+    assert err.value.status == 400 and "field label not supported" in status_of(err.value)["message"]
+
+
+def test_pod_field_selectors_and_all_namespace_list(v1, ns):
+    pod = {
+        "metadata": {"name": "p"},
+        "spec": {"schedulerName": "none", "containers": [{"name": "c", "image": "i"}]},
+    }
+    v1.create_namespaced_pod(ns, pod)
+    pending = v1.list_pod_for_all_namespaces(field_selector=f"status.phase=Pending,metadata.namespace={ns}")
+    assert [p.metadata.name for p in pending.items] == ["p"]
+    assert v1.list_namespaced_pod(ns, field_selector="spec.nodeName=cpu-0").items == []
+    assert [p.metadata.name for p in v1.list_namespaced_pod(ns, field_selector="spec.nodeName=").items] == [
+        "p"
+    ]
+
+
+def test_pod_defaults_requests_from_limits(v1, ns):
+    pod = v1.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": "p"},
+            "spec": {
+                "schedulerName": "none",
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "img:1",
+                        "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "2"}},
+                    }
+                ],
+            },
+        },
+    )
+    assert pod.spec.containers[0].resources.requests == {"nvidia.com/gpu": "1", "cpu": "2"}
+    assert pod.spec.restart_policy == "Always" and pod.spec.termination_grace_period_seconds == 30
+    assert pod.status.phase == "Pending"
+
+
+def test_pagination_with_limit_and_continue(v1, ns):
+    for i in range(5):
+        v1.create_namespaced_config_map(ns, cm(f"p{i}"))
+    first = v1.list_namespaced_config_map(ns, limit=2)
+    assert len(first.items) == 2 and first.metadata._continue and first.metadata.remaining_item_count == 3
+    names = [i.metadata.name for i in first.items]
+    token = first.metadata._continue
+    while token:
+        page = v1.list_namespaced_config_map(ns, limit=2, _continue=token)
+        names += [i.metadata.name for i in page.items]
+        token = page.metadata._continue
+    assert names == [f"p{i}" for i in range(5)]
+
+
+def test_merge_strategic_and_json_patches(v1, ns):
+    v1.create_namespaced_config_map(ns, cm("m", {"keep": "1", "drop": "1"}))
+    out = v1.patch_namespaced_config_map(
+        "m",
+        ns,
+        {"metadata": {"labels": {"drop": None, "new": "2"}}},
+        _content_type="application/merge-patch+json",
+    )
+    assert out.metadata.labels == {"keep": "1", "new": "2"}
+
+    pod = {
+        "metadata": {"name": "sp"},
+        "spec": {
+            "schedulerName": "none",
+            "containers": [{"name": "a", "image": "a:1"}, {"name": "b", "image": "b:1"}],
+        },
+    }
+    v1.create_namespaced_pod(ns, pod)
+    patched = v1.patch_namespaced_pod("sp", ns, {"spec": {"containers": [{"name": "b", "image": "b:2"}]}})
+    assert [(c.name, c.image) for c in patched.spec.containers] == [("a", "a:1"), ("b", "b:2")]
+
+    ops = [
+        {"op": "add", "path": "/metadata/annotations", "value": {"x": "1"}},
+        {"op": "replace", "path": "/data/k", "value": "json"},
+    ]
+    result = v1.patch_namespaced_config_map("m", ns, ops)
+    assert result.metadata.annotations == {"x": "1"} and result.data == {"k": "json"}
+    with pytest.raises(ApiException) as err:
+        v1.patch_namespaced_config_map("m", ns, [{"op": "test", "path": "/data/k", "value": "other"}])
+    assert err.value.status == 422
+    with pytest.raises(ApiException) as err:
+        v1.patch_namespaced_config_map("missing", ns, ops)
+    assert err.value.status == 404
+
+
+def test_pod_spec_is_immutable_except_images(v1, ns):
+    v1.create_namespaced_pod(
+        ns,
+        {
+            "metadata": {"name": "im"},
+            "spec": {"schedulerName": "none", "containers": [{"name": "a", "image": "a:1"}]},
+        },
+    )
+    with pytest.raises(ApiException) as err:
+        v1.patch_namespaced_pod("im", ns, {"spec": {"restartPolicy": "Never"}})
+    assert err.value.status == 422 and status_of(err.value)["reason"] == "Invalid"
+
+
+def test_custom_resource_status_subresource_and_generation(api_client, ns):
+    co = kubernetes.client.CustomObjectsApi(api_client)
+    job = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": "train"},
+        "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1}}},
+        "status": {"conditions": []},
+    }
+    created = co.create_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", job)
+    assert created["metadata"]["generation"] == 1 and "status" not in created
+    created["status"] = {"conditions": [{"type": "Running", "status": "True"}]}
+    created["spec"]["runPolicy"] = {"suspend": True}
+    updated = co.replace_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", "train", created)
+    assert "status" not in updated, "the main resource must ignore status changes"
+    assert updated["metadata"]["generation"] == 2
+    status = {"status": {"conditions": [{"type": "Created", "status": "True"}]}}
+    after = co.patch_namespaced_custom_object_status("kubeflow.org", "v1", ns, "pytorchjobs", "train", status)
+    assert after["status"]["conditions"][0]["type"] == "Created"
+    assert after["metadata"]["generation"] == 2 and after["spec"]["runPolicy"] == {"suspend": True}
+    with pytest.raises(ApiException) as err:
+        co.get_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", "nope")
+    assert err.value.status == 404
+    assert status_of(err.value)["message"] == 'pytorchjobs.kubeflow.org "nope" not found'
+    gone = co.delete_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", "train")
+    assert gone["kind"] == "Status" and gone["status"] == "Success"
+
+
+def test_strategic_merge_patch_is_rejected_for_custom_resources(api_client, cluster, ns):
+    co = kubernetes.client.CustomObjectsApi(api_client)
+    co.create_namespaced_custom_object(
+        "kubeflow.org",
+        "v1",
+        ns,
+        "pytorchjobs",
+        {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "j"}, "spec": {}},
+    )
+    response = requests.patch(
+        f"{cluster.url}/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs/j",
+        json={"spec": {"x": 1}},
+        headers={"Content-Type": "application/strategic-merge-patch+json"},
+        timeout=10,
+    )
+    assert response.status_code == 415
+    assert response.json()["reason"] == "UnsupportedMediaType"
+
+
+def _owned(name: str, owner) -> dict:
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "name": owner.metadata.name, "uid": owner.metadata.uid}
+    return {"metadata": {"name": name, "ownerReferences": [ref]}}
+
+
+def test_garbage_collection_background(v1, ns):
+    owner = v1.create_namespaced_config_map(ns, cm("owner"))
+    v1.create_namespaced_secret(ns, _owned("dep", owner))
+    v1.create_namespaced_config_map(ns, cm("unrelated"))
+    result = v1.delete_namespaced_config_map("owner", ns)
+    assert result["kind"] == "Status" and result["status"] == "Success"
+    assert result["details"]["uid"] == owner.metadata.uid
+    wait_for(lambda: not v1.list_namespaced_secret(ns).items, what="dependent secret collected")
+    assert v1.read_namespaced_config_map("unrelated", ns)
+
+
+def test_garbage_collection_orphan_and_foreground(v1, cluster, ns):
+    owner = v1.create_namespaced_config_map(ns, cm("o1"))
+    v1.create_namespaced_secret(ns, _owned("kept", owner))
+    v1.delete_namespaced_config_map("o1", ns, propagation_policy="Orphan")
+    kept = wait_for(
+        lambda: (s := v1.read_namespaced_secret("kept", ns)).metadata.owner_references is None and s
+    )
+    assert kept.metadata.name == "kept"
+
+    owner2 = v1.create_namespaced_config_map(ns, cm("o2"))
+    v1.create_namespaced_secret(ns, _owned("dep2", owner2))
+    response = requests.delete(
+        f"{cluster.url}/api/v1/namespaces/{ns}/configmaps/o2",
+        json={"propagationPolicy": "Foreground"},
+        timeout=10,
+    ).json()
+    assert (
+        response["metadata"]["deletionTimestamp"]
+        and "foregroundDeletion" in response["metadata"]["finalizers"]
+    )
+    wait_for(lambda: not [s for s in v1.list_namespaced_secret(ns).items if s.metadata.name == "dep2"])
+    wait_for(lambda: not [c for c in v1.list_namespaced_config_map(ns).items if c.metadata.name == "o2"])
+
+
+def test_finalizers_hold_deletion_until_removed(v1, ns):
+    v1.create_namespaced_config_map(ns, cm("fin", finalizers=["example.com/hold"]))
+    v1.delete_namespaced_config_map("fin", ns)
+    held = v1.read_namespaced_config_map("fin", ns)
+    assert held.metadata.deletion_timestamp is not None
+    v1.patch_namespaced_config_map("fin", ns, {"metadata": {"finalizers": None}})
+    with pytest.raises(ApiException) as err:
+        v1.read_namespaced_config_map("fin", ns)
+    assert err.value.status == 404
+
+
+def test_namespace_deletion_removes_its_objects(v1, cluster):
+    v1.create_namespace({"metadata": {"name": "doomed"}})
+    v1.create_namespaced_config_map("doomed", cm("a"))
+    deleted = requests.delete(f"{cluster.url}/api/v1/namespaces/doomed", timeout=10).json()
+    assert deleted["kind"] == "Namespace" and deleted["status"]["phase"] == "Terminating"
+    wait_for(lambda: "doomed" not in {n.metadata.name for n in v1.list_namespace().items})
+    assert v1.list_config_map_for_all_namespaces(field_selector="metadata.namespace=doomed").items == []
+
+
+def test_delete_collection_with_selector(v1, ns):
+    for name, labels in LABELLED.items():
+        v1.create_namespaced_config_map(ns, cm(name, labels))
+    v1.delete_collection_namespaced_config_map(ns, label_selector="app=web")
+    assert {c.metadata.name for c in v1.list_namespaced_config_map(ns).items} == {"c", "d"}
