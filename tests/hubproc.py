@@ -22,6 +22,8 @@ from typing import Any
 import psutil
 import requests
 
+from tests.kubefake.waiting import wait_for as _wait_for
+
 #: The console script that ``make run`` ends in (installed into the venv by ``pip install -e``).
 CLASSHUB = [str(Path(sys.prefix) / "bin" / "classhub")]
 START_TIMEOUT = 60
@@ -35,14 +37,7 @@ def free_port() -> int:
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.1) -> Any:
     """Poll ``predicate`` until it returns something truthy; fail with ``what`` on timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
+    return _wait_for(predicate, timeout=timeout, interval=interval, what=what)
 
 
 @dataclass

@@ -1,0 +1,159 @@
+"""What both classhub spawners share: the profile catalog, the form, and option validation.
+
+The form and REST ``user_options`` go through the same :meth:`Catalog.select`; a rejected choice
+raises HTTP 400 with the reason before anything is created (JupyterHub runs
+``apply_user_options`` before ``start``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tornado import web
+from traitlets import Bool, Dict, HasTraits, List, Unicode, default
+
+from hub_ext.core import roles
+from hub_ext.core.profiles import (
+    Catalog,
+    CatalogError,
+    ImagePolicy,
+    Offer,
+    OptionsError,
+    Profile,
+    Selection,
+    Viewer,
+    viewer_from_hub,
+)
+from spawner import form
+
+
+class ProfilesMixin(HasTraits):
+    """Profile catalog, spawn form and validated ``user_options`` for a classhub spawner."""
+
+    profiles = List(
+        Dict(),
+        config=True,
+        help="""The profile catalog: a list of dicts, one per profile.
+
+        Fields: ``slug`` (required), ``display_name``, ``description``, ``kind`` (cpu, gpu, mig,
+        shared), ``gpu_count``, ``gpu_product`` (node label ``nvidia.com/gpu.product``),
+        ``mig_profile`` (e.g. ``1g.18gb``), ``mig_strategy`` (mixed or single),
+        ``gpu_resource`` (shared only, default ``nvidia.com/gpu.shared``), ``cpu_guarantee``,
+        ``cpu_limit``, ``mem_guarantee``, ``mem_limit``, ``shm_size``, ``images``,
+        ``node_selector``, ``tolerations``, ``groups`` (courses that see it; empty = all),
+        ``roles`` (student, ta, teacher, admin; empty = all), ``admin_only``, ``default``.
+        Empty: the spawner proposes profiles from what the machine or cluster offers.
+        """,
+    )
+
+    allow_course_images = Bool(
+        False,
+        config=True,
+        help="Also offer the images that running servers of the user's courses already use.",
+    )
+
+    image_pattern = Unicode(
+        None,
+        allow_none=True,
+        config=True,
+        help="""Regular expression (full match) for free-form images users may type; None: none.
+
+        Example: ``r"registry\\.example\\.edu/courses/[a-z0-9-]+:[a-z0-9.-]+"``.
+        """,
+    )
+
+    show_images = Bool(
+        True, config=True, help="Show the image choice in the form (the local mode has no images)."
+    )
+
+    selection: Selection | None = None
+
+    # ---- the catalog and who is looking -----------------------------------------------------------
+
+    def catalog(self) -> Catalog:
+        entries = self.profiles or self.proposed_profiles()
+        try:
+            return Catalog.from_config(entries)
+        except CatalogError as e:
+            raise web.HTTPError(500, f"classhub profile configuration is invalid: {e}") from None
+
+    def proposed_profiles(self) -> list[dict[str, Any]]:
+        """Profiles to offer when none are configured (subclasses look at their hardware)."""
+        return [{"slug": "cpu", "display_name": "CPU only", "kind": "cpu", "default": True}]
+
+    def viewer(self) -> Viewer:
+        orm_user = self.user.orm_user if hasattr(self.user, "orm_user") else self.user
+        groups = list(getattr(orm_user, "groups", []) or [])
+        courses = {
+            g.name: staff
+            for g in groups
+            if (staff := roles.CourseStaff.from_group_properties(getattr(g, "properties", None)))
+        }
+        return viewer_from_hub(self.user.name, bool(self.user.admin), [g.name for g in groups], courses)
+
+    def course_images_in_use(self, viewer: Viewer) -> frozenset[str]:
+        """Images chosen by running servers of members of the viewer's groups."""
+        if not self.allow_course_images:
+            return frozenset()
+        orm_user = getattr(self.user, "orm_user", self.user)
+        images = set()
+        for group in getattr(orm_user, "groups", []):
+            for member in group.users:
+                for spawner in member._orm_spawners:
+                    image = (spawner.user_options or {}).get("image")
+                    if spawner.server is not None and isinstance(image, str):
+                        images.add(image)
+        return frozenset(images)
+
+    def image_policy(self, viewer: Viewer) -> ImagePolicy:
+        return ImagePolicy(extra_images=self.course_images_in_use(viewer), pattern=self.image_pattern)
+
+    # ---- availability (each spawner knows its own capacity) --------------------------------------
+
+    async def free_count(self, profile: Profile) -> int | None:
+        """How many servers of ``profile`` could start now; None when nothing limits it."""
+        return None
+
+    async def offers(self, viewer: Viewer) -> list[Offer]:
+        return [Offer(p, await self.free_count(p)) for p in self.catalog().visible(viewer)]
+
+    # ---- JupyterHub hooks ------------------------------------------------------------------------
+
+    @default("options_form")
+    def _options_form_default(self):
+        return self._render_options_form
+
+    async def _render_options_form(self, spawner=None) -> str:
+        viewer = self.viewer()
+        offers = await self.offers(viewer)
+        if not offers:
+            return "<p>No profile is available to you. Ask your teacher or an admin.</p>"
+        previous = (self.user_options or {}).get("profile")
+        extra = sorted(self.course_images_in_use(viewer))
+        return form.render_form(offers, previous, self.show_images, extra, self.image_pattern)
+
+    @default("options_from_form")
+    def _options_from_form_default(self):
+        return form.options_from_form
+
+    @default("apply_user_options")
+    def _apply_user_options_default(self):
+        return self._apply_profile
+
+    async def _apply_profile(self, spawner, user_options: dict) -> None:
+        """Validate the choice (form or REST) and apply it; HTTP 400 with the reason if refused."""
+        viewer = self.viewer()
+        try:
+            selection = self.catalog().select(viewer, user_options, self.image_policy(viewer))
+        except OptionsError as e:
+            raise web.HTTPError(400, f"Cannot start this server: {e}") from None
+        free = await self.free_count(selection.profile)
+        if free is not None and free < 1:
+            raise web.HTTPError(
+                409, f"Cannot start {selection.profile.display_name}: {Offer(selection.profile, 0).reason}"
+            )
+        self.selection = selection
+        await self.apply_selection(selection)
+
+    async def apply_selection(self, selection: Selection) -> None:
+        """Turn the validated selection into this spawner's settings (per spawner kind)."""
