@@ -154,6 +154,8 @@ def extra_config_file(data_dir: Path) -> str:
 
 def require_port_free(ip: str, port: int) -> None:
     with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET) as s:
+        # Like the proxy itself: a port whose old connections linger in TIME_WAIT is free.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((ip, port))
         except OSError as e:

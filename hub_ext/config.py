@@ -18,8 +18,9 @@ from hub_ext.core import roles
 SERVICE_NAME = "classhub"
 MODES = ("local", "kubernetes")
 
-#: What the classhub service may read from the hub to answer ``/api/me``.
-SERVICE_SCOPES = ["read:users", "list:groups", "read:groups"]
+#: What the classhub service may do in the hub: read users and groups (``/api/me``), and
+#: stop/start servers (profile switches; each request is checked against the caller first).
+SERVICE_SCOPES = ["read:users", "list:groups", "read:groups", "servers"]
 
 
 def configure(

@@ -13,13 +13,46 @@ import sys
 from pathlib import Path
 
 from jupyterhub.spawner import LocalProcessSpawner
-from traitlets import Bool, Float, Unicode, default
+from tornado import web
+from traitlets import Bool, Float, Int, List, Unicode, Union, default
 
 from hub_ext.backends.local import accounts, processes
+from hub_ext.backends.local.gpu_pool import GPUPool
+from hub_ext.core.devices import AssignmentError, cuda_visible_devices
+from hub_ext.core.profiles import Profile, Selection, propose_profiles
+from hub_ext.core.resources import format_quantity
+from spawner.profiles import ProfilesMixin
 
 
-class ClasshubLocalSpawner(LocalProcessSpawner):
+class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
     """Runs each user's jupyter-server as a local process with its own home directory."""
+
+    gpu_discovery_command = List(
+        Unicode(),
+        ["nvidia-smi", "-L"],
+        config=True,
+        help="""Command listing this machine's GPUs and MIG devices when NVML is not available.
+
+        Its output is parsed like ``nvidia-smi -L``. A missing command means: no GPUs, CPU
+        profiles only.
+        """,
+    )
+
+    use_nvml = Bool(
+        True, config=True, help="Ask NVML (nvidia-ml-py) for the GPUs first, before the command."
+    )
+
+    shared_gpus = List(
+        Union([Unicode(), Int()]),
+        config=True,
+        help="""GPUs (UUID or index) offered as ``nvidia.com/gpu.shared`` time-sliced shares.""",
+    )
+
+    shared_replicas = Int(
+        4, config=True, help="How many servers may share one GPU listed in ``shared_gpus``."
+    )
+
+    gpu_uuids = List(Unicode(), help="Device UUIDs this server holds (kept in the spawner state).")
 
     homes_dir = Unicode(
         "",
@@ -70,6 +103,69 @@ class ClasshubLocalSpawner(LocalProcessSpawner):
     def _default_url(self) -> str:
         return "/lab"
 
+    @default("show_images")
+    def _show_images(self) -> bool:
+        return False  # local servers run in the hub's environment: there is no image to pick
+
+    # ---- GPUs ------------------------------------------------------------------------------------
+
+    @property
+    def gpu_pool(self) -> GPUPool:
+        return GPUPool.shared(
+            self.gpu_discovery_command, self.shared_gpus, self.shared_replicas, self.use_nvml
+        )
+
+    @property
+    def owner_key(self) -> str:
+        return f"{self.user.name}/{self.name}"
+
+    def proposed_profiles(self) -> list[dict]:
+        return propose_profiles(self.gpu_pool.offered())
+
+    async def free_count(self, profile: Profile) -> int | None:
+        if not profile.gpu_resource:
+            return None
+        product = profile.gpu_product if profile.kind == "gpu" else None
+        return self.gpu_pool.free(profile.gpu_resource, product) // profile.gpu_count
+
+    async def apply_selection(self, selection: Selection) -> None:
+        self.mem_limit = int(selection.memory.limit)
+        self.mem_guarantee = int(selection.memory.guarantee)
+        self.cpu_limit = float(selection.cpu.limit)
+        self.cpu_guarantee = float(selection.cpu.guarantee)
+
+    def _take_gpus(self) -> None:
+        """Hand this server its devices exclusively (or its share) before the process starts."""
+        profile = self.selection.profile if self.selection else None
+        if profile is None or not profile.gpu_resource:
+            self.gpu_uuids = []
+            return
+        try:
+            self.gpu_uuids = self.gpu_pool.assign(
+                self.owner_key, profile.gpu_resource, profile.gpu_count
+            )
+        except AssignmentError as e:
+            raise web.HTTPError(409, f"Cannot start {profile.display_name}: {e}") from None
+
+    def load_state(self, state: dict) -> None:
+        super().load_state(state)
+        self.gpu_uuids = list(state.get("gpu_uuids", []))
+        if self.gpu_uuids and self.pid:
+            # The hub restarted while this server kept running: it still holds its devices.
+            self.gpu_pool.adopt(self.owner_key, self.gpu_uuids)
+
+    def get_state(self) -> dict:
+        state = super().get_state()
+        if self.gpu_uuids:
+            state["gpu_uuids"] = list(self.gpu_uuids)
+        return state
+
+    def clear_state(self) -> None:
+        """The server is gone (stopped, failed, or found dead after a restart): free its GPUs."""
+        super().clear_state()
+        self.gpu_pool.release(self.owner_key)
+        self.gpu_uuids = []
+
     @property
     def home_dir(self) -> Path:
         """This user's home: ``<homes_dir>/<safe user name>``."""
@@ -96,6 +192,7 @@ class ClasshubLocalSpawner(LocalProcessSpawner):
                     "e.g. 'make PYTHON=/usr/bin/python3'"
                 )
         self._run_as = self._account()
+        self._take_gpus()
         home = accounts.prepare_home(
             Path(self.homes_dir or "homes").resolve(),
             accounts.safe_name(self.user.name),
@@ -135,6 +232,12 @@ class ClasshubLocalSpawner(LocalProcessSpawner):
         # Terminals in the server should find the same python, jupyter and pip as the server.
         venv_bin = os.path.dirname(sys.executable)
         env["PATH"] = os.pathsep.join([venv_bin, "/usr/local/bin", "/usr/bin", "/bin"])
+        # An empty CUDA_VISIBLE_DEVICES hides every GPU from a CPU-only server.
+        env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices(self.gpu_uuids)
+        if self.selection is not None:
+            env["CLASSHUB_PROFILE"] = self.selection.profile.slug
+            env["MEM_LIMIT"] = str(int(self.selection.memory.limit))
+            env["CPU_LIMIT"] = format_quantity(self.selection.cpu.limit)
         return env
 
     async def stop(self, now: bool = False) -> None:

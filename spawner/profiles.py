@@ -128,7 +128,12 @@ class ProfilesMixin(HasTraits):
         offers = await self.offers(viewer)
         if not offers:
             return "<p>No profile is available to you. Ask your teacher or an admin.</p>"
-        previous = (self.user_options or {}).get("profile")
+        if len(offers) == 1 and offers[0].available and not (
+            self.show_images and (len(offers[0].profile.images) > 1 or self.image_pattern)
+        ):
+            return ""  # nothing to choose: JupyterHub starts the server without a form
+        previous = (self.user_options or {}).get("profile")  # user input: may be anything
+        previous = previous if isinstance(previous, str) else None
         extra = sorted(self.course_images_in_use(viewer))
         return form.render_form(offers, previous, self.show_images, extra, self.image_pattern)
 

@@ -87,8 +87,11 @@ class LocalHub:
     def descendants(self) -> list[psutil.Process]:
         return psutil.Process(self.proc.pid).children(recursive=True)
 
-    def stop(self, timeout: float = 15) -> Shutdown:
-        """SIGTERM the hub like an admin would; report how long it took and what survived."""
+    def stop(self, timeout: float = 15, keep_servers: bool = False) -> Shutdown:
+        """SIGTERM the hub like an admin would; report how long it took and what survived.
+
+        ``keep_servers``: user servers are expected to outlive the hub (cleanup_servers=False).
+        """
         if self.proc is None or self.proc.poll() is not None:
             return Shutdown(0.0, [])
         try:
@@ -103,7 +106,7 @@ class LocalHub:
             self.proc.kill()
             self.proc.wait()
         elapsed = time.monotonic() - start
-        survivors = [p for p in procs if _alive(p)]
+        survivors = [p for p in procs if _alive(p) and not (keep_servers and _is_server(p))]
         report = Shutdown(elapsed, [" ".join(p.cmdline()) for p in survivors])
         for p in survivors:  # never leave a process behind for the next test
             with contextlib.suppress(psutil.NoSuchProcess):
@@ -117,6 +120,13 @@ class Shutdown:
 
     seconds: float
     survivors: list[str]
+
+
+def _is_server(p: psutil.Process) -> bool:
+    try:
+        return "jupyterhub.singleuser" in " ".join(p.cmdline())
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _alive(p: psutil.Process) -> bool:

@@ -75,3 +75,8 @@ def overall_role(is_admin: bool, roles_in_courses: Mapping[str, str]) -> str:
         if ROLE_ORDER.index(role) > ROLE_ORDER.index(best):
             best = role
     return best
+
+
+def may_control_server(caller: str, caller_is_admin: bool, owner: str) -> bool:
+    """Who may stop, start or change a user's server through classhub: its owner or an admin."""
+    return caller_is_admin or caller == owner

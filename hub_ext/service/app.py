@@ -61,6 +61,7 @@ class ClasshubService(Application):
         routes = [
             (url_path_join(api, "health"), handlers.HealthHandler),
             (url_path_join(api, "me"), handlers.MeHandler),
+            (url_path_join(api, r"users/([^/]+)/server/profile"), handlers.ServerProfileHandler),
             (url_path_join(self.prefix, "oauth_callback"), HubOAuthCallbackHandler),
             (url_path_join(api, ".*"), handlers.NotFoundHandler),
         ]

@@ -10,6 +10,7 @@ from tornado import web
 
 from hub_ext import __version__
 from hub_ext.core import roles
+from hub_ext.service import servers
 from hub_ext.service.hubapi import HubAPI
 
 
@@ -92,6 +93,28 @@ class MeHandler(APIHandler):
                 "courses": in_courses,
             }
         )
+
+
+class ServerProfileHandler(APIHandler):
+    """``PUT /api/users/<name>/server/profile``: restart the server with other options.
+
+    Body: the new ``user_options`` (e.g. ``{"profile": "h200-mig-1g"}``). The home is kept; if the
+    hub refuses the options, the server comes back with its old ones and the refusal is returned.
+    """
+
+    async def put(self, name: str) -> None:
+        caller = self.require_user()
+        if not roles.may_control_server(caller["name"], bool(caller.get("admin")), name):
+            raise web.HTTPError(403, "You can only change the profile of your own server.")
+        try:
+            options = json.loads(self.request.body or b"{}")
+        except ValueError:
+            raise web.HTTPError(400, 'The body must be JSON user_options, e.g. {"profile": "cpu"}') from None
+        if not isinstance(options, dict):
+            raise web.HTTPError(400, "The body must be a JSON object of user_options.")
+        server = await servers.switch_profile(self.hub, name, options)
+        self.write_json({"user_options": server.get("user_options"), "ready": server.get("ready"),
+                         "url": server.get("url")})
 
 
 class NotFoundHandler(APIHandler):

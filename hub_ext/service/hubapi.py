@@ -1,11 +1,14 @@
 """A small client for the JupyterHub REST API, authenticated with the service's own token.
 
-The service asks the hub (the source of truth for users and groups) instead of keeping copies.
+The service asks the hub (the source of truth for users, groups and servers) instead of keeping
+copies, and starts or stops servers through the hub so every hub rule still applies.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from typing import Any
 from urllib.parse import quote
 
@@ -14,11 +17,16 @@ from tornado.web import HTTPError
 
 
 class HubAPIError(HTTPError):
-    """The hub refused or failed a request: the caller gets a 502 saying which one."""
+    """The hub refused or failed a request: the caller gets a 502 saying which one.
 
-    def __init__(self, status: int, path: str) -> None:
-        super().__init__(502, "classhub could not ask the hub (GET %s answered %s)", path, status)
+    ``status`` and ``hub_message`` keep what the hub said, for callers that pass a refusal
+    (such as a 400 for invalid spawn options) on to the user.
+    """
+
+    def __init__(self, status: int, path: str, hub_message: str = "") -> None:
+        super().__init__(502, "classhub could not ask the hub (%s answered %s)", path, status)
         self.status = status
+        self.hub_message = hub_message
 
 
 class HubAPI:
@@ -28,15 +36,33 @@ class HubAPI:
         self.api_url = api_url.rstrip("/")
         self.api_token = api_token
 
-    async def get(self, path: str) -> Any:
+    async def request(self, method: str, path: str, body: Any = None) -> Any:
         url = f"{self.api_url}/{path.lstrip('/')}"
         try:
             response = await AsyncHTTPClient().fetch(
-                url, headers={"Authorization": f"token {self.api_token}"}
+                url,
+                method=method,
+                headers={"Authorization": f"token {self.api_token}"},
+                body=None if body is None and method in ("GET", "DELETE") else json.dumps(body or {}),
+                request_timeout=60,
             )
         except HTTPClientError as e:
-            raise HubAPIError(e.code, path) from e
-        return json.loads(response.body)
+            message = ""
+            if e.response is not None and e.response.body:
+                try:
+                    message = json.loads(e.response.body).get("message", "")
+                except (ValueError, AttributeError):
+                    message = ""
+            raise HubAPIError(e.code, f"{method} {path}", message) from e
+        if not response.body:
+            return None
+        try:
+            return json.loads(response.body)
+        except ValueError:
+            return None
+
+    async def get(self, path: str) -> Any:
+        return await self.request("GET", path)
 
     async def user(self, name: str) -> dict[str, Any]:
         return await self.get(f"users/{quote(name, safe='')}")
@@ -52,3 +78,35 @@ class HubAPI:
             if not isinstance(page, dict) or not page.get("_pagination", {}).get("next"):
                 return groups
             offset += len(items)
+
+    async def server(self, name: str) -> dict[str, Any] | None:
+        """The user's default server model, or None when it is not running or pending."""
+        return (await self.user(name)).get("servers", {}).get("")
+
+    async def stop_server(self, name: str, timeout: float = 60) -> None:
+        """Stop the default server and wait until the hub no longer lists it."""
+        await self.request("DELETE", f"users/{quote(name, safe='')}/server")
+        await self._wait(name, lambda s: s is None, timeout, "stop")
+
+    async def start_server(self, name: str, user_options: dict, timeout: float = 300) -> dict:
+        """Start the default server with ``user_options`` and wait until it is ready.
+
+        A refusal (400/409) raises HubAPIError at once; a server that fails while starting
+        raises HubAPIError with status 500.
+        """
+        await self.request("POST", f"users/{quote(name, safe='')}/server",
+                           {"user_options": user_options})
+        server = await self._wait(name, lambda s: s is None or s.get("ready"), timeout, "start")
+        if server is None:
+            raise HubAPIError(500, f"start of {name}'s server", "the server failed to start")
+        return server
+
+    async def _wait(self, name: str, done, timeout: float, what: str) -> dict | None:
+        deadline = time.monotonic() + timeout
+        while True:
+            server = await self.server(name)
+            if done(server) and not (server and server.get("pending")):
+                return server
+            if time.monotonic() > deadline:
+                raise HubAPIError(504, f"{what} of {name}'s server", f"no {what} in {timeout:.0f}s")
+            await asyncio.sleep(0.25)

@@ -1,0 +1,78 @@
+"""The hub's one view of this machine's GPUs and which server holds which.
+
+All ClasshubLocalSpawner instances of a hub share one pool (a spawner lives per user server),
+so the exclusive hand-out of a device is decided in one place. The pool lives in the hub's
+memory; after a hub restart it is rebuilt from the device UUIDs each running server recorded in
+its spawner state (:meth:`GPUPool.adopt`), so the running servers are the source of truth.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+
+from hub_ext.backends.local import gpus
+from hub_ext.core.devices import Assignments, Inventory
+
+log = logging.getLogger(__name__)
+
+
+def product_label(product: str) -> str:
+    """NVML/nvidia-smi names ("NVIDIA H200") as GPU feature discovery labels them ("NVIDIA-H200")."""
+    return "-".join(product.split())
+
+
+class GPUPool:
+    """Inventory + assignments of one machine; methods are synchronous, hence atomic in the hub."""
+
+    _pools: dict[tuple, GPUPool] = {}
+
+    def __init__(self, inventory: Inventory) -> None:
+        self.inventory = inventory
+        self.assignments = Assignments()
+
+    @classmethod
+    def shared(
+        cls,
+        command: Sequence[str],
+        shared_gpus: Iterable[str | int] = (),
+        shared_replicas: int = 1,
+        use_nvml: bool = True,
+    ) -> GPUPool:
+        """The pool for this configuration, discovered once per hub process."""
+        key = (tuple(command), tuple(shared_gpus), shared_replicas, use_nvml)
+        if key not in cls._pools:
+            devices = gpus.discover(command=list(command), use_nvml=use_nvml)
+            inventory = Inventory(devices, shared_gpus=key[1], shared_replicas=shared_replicas)
+            for entry, why in inventory.ignored_shared:
+                log.warning("classhub: shared GPU %s ignored: %s", entry, why)
+            log.info("classhub: local GPU inventory %s", inventory.capacity())
+            cls._pools[key] = cls(inventory)
+        return cls._pools[key]
+
+    def offered(self) -> dict[str, list[str]]:
+        """resource name -> GPU product labels behind it (what profile proposals need)."""
+        inventory = self.inventory
+        return {r: [product_label(p) for p in inventory.products_of(r)] for r in inventory.resources()}
+
+    def free(self, resource_name: str, product: str | None = None) -> int:
+        """Free units of a resource, 0 when ``product`` is given and none of them is that model."""
+        if product is not None:
+            products = {product_label(p) for p in self.inventory.products_of(resource_name)}
+            if product_label(product) not in products:
+                return 0
+        return self.assignments.free(self.inventory, resource_name)
+
+    def assign(self, owner: str, resource_name: str, count: int) -> list[str]:
+        return self.assignments.assign(self.inventory, owner, resource_name, count)
+
+    def release(self, owner: str) -> tuple[str, ...]:
+        return self.assignments.release(owner)
+
+    def adopt(self, owner: str, uuids: Iterable[str]) -> None:
+        """Take over what a running server reports holding (after a hub restart)."""
+        report = self.assignments.adopt(self.inventory, owner, uuids)
+        for conflict in report.conflicts:
+            log.warning("classhub: %s", conflict)
+        for who, uuid in report.dropped:
+            log.warning("classhub: %s reports %s, which this machine no longer offers", who, uuid)
