@@ -7,7 +7,9 @@ started, so a mistake ends with one line saying what to change and nothing left 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import errno
+import json
 import os
 import shutil
 import socket
@@ -60,6 +62,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="extra jupyterhub_config.py loaded last (default: <data-dir>/jupyterhub_config.py)",
     )
+    propose = sub.add_parser(
+        "propose-profiles",
+        help="print a profile catalog (JSON) built from the GPUs this machine or a cluster offers",
+    )
+    where = propose.add_mutually_exclusive_group()
+    where.add_argument(
+        "--nvidia-smi", default="nvidia-smi -L", help="command listing local GPUs ('nvidia-smi -L')"
+    )
+    where.add_argument("--kubeconfig", help="read the nodes of this cluster instead")
     return parser
 
 
@@ -68,6 +79,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.command == "local":
             run_local(args)
+        elif args.command == "propose-profiles":
+            print(json.dumps(propose(args), indent=2))
     except CLIError as e:
         sys.exit(f"classhub: {e}")
 
@@ -118,6 +131,29 @@ def run_local(args: argparse.Namespace) -> None:
     JupyterHub.instance(config=c)
     config_file = args.config or extra_config_file(data_dir)
     JupyterHub.launch_instance([f"--JupyterHub.config_file={config_file}"])
+
+
+def propose(args: argparse.Namespace) -> list[dict]:
+    """Profiles an admin can paste into ``c.ClasshubLocalSpawner.profiles`` (or the kube one)."""
+    from hub_ext.core.profiles import offered_by_nodes, propose_profiles
+
+    if args.kubeconfig:
+        if not Path(args.kubeconfig).is_file():
+            raise CLIError(f"--kubeconfig {args.kubeconfig}: no such file")
+        os.environ["KUBECONFIG"] = args.kubeconfig
+        from hub_ext.backends.kubernetes.capacity import KubernetesBackend
+
+        async def snapshot():
+            return await KubernetesBackend().capacity_snapshot()
+
+        try:
+            nodes = asyncio.run(snapshot()).nodes
+        except Exception as e:  # any client or connection error: say it in one line
+            raise CLIError(f"cannot read the cluster's nodes ({type(e).__name__}: {e})") from None
+        return propose_profiles(offered_by_nodes(nodes))
+    from hub_ext.backends.local.gpu_pool import GPUPool
+
+    return propose_profiles(GPUPool.shared(args.nvidia_smi.split()).offered())
 
 
 def prepare_data_dir(path: Path) -> Path:

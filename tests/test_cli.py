@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import psutil
 
+from hub_ext.core.profiles import Catalog
 from tests.hubproc import CLASSHUB
 
 
@@ -98,3 +100,20 @@ def test_version():
     result = subprocess.run([*CLASSHUB, "--version"], capture_output=True, text=True)
     assert result.returncode == 0
     assert result.stdout.startswith("classhub ")
+
+
+def test_propose_profiles_from_the_local_gpus():
+    fixture = Path(__file__).parent / "data" / "nvidia-smi" / "h200-2gpu-7x1g.txt"
+    result = subprocess.run([*CLASSHUB, "propose-profiles", "--nvidia-smi", f"cat {fixture}"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    catalog = Catalog.from_config(json.loads(result.stdout))
+    assert [p.slug for p in catalog.profiles] == ["cpu", "nvidia-h200-gpu", "mig-1g-18gb"]
+    assert catalog.profiles[2].gpu_resource == "nvidia.com/mig-1g.18gb"
+
+
+def test_propose_profiles_without_gpus_is_cpu_only(tmp_path):
+    result = subprocess.run([*CLASSHUB, "propose-profiles", "--nvidia-smi", str(tmp_path / "none")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert '"slug": "cpu"' in result.stdout and '"kind": "gpu"' not in result.stdout

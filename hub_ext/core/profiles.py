@@ -486,10 +486,27 @@ def propose_profiles(resources: Mapping[str, Iterable[str | None]]) -> list[dict
                               "display_name": "Shared GPU (time-sliced)"})
         elif resource.startswith("nvidia.com/mig-"):
             mig = resource.removeprefix("nvidia.com/mig-")
+            if not _MIG_PROFILE.match(mig):
+                continue  # e.g. media-extension slices (1g.10gb.me): admins add those by hand
             proposals.append({"slug": _slugify(f"mig-{mig}"), "kind": "mig", "mig_profile": mig,
                               "display_name": f"MIG slice {mig}"
                               + (f" ({', '.join(products)})" if products else "")})
     return proposals
+
+
+def offered_by_nodes(nodes: Iterable[Any]) -> dict[str, list[str]]:
+    """resource name -> GPU product labels, from capacity-snapshot nodes (``NodeCapacity``).
+
+    The input of :func:`propose_profiles` for a cluster; only schedulable nodes count.
+    """
+    offered: dict[str, set[str]] = {}
+    for node in nodes:
+        if not node.schedulable:
+            continue
+        for resource in node.gpu_resources:
+            if node.allocatable.get(resource, 0) > 0:
+                offered.setdefault(resource, set()).add(node.gpu_product or "")
+    return {r: sorted(p for p in products if p) for r, products in offered.items()}
 
 
 def _slugify(text: str) -> str:
