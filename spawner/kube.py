@@ -1,13 +1,261 @@
-"""ClasshubKubeSpawner: the Kubernetes-mode spawner (KubeSpawner with classhub's additions).
+"""ClasshubKubeSpawner: KubeSpawner that tells a student why a server did not start.
 
-In this release it is KubeSpawner registered under the ``classhub-kube`` entry point, so a z2jh
-install can already select it; profiles, quotas and friendly scheduling messages build on it.
+What it adds to KubeSpawner, and why:
+- a home volume per user by default (``storage_pvc_ensure`` with ``storage_capacity`` 10Gi,
+  mounted at ``home_mount_path``), so work survives a server restart;
+- scheduler refusals as sentences: a ``FailedScheduling`` event on the spawn page becomes "No
+  node has a free nvidia.com/gpu right now (...). Try again later or pick another profile."
+  (translated by ``hub_ext.core.scheduling``);
+- a spawn that cannot start ends *before* the hub's ``start_timeout`` with that reason (not the
+  hub's generic timeout), and takes back what this attempt made: its pod, and its PVC when this
+  attempt created it (a PVC that existed before holds the student's files and is kept);
+- API failures never reach the student as a traceback: transient 429/5xx are retried with
+  backoff (honouring Retry-After) within ``k8s_api_request_retry_timeout``; 403/404/422 become a
+  sentence saying what to do;
+- reflectors that died (failed first list, watch that gave up) are restarted on the next
+  spawn or poll instead of failing every later spawn.
+The spawn path makes the same API calls as KubeSpawner's; the additions are bookkeeping.
 """
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
+from jupyterhub.utils import exponential_backoff
+from kubernetes_asyncio.client.exceptions import ApiException
 from kubespawner import KubeSpawner
+from tornado import web
+from traitlets import Float, Unicode, default
+
+from hub_ext.backends.kubernetes import servers
+from hub_ext.backends.kubernetes.servers import ApiFailure
+from hub_ext.core.scheduling import api_error_message, unschedulable_message
+
+try:  # JupyterHub >= 6: logged without a traceback, counted by reason in the metrics
+    from jupyterhub.spawner import SpawnException as _SpawnError
+except ImportError:  # pragma: no cover - JupyterHub 5
+    class _SpawnError(web.HTTPError):  # type: ignore[no-redef]
+        def __init__(self, message: str, *, reason: str, log_message: str = "") -> None:
+            super().__init__(400, log_message or message, reason=reason)
+            self.message = message
+
+
+def spawn_error(message: str, reason: str, log_message: str = "") -> web.HTTPError:
+    """The exception ``start`` raises: the hub shows ``message`` as is ("Spawn failed: ...")."""
+    error = _SpawnError(message, reason=reason, log_message=log_message or message)
+    error.jupyterhub_message = message  # read by the hub's progress API and error page
+    return error
 
 
 class ClasshubKubeSpawner(KubeSpawner):
     """KubeSpawner, as selected by ``classhub.configure(c, mode="kubernetes")``."""
+
+    home_mount_path = Unicode(
+        "/home/jovyan",
+        config=True,
+        help="""Where the user's home volume (their PVC) is mounted in the server's container.
+
+        Used by the default ``volume_mounts``; the default images keep notebooks under
+        /home/jovyan. Ignored when ``volume_mounts`` is configured explicitly.
+        """,
+    )
+
+    start_margin = Float(
+        3.0,
+        config=True,
+        help="""Seconds before ``start_timeout`` at which a spawn that has not started gives up.
+
+        The spawner then reports why (e.g. the scheduler's reason as a sentence) and removes the
+        pod and the PVC this attempt created, before the hub's own timeout would replace that
+        reason with a generic "did not start in time".
+        """,
+    )
+
+    @default("storage_pvc_ensure")
+    def _default_storage_pvc_ensure(self) -> bool:
+        return True
+
+    @default("storage_capacity")
+    def _default_storage_capacity(self) -> str:
+        return "10Gi"
+
+    @default("volumes")
+    def _default_volumes(self) -> list[dict[str, Any]]:
+        if not self.storage_pvc_ensure:
+            return []
+        return [{"name": "home", "persistentVolumeClaim": {"claimName": "{pvc_name}"}}]
+
+    @default("volume_mounts")
+    def _default_volume_mounts(self) -> list[dict[str, Any]]:
+        if not self.storage_pvc_ensure:
+            return []
+        return [{"name": "home", "mountPath": self.home_mount_path}]
+
+    # per-attempt bookkeeping
+    _created_pvc = False  # this attempt created the PVC (delete it if the attempt fails)
+    _discard_pvc = False  # a failed attempt's PVC still has to be deleted (by stop)
+    _last_transient: tuple[int | None, str] | None = None  # (status, object) of the last retry
+
+    # ------------------------------------------------------------------ spawn
+    async def _start(self) -> str:
+        self._created_pvc = False
+        self._last_transient = None
+        budget = max(self.start_timeout - self.start_margin, 1.0)
+        try:
+            return await asyncio.wait_for(super()._start(), budget)
+        except asyncio.CancelledError:
+            # The hub gave up first: stop(), which the hub calls next, removes our PVC.
+            self._discard_pvc = self._discard_pvc or self._created_pvc
+            raise
+        except Exception as exc:
+            message, reason = self._explain(exc)
+            if message is None:
+                await self._clean_up_attempt()
+                raise
+            self.log.warning("Spawn of %s failed (%s, %r): %s", self._log_name, reason, exc, message)
+            await self._clean_up_attempt()
+            raise spawn_error(message, reason) from None
+
+    def _explain(self, exc: Exception) -> tuple[str | None, str]:
+        """(sentence for the student, reason label) for a failed start; None: not ours to word."""
+        if isinstance(exc, _SpawnError):
+            return getattr(exc, "jupyterhub_message", None) or exc.message, exc.reason
+        if isinstance(exc, ApiFailure):
+            return api_error_message(exc.status, exc.message, exc.what), f"api-{exc.status}"
+        if isinstance(exc, ApiException):
+            return api_error_message(exc.status, str(exc.reason or ""), "pod"), f"api-{exc.status}"
+        if isinstance(exc, asyncio.TimeoutError):
+            return self._why_not_started()
+        if self._broken_reflectors():
+            # KubeSpawner's first list failed (its error handling then fails too); the next
+            # spawn restarts the reflector.
+            return api_error_message(None, "the cluster's API server did not answer", "pod"), "reflector"
+        return None, "error"
+
+    def _why_not_started(self) -> tuple[str, str]:
+        """Read the pod the reflector holds to say why the deadline passed."""
+        seconds = int(self.start_timeout)
+        pods = self.pod_reflector.pods if self.pod_reflector else {}
+        pod = pods.get(f"{self.namespace}/{self.pod_name}")
+        if pod is None:
+            if self._last_transient:
+                status, what = self._last_transient
+                return api_error_message(status, "", what), "api-retries"
+            return (f"Your server was not created within {seconds} seconds. Try again in a minute.",
+                    "timeout")
+        status = pod.get("status") or {}
+        for condition in status.get("conditions") or ():
+            if (condition.get("type") == "PodScheduled" and condition.get("status") == "False"
+                    and condition.get("reason") == "Unschedulable"):
+                return unschedulable_message(condition.get("message") or ""), "unschedulable"
+        for container in status.get("containerStatuses") or ():
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") and waiting["reason"] != "ContainerCreating":
+                detail = ": ".join(p for p in (waiting["reason"], waiting.get("message")) if p)
+                return (f"Your server did not start within {seconds} seconds ({detail}). Try again, "
+                        "and tell your teacher if this profile keeps failing.", "container")
+        return (f"Your server did not become ready within {seconds} seconds. Try again in a "
+                "minute.", "timeout")
+
+    async def _clean_up_attempt(self) -> None:
+        """Delete this attempt's pod, and its PVC if the attempt created it (bounded in time)."""
+        self._discard_pvc = self._created_pvc
+        try:
+            await asyncio.wait_for(self._delete_attempt_objects(), max(self.start_margin * 0.8, 0.5))
+        except (asyncio.TimeoutError, ApiFailure, ApiException) as exc:
+            self.log.warning("Cleanup of %s's failed spawn unfinished (%r); stop() retries",
+                             self._log_name, exc)
+
+    async def _delete_attempt_objects(self) -> None:
+        await exponential_backoff(
+            lambda: self._delete_once("pod", self.pod_name, grace_seconds=0),
+            f"Could not delete pod {self.pod_name}", timeout=self.k8s_api_request_retry_timeout,
+        )
+        if self._discard_pvc:
+            await self._delete_pvc()
+
+    async def _delete_once(self, kind: str, name: str, grace_seconds: int | None = None) -> bool:
+        attempt = await servers.delete(self.api, kind, self.namespace, name,
+                                       self.k8s_api_request_timeout, grace_seconds)
+        return attempt.done
+
+    async def _delete_pvc(self) -> None:
+        await exponential_backoff(
+            lambda: self._delete_once("persistent_volume_claim", self.pvc_name),
+            f"Could not delete pvc {self.pvc_name}", timeout=self.k8s_api_request_retry_timeout,
+        )
+        self.log.info("Deleted PVC %s created by %s's failed spawn", self.pvc_name, self._log_name)
+        self._discard_pvc = self._created_pvc = False
+        self._pvc_exists = False  # not remembered in state: the next spawn creates it again
+
+    # ------------------------------------------------------------------ API calls
+    def _note(self, attempt: servers.Attempt, what: str) -> bool:
+        if not attempt.done:
+            self._last_transient = (attempt.status, what)
+            self.log.warning("Retrying %s create for %s after %s", what, self._log_name,
+                             attempt.status or "a request timeout")
+        return attempt.done
+
+    async def _make_create_pvc_request(self, pvc: Any, request_timeout: float) -> bool:
+        attempt = await servers.create(self.api, "persistent_volume_claim", self.namespace, pvc,
+                                       request_timeout)
+        self._created_pvc = self._created_pvc or attempt.created
+        return self._note(attempt, "pvc")
+
+    async def _make_create_pod_request(self, pod: Any, request_timeout: float) -> bool:
+        attempt = await servers.create(self.api, "pod", self.namespace, pod, request_timeout)
+        if attempt.done and not attempt.created:
+            # 409: a pod of an earlier server is still in the way; remove it and try again.
+            self.log.info("Found existing pod %s, deleting it before starting again", self.pod_name)
+            await KubeSpawner.stop(self, True)
+            return False
+        return self._note(attempt, "pod")
+
+    # ------------------------------------------------------------------ progress, poll, stop
+    async def progress(self):
+        """KubeSpawner's event stream, with scheduler refusals worded for students."""
+        async for event in super().progress():
+            raw = event.get("raw_event") or {}
+            if raw.get("reason") == "FailedScheduling":
+                event = {**event, "message": unschedulable_message(raw.get("message") or "")}
+            yield event
+
+    async def poll(self) -> int | None:
+        await self._revive_reflectors()
+        return await super().poll()
+
+    async def load_user_options(self) -> None:
+        """KubeSpawner's, then revive the reflectors of the namespace the profile chose."""
+        await super().load_user_options()
+        await self._revive_reflectors()
+
+    async def stop(self, now: bool = False) -> None:
+        await self._revive_reflectors()
+        await super().stop(now)
+        if self._discard_pvc:
+            await self._delete_pvc()
+
+    def _broken_reflectors(self) -> list[str]:
+        """Kinds ("pods", "events") whose shared reflector's first list failed or watch gave up."""
+        broken = []
+        for kind in ("pods", "events"):
+            reflector = self.reflectors.get(self._get_reflector_key(kind))
+            if reflector is None:
+                continue
+            first = reflector.first_load_future
+            failed = first.done() and (first.cancelled() or first.exception() is not None)
+            watch = reflector.watch_task
+            if failed or (watch is not None and watch.done()):
+                broken.append(kind)
+        return broken
+
+    async def _revive_reflectors(self) -> None:
+        """Restart broken reflectors; KubeSpawner would keep using them and fail every spawn."""
+        for kind in self._broken_reflectors():
+            self.log.warning("Restarting the %s reflector, which had stopped", kind)
+            start = self._start_watching_pods if kind == "pods" else self._start_watching_events
+            await start(replace=True)
+
+
+__all__ = ["ClasshubKubeSpawner", "spawn_error"]
