@@ -7,7 +7,7 @@ test's loop, and survives event-loop-per-test fixtures::
     async with FakeCluster(nodes=SAMPLE_NODES) as cluster:      # or: with FakeCluster() as cluster:
         cluster.write_kubeconfig(tmp_path / "kubeconfig")
         cluster.faults.add(503, verbs="list", path="/pods", count=2)
-        cluster.pod_ip("default", "jupyter-alice")              # 127.1.0.x
+        cluster.pod_ip("default", "jupyter-alice")              # 127.x.y.z, unique per pod
 
 The Python API (get/list/create/delete/add_node/...) is thread-safe: it runs on the cluster loop.
 """

@@ -16,7 +16,14 @@ from typing import Any
 
 from .status import status_body
 
-REASONS = {
+REASONS = {  # the Status reasons kube-apiserver uses for these codes
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    409: "Conflict",
+    410: "Expired",
+    422: "Invalid",
     429: "TooManyRequests",
     500: "InternalError",
     502: "InternalError",

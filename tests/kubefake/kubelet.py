@@ -1,7 +1,7 @@
 """A fake kubelet for every fake node: runs bound pods locally.
 
-Each pod gets its own loopback address (127.1.0.2, 127.1.0.3, ...) as ``status.podIP``; the
-whole 127.0.0.0/8 is loopback on Linux, so a client reaches container port P of a pod at
+Each pod gets its own loopback address (127.x.y.2, 127.x.y.3, ..., a block per cluster) as
+``status.podIP``; the whole 127.0.0.0/8 is loopback on Linux, so a client reaches container port P of a pod at
 ``http://<podIP>:<P>`` exactly as in a cluster (KubeSpawner's ``pod IP + self.port`` works).
 
 A container runs in one of two ways, chosen per pod by the annotation
