@@ -29,8 +29,12 @@ from tornado import web
 from traitlets import Float, Unicode, default
 
 from hub_ext.backends.kubernetes import servers
+from hub_ext.backends.kubernetes.capacity import KubernetesBackend
 from hub_ext.backends.kubernetes.servers import ApiFailure
+from hub_ext.core.capacity import CapacitySnapshot
+from hub_ext.core.profiles import Profile, Selection, pod_settings
 from hub_ext.core.scheduling import api_error_message, unschedulable_message
+from spawner.profiles import ProfilesMixin
 
 try:  # JupyterHub >= 6: logged without a traceback, counted by reason in the metrics
     from jupyterhub.spawner import SpawnException as _SpawnError
@@ -48,7 +52,7 @@ def spawn_error(message: str, reason: str, log_message: str = "") -> web.HTTPErr
     return error
 
 
-class ClasshubKubeSpawner(KubeSpawner):
+class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
     """KubeSpawner, as selected by ``classhub.configure(c, mode="kubernetes")``."""
 
     home_mount_path = Unicode(
@@ -91,6 +95,52 @@ class ClasshubKubeSpawner(KubeSpawner):
         if not self.storage_pvc_ensure:
             return []
         return [{"name": "home", "mountPath": self.home_mount_path}]
+
+    # ------------------------------------------------------------------ profiles
+    def classhub_profiles_enabled(self) -> bool:
+        """classhub's ``profiles`` drive the form unless only KubeSpawner's ``profile_list`` is set."""
+        return bool(self.profiles) or not self.profile_list
+
+    async def capacity_view(self) -> CapacitySnapshot | None:
+        """A fresh snapshot of the cluster, so "N free now" is true when the page loads."""
+        try:
+            return await KubernetesBackend(api=self.api).capacity_snapshot()
+        except Exception as e:  # the form still works; counts show as unknown
+            self.log.warning("classhub: no capacity snapshot for %s's form: %r", self._log_name, e)
+            return None
+
+    def free_count(self, profile: Profile, view: CapacitySnapshot | None) -> int | None:
+        if view is None:
+            return None
+        settings = pod_settings(profile)
+        return view.max_fit(profile.request, settings["node_selector"], settings["tolerations"])
+
+    _base: dict[str, Any] | None = None
+
+    async def apply_selection(self, selection: Selection) -> None:
+        """Set the pod's resources, scheduling and image from the profile, over the admin's base.
+
+        The admin's own settings (node selector, tolerations, volumes, extra resources) are kept
+        and the profile's are added; switching profiles never accumulates old ones.
+        """
+        keys = ("node_selector", "tolerations", "volumes", "volume_mounts", "image", "environment",
+                "extra_resource_guarantees", "extra_resource_limits")
+        if self._base is None:
+            self._base = {k: getattr(self, k) for k in keys}
+        base = self._base
+        settings = pod_settings(selection.profile)
+        self.cpu_guarantee = float(selection.cpu.guarantee)
+        self.cpu_limit = float(selection.cpu.limit)
+        self.mem_guarantee = int(selection.memory.guarantee)
+        self.mem_limit = int(selection.memory.limit)
+        self.extra_resource_guarantees = {**base["extra_resource_guarantees"], **settings["resources"]}
+        self.extra_resource_limits = {**base["extra_resource_limits"], **settings["resources"]}
+        self.node_selector = {**base["node_selector"], **settings["node_selector"]}
+        self.tolerations = [*base["tolerations"], *settings["tolerations"]]
+        self.volumes = [*base["volumes"], *settings["volumes"]]
+        self.volume_mounts = [*base["volume_mounts"], *settings["volume_mounts"]]
+        self.environment = {**base["environment"], **settings["environment"]}
+        self.image = selection.image or base["image"]
 
     # per-attempt bookkeeping
     _created_pvc = False  # this attempt created the PVC (delete it if the attempt fails)

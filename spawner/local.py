@@ -122,11 +122,14 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
     def proposed_profiles(self) -> list[dict]:
         return propose_profiles(self.gpu_pool.offered())
 
-    async def free_count(self, profile: Profile) -> int | None:
+    async def capacity_view(self) -> GPUPool:
+        return self.gpu_pool
+
+    def free_count(self, profile: Profile, view: GPUPool) -> int | None:
         if not profile.gpu_resource:
             return None
         product = profile.gpu_product if profile.kind == "gpu" else None
-        return self.gpu_pool.free(profile.gpu_resource, product) // profile.gpu_count
+        return view.free(profile.gpu_resource, product) // profile.gpu_count
 
     async def apply_selection(self, selection: Selection) -> None:
         self.mem_limit = int(selection.memory.limit)

@@ -110,20 +110,32 @@ class ProfilesMixin(HasTraits):
 
     # ---- availability (each spawner knows its own capacity) --------------------------------------
 
-    async def free_count(self, profile: Profile) -> int | None:
+    async def capacity_view(self) -> Any:
+        """One look at what is free (a cluster snapshot, the local GPU pool), shared by all
+        profiles of one form or one check."""
+        return None
+
+    def free_count(self, profile: Profile, view: Any) -> int | None:
         """How many servers of ``profile`` could start now; None when nothing limits it."""
         return None
 
     async def offers(self, viewer: Viewer) -> list[Offer]:
-        return [Offer(p, await self.free_count(p)) for p in self.catalog().visible(viewer)]
+        view = await self.capacity_view()
+        return [Offer(p, self.free_count(p, view)) for p in self.catalog().visible(viewer)]
 
     # ---- JupyterHub hooks ------------------------------------------------------------------------
 
+    def classhub_profiles_enabled(self) -> bool:
+        """Whether classhub's catalog drives the form and the options (subclasses may defer)."""
+        return True
+
     @default("options_form")
     def _options_form_default(self):
-        return self._render_options_form
+        if not self.classhub_profiles_enabled():
+            return super()._options_form_default()
+        return self._classhub_options_form
 
-    async def _render_options_form(self, spawner=None) -> str:
+    async def _classhub_options_form(self, spawner=None) -> str:
         viewer = self.viewer()
         offers = await self.offers(viewer)
         if not offers:
@@ -139,6 +151,8 @@ class ProfilesMixin(HasTraits):
 
     @default("options_from_form")
     def _options_from_form_default(self):
+        if not self.classhub_profiles_enabled():
+            return super()._options_from_form_default()
         return form.options_from_form
 
     @default("apply_user_options")
@@ -147,12 +161,14 @@ class ProfilesMixin(HasTraits):
 
     async def _apply_profile(self, spawner, user_options: dict) -> None:
         """Validate the choice (form or REST) and apply it; HTTP 400 with the reason if refused."""
+        if not self.classhub_profiles_enabled():
+            return
         viewer = self.viewer()
         try:
             selection = self.catalog().select(viewer, user_options, self.image_policy(viewer))
         except OptionsError as e:
             raise web.HTTPError(400, f"Cannot start this server: {e}") from None
-        free = await self.free_count(selection.profile)
+        free = self.free_count(selection.profile, await self.capacity_view())
         if free is not None and free < 1:
             raise web.HTTPError(
                 409, f"Cannot start {selection.profile.display_name}: {Offer(selection.profile, 0).reason}"

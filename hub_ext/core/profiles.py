@@ -425,6 +425,48 @@ def _string_set(value: Any, name: str, fail) -> frozenset[str]:
     return frozenset(items)
 
 
+# ---- what a profile means for a Kubernetes pod ---------------------------------------------------
+
+
+def gpu_tolerations(resource: str | None) -> list[dict[str, str]]:
+    """Tolerations for GPU node taints, as the ExtendedResourceToleration admission plugin adds.
+
+    GPU nodes are usually tainted ``nvidia.com/gpu`` so CPU pods stay off them; a pod that asks
+    for a GPU resource must tolerate that taint and one keyed by its own resource name.
+    """
+    if not resource:
+        return []
+    keys = [NVIDIA_GPU] if resource == NVIDIA_GPU else [NVIDIA_GPU, resource]
+    return [{"key": k, "operator": "Exists", "effect": "NoSchedule"} for k in keys]
+
+
+def pod_settings(profile: Profile) -> dict[str, Any]:
+    """The pod-level settings a profile adds: extended resources, scheduling, /dev/shm, env.
+
+    Plain data (KubeSpawner trait values), so the same function serves the spawner, the
+    capacity check ("N free now") and tests.
+    """
+    resources = {profile.gpu_resource: str(profile.gpu_count)} if profile.gpu_resource else {}
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    if profile.shm_size:
+        size = format_quantity(profile.shm_size, binary=True)
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": size}})
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    environment = {"CLASSHUB_PROFILE": profile.slug}
+    if not profile.gpu_resource:
+        # With the NVIDIA container runtime as default, "void" keeps GPUs out of CPU-only pods.
+        environment["NVIDIA_VISIBLE_DEVICES"] = "void"
+    return {
+        "resources": resources,
+        "node_selector": profile.scheduling_selector,
+        "tolerations": [*(dict(t) for t in profile.tolerations), *gpu_tolerations(profile.gpu_resource)],
+        "volumes": volumes,
+        "volume_mounts": mounts,
+        "environment": environment,
+    }
+
+
 # ---- availability and proposals -----------------------------------------------------------------
 
 
