@@ -276,8 +276,10 @@ class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
         return await super().poll()
 
     async def load_user_options(self) -> None:
-        """KubeSpawner's, then revive the reflectors of the namespace the profile chose."""
-        await super().load_user_options()
+        """KubeSpawner's ``profile_list`` handling (unless classhub's profiles already applied the
+        options in ``apply_user_options``), then revive the reflectors of the chosen namespace."""
+        if not self.classhub_profiles_enabled():
+            await super().load_user_options()
         await self._revive_reflectors()
 
     async def stop(self, now: bool = False) -> None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import base64
 import itertools
+from fractions import Fraction
 from typing import Any
 
+from .quantity import format_quantity
 from .registry import ResourceType
 
 _cluster_ips = itertools.count(10)
@@ -31,6 +33,12 @@ def _container(container: dict[str, Any]) -> None:
     container.setdefault("terminationMessagePath", "/dev/termination-log")
     container.setdefault("terminationMessagePolicy", "File")
     resources = container.setdefault("resources", {})
+    for key in ("requests", "limits"):
+        # The API server stores quantities as strings; JSON numbers (KubeSpawner sends cpu as
+        # 2.0 and memory as bytes) come back in canonical decimal form ("2", "2147483648").
+        for res, qty in list((resources.get(key) or {}).items()):
+            if isinstance(qty, (int, float)) and not isinstance(qty, bool):
+                resources[key][res] = format_quantity(Fraction(qty))
     limits = resources.get("limits") or {}
     if limits:
         requests = resources.setdefault("requests", {})
