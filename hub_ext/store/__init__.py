@@ -1,0 +1,38 @@
+"""classhub's database: SQLAlchemy models, Alembic migrations and the reservation ledger.
+
+`connect(url)` opens sqlite (default) or PostgreSQL (`postgresql+psycopg://...`) and upgrades the
+schema; `Ledger` makes quota admission race-free on top of it.
+"""
+
+from hub_ext.store.courses import add_member, ensure_course, set_course_limits, set_user_limits
+from hub_ext.store.engine import connect, make_engine, upgrade
+from hub_ext.store.ledger import Ledger, QuotaDenied, ReconcileReport
+from hub_ext.store.models import (
+    AuditLog,
+    Base,
+    Course,
+    CourseQuota,
+    Membership,
+    Reservation,
+    UserQuota,
+)
+
+__all__ = [
+    "AuditLog",
+    "Base",
+    "Course",
+    "CourseQuota",
+    "Ledger",
+    "Membership",
+    "QuotaDenied",
+    "ReconcileReport",
+    "Reservation",
+    "UserQuota",
+    "add_member",
+    "connect",
+    "ensure_course",
+    "make_engine",
+    "set_course_limits",
+    "set_user_limits",
+    "upgrade",
+]

@@ -1,0 +1,162 @@
+"""Opening the database: engines that serialize writers, and migrations applied on connect.
+
+Why: the quota ledger is only race-free if two reservations of one course never decide on the
+same snapshot. PostgreSQL gets row locks (SELECT ... FOR UPDATE, see ledger.py). sqlite has no
+row locks and its default deferred transactions let two writers read the same snapshot, then
+one fails to upgrade its lock; so every sqlite transaction here starts with BEGIN IMMEDIATE, which
+takes the write lock up front and makes writers queue (busy timeout) instead of failing.
+
+Migrations run on every `connect`: a hub, a service and a culler can start in any order, and each
+sees the schema it expects. Concurrent upgrades are serialized by the same lock (sqlite) or by a
+transaction-level advisory lock (PostgreSQL).
+
+Within one process, sqlite writers also queue on a Python lock per database file, handed over
+right after COMMIT: sqlite's busy handler polls with growing sleeps, which turns fifty threads
+waiting for the write lock into a second of idling; the in-process queue keeps the cross-process
+guarantee (BEGIN IMMEDIATE) and removes the polling.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import URL, Connection, Engine, create_engine, event, func, make_url, select
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import StaticPool
+
+__all__ = ["VERSION_TABLE", "alembic_config", "connect", "make_engine", "upgrade"]
+
+MIGRATIONS = Path(__file__).with_name("migrations")
+VERSION_TABLE = "classhub_alembic_version"
+_MIGRATION_LOCK = 0x636C617373687562  # "classhub": one advisory lock id for schema upgrades
+SQLITE_BUSY_TIMEOUT_S = 60
+
+
+def connect(url: str | URL, *, migrate: bool = True, **engine_kwargs: Any) -> sessionmaker[Session]:
+    """A session factory for `url` (sqlite file or `postgresql+psycopg://...`), schema at head.
+
+    `engine_kwargs` go to `create_engine` (e.g. pool_size for many concurrent spawns). Sessions
+    keep their attributes after commit, so returned rows can be read outside the session.
+    """
+    engine = make_engine(url, **engine_kwargs)
+    if migrate:
+        upgrade(engine)
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+def make_engine(url: str | URL, **engine_kwargs: Any) -> Engine:
+    """`create_engine` plus classhub's sqlite settings (IMMEDIATE transactions, WAL, FKs)."""
+    url = make_url(url)
+    if url.get_backend_name() != "sqlite":
+        return create_engine(url, **engine_kwargs)
+    connect_args = engine_kwargs.setdefault("connect_args", {})
+    connect_args.setdefault("timeout", SQLITE_BUSY_TIMEOUT_S)
+    connect_args.setdefault("check_same_thread", False)
+    in_memory = url.database in (None, "", ":memory:")
+    if in_memory:
+        engine_kwargs.setdefault("poolclass", StaticPool)  # one shared in-memory database
+    else:
+        connect_args.setdefault("factory", _QueuedWriterConnection)
+    engine = create_engine(url, **engine_kwargs)
+    _serialize_sqlite_writers(engine, in_memory=in_memory)
+    return engine
+
+
+_writer_locks: dict[str, threading.Lock] = {}
+_writer_locks_guard = threading.Lock()
+
+
+class _QueuedWriterConnection(sqlite3.Connection):
+    """A sqlite3 connection whose write transactions queue on a per-file, in-process lock.
+
+    The lock is taken before BEGIN IMMEDIATE and released after COMMIT/ROLLBACK/close, so the next
+    thread's BEGIN IMMEDIATE finds the database free instead of sleeping in the busy handler.
+    Waiting is bounded by the busy timeout; past it, sqlite's own locking still decides.
+    """
+
+    _lock: threading.Lock | None = None
+    _holding = False
+
+    def acquire_writer(self, database: str) -> None:
+        if self._lock is None:
+            with _writer_locks_guard:
+                self._lock = _writer_locks.setdefault(str(Path(database).resolve()), threading.Lock())
+        if not self._holding:
+            self._holding = self._lock.acquire(timeout=SQLITE_BUSY_TIMEOUT_S)
+
+    def release_writer(self) -> None:
+        if self._holding and self._lock is not None:
+            self._holding = False
+            self._lock.release()
+
+    def commit(self) -> None:
+        try:
+            super().commit()
+        finally:
+            self.release_writer()
+
+    def rollback(self) -> None:
+        try:
+            super().rollback()
+        finally:
+            self.release_writer()
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self.release_writer()
+
+
+def _serialize_sqlite_writers(engine: Engine, *, in_memory: bool) -> None:
+    """Take over transaction control from pysqlite and begin every transaction IMMEDIATE.
+
+    pysqlite's own implicit BEGIN is deferred (and skipped before DDL), so it is switched off
+    (isolation_level=None) and SQLAlchemy's "begin" event emits the BEGIN instead; this is the
+    documented SQLAlchemy recipe for sqlite transactions, with IMMEDIATE for the write lock.
+    """
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA foreign_keys = ON")
+        if not in_memory:
+            cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        dbapi_connection = connection.connection.dbapi_connection
+        queued = isinstance(dbapi_connection, _QueuedWriterConnection)
+        if queued:
+            dbapi_connection.acquire_writer(str(engine.url.database))
+        try:
+            connection.exec_driver_sql("BEGIN IMMEDIATE")
+        except BaseException:
+            if queued:
+                dbapi_connection.release_writer()
+            raise
+
+
+def alembic_config() -> Config:
+    """Alembic configuration without an alembic.ini: the migrations ship inside the package."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("version_table", VERSION_TABLE)
+    return config
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Bring the schema to `revision` in one transaction, one process at a time."""
+    config = alembic_config()
+    with engine.begin() as connection:  # sqlite: BEGIN IMMEDIATE already serializes
+        if connection.dialect.name == "postgresql":
+            connection.execute(select(func.pg_advisory_xact_lock(_MIGRATION_LOCK)))
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)

@@ -1,0 +1,304 @@
+"""The reservation ledger: race-free quota admission for servers and jobs.
+
+Why a ledger: asking the cluster "what runs now?" and then starting a pod is a check-then-act
+race; fifty students clicking Start at the beginning of a lecture would all see 3 of 4 GPUs in
+use. Instead every server or job first *reserves* its resources here. A reservation is decided
+and written in one transaction that holds the course's lock, so decisions of one course are
+serialized and each one sees every reservation committed before it:
+
+- PostgreSQL: ``SELECT ... FOR UPDATE`` on the course row, then on the user's membership row
+  (always in that order, so two reservations cannot deadlock);
+- sqlite: every transaction is ``BEGIN IMMEDIATE`` (engine.py), so writers queue for the lock.
+
+The cluster stays the truth for what runs (DESIGN.md rule 4): `reconcile` releases reservations of
+servers that no longer run and reports servers that run without one; the caller decides what to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from fractions import Fraction
+
+from sqlalchemy import Select, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from hub_ext.core.quota import (
+    NOT_MEMBER,
+    Decision,
+    Limits,
+    Usage,
+    admit,
+    gpu_seconds,
+    week_window,
+)
+from hub_ext.core.resources import ResourceVector, sum_vectors
+from hub_ext.store.models import KINDS, AuditLog, Course, CourseQuota, Membership, Reservation, UserQuota
+
+__all__ = ["Ledger", "QuotaDenied", "ReconcileReport"]
+
+_SECONDS_PER_HOUR = 3600
+
+
+class QuotaDenied(Exception):
+    """A reservation was refused; `decision.message` is the sentence to show the student."""
+
+    def __init__(self, decision: Decision) -> None:
+        super().__init__(decision.message)
+        self.decision = decision
+
+
+@dataclass(frozen=True)
+class ReconcileReport:
+    """What `reconcile` did: keys it released, and running keys that hold no reservation."""
+
+    released: tuple[str, ...]
+    unreserved: tuple[str, ...]
+
+
+class Ledger:
+    """Reserve, release and account resources against course and per-user quotas.
+
+    `week` maps an instant to its accounting week [start, end) (default: Monday 00:00 UTC).
+    All instants must be timezone-aware.
+    """
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        *,
+        week: Callable[[datetime], tuple[datetime, datetime]] = week_window,
+    ) -> None:
+        self._sessions = sessions
+        self._week = week
+
+    # ------------------------------------------------------------------ reserve / release
+
+    def reserve(
+        self,
+        username: str,
+        course: str | None,
+        key: str,
+        request: ResourceVector,
+        now: datetime,
+        *,
+        kind: str = "server",
+    ) -> Reservation:
+        """Admit and record `request` for `username` in `course`, or raise QuotaDenied.
+
+        Idempotent per key: while a reservation with `key` is unreleased, reserving it again for
+        the same user, course and resources returns it unchanged (a retried spawn is no second
+        server). The same key with anything else is a ValueError. `course=None` records usage of
+        a user outside any course; no quota applies to it. LookupError: unknown course.
+        """
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
+        for attempt in range(3):
+            try:
+                with self._sessions.begin() as session:
+                    return self._reserve(session, username, course, key, request, now, kind)
+            except IntegrityError:
+                # Only a concurrent reservation of the same key outside this course's lock can
+                # get here (partial unique index); the next attempt finds and returns it.
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _reserve(
+        self,
+        session: Session,
+        username: str,
+        course_name: str | None,
+        key: str,
+        request: ResourceVector,
+        now: datetime,
+        kind: str,
+    ) -> Reservation:
+        course: Course | None = None
+        if course_name is not None:
+            course = session.scalars(
+                select(Course).where(Course.name == course_name).with_for_update()
+            ).one_or_none()
+            if course is None:
+                raise LookupError(f"no course named {course_name!r}")
+            member = session.scalars(
+                select(Membership)
+                .where(Membership.course_id == course.id, Membership.username == username)
+                .with_for_update()
+            ).one_or_none()
+            if member is None:
+                raise QuotaDenied(
+                    Decision(False, NOT_MEMBER, f"You are not a member of course {course_name}.")
+                )
+
+        existing = session.scalars(
+            select(Reservation).where(Reservation.key == key, Reservation.released_at.is_(None))
+        ).one_or_none()
+        if existing is not None:
+            same_course = existing.course_id == (course.id if course else None)
+            if existing.username != username or not same_course or existing.request != request:
+                raise ValueError(
+                    f"{key!r} is already reserved by {existing.username} for {existing.request}; "
+                    "release it before reserving it again"
+                )
+            return existing
+
+        if course is not None:
+            decision = self._decide(session, course, username, request, now, kind)
+            if not decision.allowed:
+                raise QuotaDenied(decision)
+        reservation = Reservation(
+            key=key,
+            kind=kind,
+            username=username,
+            course=course,
+            resources=request.to_k8s(),
+            started_at=now,
+        )
+        session.add(reservation)
+        session.flush()
+        return reservation
+
+    def _decide(
+        self,
+        session: Session,
+        course: Course,
+        username: str,
+        request: ResourceVector,
+        now: datetime,
+        kind: str,
+    ) -> Decision:
+        """Run core `admit` on the course's reservations as this locked transaction sees them."""
+        week_start, _ = self._week(now)
+        rows = session.scalars(
+            select(Reservation).where(
+                Reservation.course_id == course.id,
+                Reservation.released_at.is_(None) | (Reservation.released_at > week_start),
+            )
+        ).all()
+        course_quota = session.get(CourseQuota, course.id)
+        user_quota = session.scalars(
+            select(UserQuota).where(UserQuota.course_id == course.id, UserQuota.username == username)
+        ).one_or_none()
+        mine = [r for r in rows if r.username == username]
+        return admit(
+            request,
+            (user_quota.limits if user_quota else Limits(), self._usage(mine, now)),
+            (course_quota.limits if course_quota else Limits(), self._usage(rows, now)),
+            course.name,
+            servers=1 if kind == "server" else 0,
+        )
+
+    def release(self, key: str, now: datetime) -> Reservation | None:
+        """Mark the unreleased reservation `key` released at `now`; None when there is none."""
+        with self._sessions.begin() as session:
+            reservation = session.scalars(
+                select(Reservation).where(Reservation.key == key, Reservation.released_at.is_(None))
+            ).one_or_none()
+            if reservation is not None:
+                reservation.released_at = max(now, reservation.started_at)
+            return reservation
+
+    def reconcile(
+        self,
+        running_keys: Iterable[str],
+        now: datetime,
+        *,
+        kind: str = "server",
+        grace: timedelta = timedelta(minutes=1),
+        actor: str = "classhub-reconcile",
+    ) -> ReconcileReport:
+        """Make the ledger agree with what runs (the cluster is the truth).
+
+        Releases unreleased `kind` reservations whose key is not in `running_keys` and that are
+        older than `grace` (a reservation is written just before its server starts, so a fresh one
+        may legitimately not run yet), writing one audit entry per release. Returns those keys and
+        the running keys that hold no reservation; whether to stop or adopt them is the caller's
+        decision.
+        """
+        running = set(running_keys)
+        with self._sessions.begin() as session:
+            active = session.scalars(
+                select(Reservation).where(
+                    Reservation.kind == kind, Reservation.released_at.is_(None)
+                )
+            ).all()
+            released = []
+            for reservation in active:
+                if reservation.key in running or reservation.started_at > now - grace:
+                    continue
+                reservation.released_at = max(now, reservation.started_at)
+                released.append(reservation.key)
+                session.add(
+                    AuditLog(
+                        at=now,
+                        actor=actor,
+                        action="reservation.release.not_running",
+                        details={"key": reservation.key, "username": reservation.username},
+                    )
+                )
+            held = {r.key for r in active}
+        return ReconcileReport(tuple(sorted(released)), tuple(sorted(running - held)))
+
+    # ------------------------------------------------------------------ accounting
+
+    def active(self, *, course: str | None = None, username: str | None = None) -> list[Reservation]:
+        """Unreleased reservations, optionally of one course and/or one user, oldest first."""
+        query = self._scope(select(Reservation), course, username).where(
+            Reservation.released_at.is_(None)
+        )
+        with self._sessions() as session:
+            return list(session.scalars(query.order_by(Reservation.started_at, Reservation.id)))
+
+    def usage(self, now: datetime, *, course: str | None = None, username: str | None = None) -> Usage:
+        """What a course, a user (all courses), or a user in a course holds at `now`, with the GPU
+        hours of `now`'s week so far."""
+        week_start, _ = self._week(now)
+        query = self._scope(select(Reservation), course, username).where(
+            Reservation.released_at.is_(None) | (Reservation.released_at > week_start)
+        )
+        with self._sessions() as session:
+            return self._usage(session.scalars(query).all(), now)
+
+    def gpu_seconds(
+        self,
+        start: datetime,
+        end: datetime,
+        now: datetime,
+        *,
+        course: str | None = None,
+        username: str | None = None,
+    ) -> Fraction:
+        """GPU-seconds held in [start, end), reservations still held counting until `now`."""
+        query = self._scope(select(Reservation), course, username).where(
+            Reservation.started_at < end,
+            Reservation.released_at.is_(None) | (Reservation.released_at > start),
+        )
+        with self._sessions() as session:
+            rows = session.scalars(query).all()
+        return gpu_seconds(((r.started_at, r.released_at, r.request) for r in rows), start, end, now)
+
+    def _usage(self, rows: Iterable[Reservation], now: datetime) -> Usage:
+        rows = list(rows)
+        active = [r for r in rows if r.released_at is None]
+        week_start, week_end = self._week(now)
+        seconds = gpu_seconds(
+            ((r.started_at, r.released_at, r.request) for r in rows), week_start, week_end, now
+        )
+        return Usage(
+            resources=sum_vectors(r.request for r in active),
+            servers=sum(1 for r in active if r.kind == "server"),
+            gpu_hours_week=seconds / _SECONDS_PER_HOUR,
+        )
+
+    @staticmethod
+    def _scope(
+        query: Select[tuple[Reservation]], course: str | None, username: str | None
+    ) -> Select[tuple[Reservation]]:
+        if course is not None:
+            query = query.join(Course, Reservation.course_id == Course.id).where(Course.name == course)
+        if username is not None:
+            query = query.where(Reservation.username == username)
+        return query
