@@ -79,6 +79,15 @@ class HubAPI:
                 return groups
             offset += len(items)
 
+    _version: tuple[int, ...] | None = None
+
+    async def version(self) -> tuple[int, ...]:
+        """The hub's version, e.g. (6, 1, 1); asked once."""
+        if self._version is None:
+            text = (await self.get("")).get("version", "0")
+            self._version = tuple(int(p) for p in text.split(".")[:3] if p.isdigit())
+        return self._version
+
     async def server(self, name: str) -> dict[str, Any] | None:
         """The user's default server model, or None when it is not running or pending."""
         return (await self.user(name)).get("servers", {}).get("")
@@ -89,17 +98,28 @@ class HubAPI:
         await self._wait(name, lambda s: s is None, timeout, "stop")
 
     async def start_server(self, name: str, user_options: dict, timeout: float = 300) -> dict:
-        """Start the default server with ``user_options`` and wait until it is ready.
+        """Start the (stopped) default server with ``user_options`` and wait until it is ready.
 
+        JupyterHub 6 stores the options on the stopped server first (PATCH) and starts it with
+        them; JupyterHub 5, which cannot PATCH a server, gets them with the start request.
         A refusal (400/409) raises HubAPIError at once; a server that fails while starting
         raises HubAPIError with status 500.
         """
-        await self.request("POST", f"users/{quote(name, safe='')}/server",
-                           {"user_options": user_options})
+        path = f"users/{quote(name, safe='')}/server"
+        if await self.version() >= (6,) and await self._has_server_record(name):
+            await self.request("PATCH", path, {"user_options": user_options})
+            await self.request("POST", path, {"user_options": None})
+        else:
+            await self.request("POST", path, {"user_options": user_options})
         server = await self._wait(name, lambda s: s is None or s.get("ready"), timeout, "start")
         if server is None:
             raise HubAPIError(500, f"start of {name}'s server", "the server failed to start")
         return server
+
+    async def _has_server_record(self, name: str) -> bool:
+        """Whether the hub keeps a (stopped) default server record that PATCH can update."""
+        user = await self.get(f"users/{quote(name, safe='')}?include_stopped_servers=1")
+        return "" in (user.get("servers") or {})
 
     async def _wait(self, name: str, done, timeout: float, what: str) -> dict | None:
         deadline = time.monotonic() + timeout
