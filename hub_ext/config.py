@@ -31,19 +31,30 @@ def configure(
     service_url: str | None = None,
     system_users: bool = False,
     create_system_users: bool = False,
+    db_url: str | None = None,
 ) -> None:
     """Add classhub's service, roles and scopes, and spawner to the JupyterHub config ``c``.
 
     ``mode`` is ``"local"`` (servers are processes on this machine, homes under
     ``data_dir/homes``) or ``"kubernetes"`` (servers are pods, z2jh). Settings a site already
     made are extended, never dropped: existing services and roles are kept.
+
+    ``db_url`` is classhub's own database (courses, quotas, the reservation ledger), shared by the
+    spawner (in the hub) and the service: by default ``sqlite:///<data_dir>/classhub.sqlite``
+    locally and ``sqlite:////srv/jupyterhub/classhub.sqlite`` (z2jh's hub volume) on Kubernetes;
+    use a ``postgresql+psycopg://`` URL in production.
     """
     if mode not in MODES:
         raise ValueError(f"unknown classhub mode {mode!r}: use one of {', '.join(MODES)}")
     if service_url is None:
         service_url = "http://127.0.0.1:10101" if mode == "local" else "http://hub:10101"
 
-    _add_service(c, service_url, bind_all=(mode == "kubernetes"))
+    if db_url is None:
+        base = Path(data_dir).resolve() if data_dir is not None else Path("/srv/jupyterhub")
+        db_url = f"sqlite:///{base / 'classhub.sqlite'}"
+    _add_service(c, service_url, bind_all=(mode == "kubernetes"), db_url=db_url)
+    c.ClasshubLocalSpawner.classhub_db_url = db_url
+    c.ClasshubKubeSpawner.classhub_db_url = db_url
     _add_roles(c)
     c.Spawner.default_url = "/lab"
     if mode == "local":
@@ -68,9 +79,11 @@ def _configured(c: Any, key: str) -> list:
     return list(getattr(section, key, None) or [])
 
 
-def _add_service(c: Any, service_url: str, bind_all: bool) -> None:
+def _add_service(c: Any, service_url: str, bind_all: bool, db_url: str) -> None:
     services = [s for s in _configured(c, "services") if s.get("name") != SERVICE_NAME]
-    environment = {"CLASSHUB_BIND_IP": "0.0.0.0"} if bind_all else {}
+    environment = {"CLASSHUB_DB_URL": db_url}
+    if bind_all:
+        environment["CLASSHUB_BIND_IP"] = "0.0.0.0"
     services.append(
         {
             "name": SERVICE_NAME,

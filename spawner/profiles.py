@@ -62,6 +62,12 @@ class ProfilesMixin(HasTraits):
         """,
     )
 
+    classhub_db_url = Unicode(
+        "",
+        config=True,
+        help="""classhub's database (courses, quotas, reservation ledger); set by ``configure``.""",
+    )
+
     show_images = Bool(
         True, config=True, help="Show the image choice in the form (the local mode has no images)."
     )
