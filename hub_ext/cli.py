@@ -20,7 +20,7 @@ from typing import NoReturn
 
 from traitlets.config import Config
 
-from hub_ext import __version__, demo
+from hub_ext import __version__, demo, store
 from hub_ext.config import configure
 
 PROXY_ENV = "CLASSHUB_PROXY_CMD"
@@ -56,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     local.add_argument(
         "--no-demo", action="store_true", help="do not create the demo accounts and course"
+    )
+    local.add_argument(
+        "--db-url",
+        default=None,
+        help="classhub's database (default sqlite:///<data-dir>/classhub.sqlite; "
+        "postgresql+psycopg://... for PostgreSQL)",
     )
     local.add_argument(
         "--config",
@@ -98,6 +104,12 @@ def run_local(args: argparse.Namespace) -> None:
         raise CLIError(f"--config {args.config}: no such file")
     require_port_free(args.ip, args.port)
     proxy_cmd = find_proxy()
+    db_url = args.db_url or f"sqlite:///{data_dir / 'classhub.sqlite'}"
+    try:
+        sessions = store.connect(db_url)  # creates or migrates the schema before anything starts
+    except Exception as e:  # a wrong URL, an unreachable server, a missing driver
+        raise CLIError(f"cannot open the classhub database {db_url} ({type(e).__name__}: {e}); "
+                       "check --db-url") from None
 
     c = Config()
     configure(
@@ -107,6 +119,7 @@ def run_local(args: argparse.Namespace) -> None:
         service_url=f"http://127.0.0.1:{free_port()}",
         system_users=args.system_users,
         create_system_users=args.create_system_users,
+        db_url=db_url,
     )
     c.JupyterHub.ip = args.ip
     c.JupyterHub.port = args.port
@@ -124,6 +137,7 @@ def run_local(args: argparse.Namespace) -> None:
         c.DemoAuthenticator.password_file = str(data_dir / demo.PASSWORD_FILE)
         c.DemoAuthenticator.admin_users = {demo.DEMO_ADMIN}
         c.JupyterHub.load_groups = demo.demo_groups()
+        demo.seed_course(sessions)
 
     print_banner(args, data_dir, password)
     from jupyterhub.app import JupyterHub

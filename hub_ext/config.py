@@ -21,7 +21,9 @@ MODES = ("local", "kubernetes")
 #: What the classhub service may do in the hub: read users and groups (``/api/me``), stop/start
 #: servers (profile switches), keep course groups and their members in sync with the course
 #: store. Every request is checked against the caller first (hub_ext.core.authz).
-SERVICE_SCOPES = ["read:users", "list:groups", "read:groups", "servers", "admin:groups", "admin:users"]
+SERVICE_SCOPES = [
+    "list:users", "read:users", "list:groups", "read:groups", "servers", "admin:groups", "admin:users",
+]
 
 
 def configure(

@@ -9,11 +9,13 @@ from __future__ import annotations
 import hmac
 import os
 import secrets
+from datetime import datetime, timezone
 from pathlib import Path
 
 from jupyterhub.auth import Authenticator
 from traitlets import List, Unicode, default
 
+from hub_ext import store
 from hub_ext.config import course_group
 
 DEMO_COURSE = "demo101"
@@ -44,6 +46,18 @@ def demo_groups() -> dict:
             DEMO_COURSE, members=DEMO_STUDENTS, teachers=[DEMO_TEACHER], tas=[DEMO_TA]
         )
     }
+
+
+def seed_course(sessions) -> None:
+    """The demo course in the classhub store, with its roles (idempotent: kept across starts)."""
+    now = datetime.now(timezone.utc)
+    with sessions.begin() as session:
+        course = store.ensure_course(session, DEMO_COURSE, now, "Demo course 101")
+        if not store.courses_of(session, DEMO_TEACHER):
+            store.add_member(session, course, DEMO_TEACHER, "teacher")
+            store.add_member(session, course, DEMO_TA, "ta")
+            for student in DEMO_STUDENTS:
+                store.add_member(session, course, student, "student")
 
 
 class DemoAuthenticator(Authenticator):

@@ -24,7 +24,7 @@ from hub_ext.core.profiles import (
     Viewer,
     viewer_from_hub,
 )
-from spawner import form
+from spawner import form, quota
 
 
 class ProfilesMixin(HasTraits):
@@ -179,8 +179,16 @@ class ProfilesMixin(HasTraits):
             raise web.HTTPError(
                 409, f"Cannot start {selection.profile.display_name}: {Offer(selection.profile, 0).reason}"
             )
+        if self.classhub_db_url:
+            await quota.reserve(self.classhub_db_url, self.user.name, self.name, selection)
         self.selection = selection
         await self.apply_selection(selection)
+
+    def clear_state(self) -> None:
+        """The server is gone (stopped, failed, found dead): release its quota reservation."""
+        super().clear_state()
+        if self.classhub_db_url and self.classhub_profiles_enabled():
+            quota.release(self.classhub_db_url, self.user.name, self.name)
 
     async def apply_selection(self, selection: Selection) -> None:
         """Turn the validated selection into this spawner's settings (per spawner kind)."""

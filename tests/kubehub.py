@@ -34,7 +34,8 @@ import sys
 from hub_ext import demo
 from hub_ext.config import configure
 
-configure(c, mode="kubernetes", service_url="http://127.0.0.1:{service_port}")
+configure(c, mode="kubernetes", service_url="http://127.0.0.1:{service_port}",
+          db_url="sqlite:///{data}/classhub.sqlite")
 c.JupyterHub.ip = "127.0.0.1"
 c.JupyterHub.port = {port}
 c.JupyterHub.hub_ip = "127.0.0.1"

@@ -436,3 +436,18 @@ def week_window(now: datetime) -> tuple[datetime, datetime]:
     """[Monday 00:00, next Monday 00:00) of `now`'s week, in `now`'s time zone (UTC in classhub)."""
     start = (now - timedelta(days=now.weekday())).replace(hour=0, minute=0, second=0, microsecond=0)
     return start, start + timedelta(days=7)
+
+
+def course_to_charge(profile_groups: Iterable[str], user_courses: Iterable[str]) -> str | None:
+    """Which of the user's courses a server counts against.
+
+    The first course (by name) that the profile is offered to and the user belongs to; for a
+    profile offered to everyone, the user's first course. None: the user is in no course, and
+    only their own usage is recorded.
+    """
+    mine = sorted(set(user_courses))
+    offered = set(profile_groups)
+    if offered:
+        matching = [c for c in mine if c in offered]
+        return matching[0] if matching else None
+    return mine[0] if mine else None

@@ -4,7 +4,14 @@
 schema; `Ledger` makes quota admission race-free on top of it.
 """
 
-from hub_ext.store.courses import add_member, ensure_course, set_course_limits, set_user_limits
+from hub_ext.store.courses import (
+    add_member,
+    courses_of,
+    ensure_course,
+    record,
+    set_course_limits,
+    set_user_limits,
+)
 from hub_ext.store.engine import connect, make_engine, upgrade
 from hub_ext.store.ledger import Ledger, QuotaDenied, ReconcileReport
 from hub_ext.store.models import (
@@ -30,8 +37,10 @@ __all__ = [
     "UserQuota",
     "add_member",
     "connect",
+    "courses_of",
     "ensure_course",
     "make_engine",
+    "record",
     "set_course_limits",
     "set_user_limits",
     "upgrade",

@@ -15,7 +15,9 @@ from sqlalchemy.orm import Session
 from hub_ext.core.quota import Limits, ceiling_violations
 from hub_ext.store.models import ROLES, AuditLog, Course, CourseQuota, Membership, UserQuota
 
-__all__ = ["add_member", "ensure_course", "set_course_limits", "set_user_limits"]
+__all__ = [
+    "add_member", "courses_of", "ensure_course", "record", "set_course_limits", "set_user_limits",
+]
 
 
 def ensure_course(session: Session, name: str, now: datetime, display_name: str = "") -> Course:
@@ -80,6 +82,23 @@ def set_user_limits(
     )
     session.flush()
     return quota
+
+
+def courses_of(session: Session, username: str) -> dict[str, str]:
+    """The courses ``username`` belongs to, with their role in each (course name -> role)."""
+    rows = session.execute(
+        select(Course.name, Membership.role)
+        .join(Membership, Membership.course_id == Course.id)
+        .where(Membership.username == username)
+    ).all()
+    return {name: role for name, role in rows}
+
+
+def record(session: Session, actor: str, action: str, now: datetime, **details: object) -> AuditLog:
+    """Add an audit entry (e.g. ``spawn_denied`` with its reason, for the metrics and admins)."""
+    entry = _audit(actor, action, now, **details)
+    session.add(entry)
+    return entry
 
 
 def _audit(actor: str, action: str, now: datetime, **details: object) -> AuditLog:

@@ -1,0 +1,57 @@
+"""Keep the quota ledger in line with what the hub says runs.
+
+The spawner reserves before it starts a server and releases when the hub clears the server's
+state. A hub killed between the two (SIGKILL, OOM, node loss) can leave a reservation for a server
+that never came up; after a restart the hub no longer knows that spawn. This loop releases such
+reservations: every ``interval`` seconds, and once when the service starts, it asks the hub which
+servers exist (running or starting) and releases server reservations that match none of them and
+are older than ``grace`` (a fresh reservation's server may not be registered yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timedelta, timezone
+
+from hub_ext import store
+from hub_ext.service.hubapi import HubAPI
+
+log = logging.getLogger(__name__)
+
+
+async def running_server_keys(hub: HubAPI) -> set[str]:
+    """Ledger keys ("server:<user>/<name>") of every server the hub runs or is starting."""
+    keys: set[str] = set()
+    offset = 0
+    while True:
+        page = await hub.get(f"users?state=active&offset={offset}&limit=200")
+        items = page["items"] if isinstance(page, dict) else page
+        for user in items:
+            for name in (user.get("servers") or {}):
+                keys.add(f"server:{user['name']}/{name}")
+        if not isinstance(page, dict) or not page.get("_pagination", {}).get("next"):
+            return keys
+        offset += len(items)
+
+
+async def reconcile_once(hub: HubAPI, ledger: store.Ledger, grace: timedelta) -> store.ReconcileReport:
+    running = await running_server_keys(hub)
+    report = await asyncio.get_running_loop().run_in_executor(
+        None, lambda: ledger.reconcile(running, datetime.now(timezone.utc), grace=grace)
+    )
+    for key in report.released:
+        log.warning("classhub: released %s: its server is not running", key)
+    for key in report.unreserved:
+        log.warning("classhub: %s runs without a quota reservation", key)
+    return report
+
+
+async def reconcile_forever(hub: HubAPI, ledger: store.Ledger, interval: float, grace: float) -> None:
+    """Run :func:`reconcile_once` now and then every ``interval`` seconds; never raises."""
+    while True:
+        try:
+            await reconcile_once(hub, ledger, timedelta(seconds=grace))
+        except Exception:  # the hub may be restarting; try again next time
+            log.exception("classhub: ledger reconcile failed")
+        await asyncio.sleep(interval)

@@ -1,0 +1,77 @@
+"""Quota enforcement for classhub spawners: reserve before anything is created, release after.
+
+A server's request (its profile's guarantees and GPUs) is reserved in the classhub ledger,
+atomically against the user's and the course's limits, from JupyterHub's ``apply_user_options``
+hook, i.e. before the spawner creates a process or a pod. The reservation is released when the
+hub clears the server's state: after a stop, after a failed spawn, and when a server is found
+dead after a restart. The service reconciles the ledger with what runs, for the cases the hub
+cannot see (a hub killed in the middle of a spawn).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from datetime import datetime, timezone
+
+from sqlalchemy.orm import Session, sessionmaker
+from tornado import web
+
+from hub_ext import store
+from hub_ext.core.profiles import Selection
+from hub_ext.core.quota import course_to_charge
+
+
+@functools.cache
+def _sessions(url: str) -> sessionmaker[Session]:
+    """One engine per database per hub process (migrations run once, on first use)."""
+    return store.connect(url)
+
+
+def server_key(username: str, server_name: str) -> str:
+    """The ledger key of a user's server ("server:ann/" for the default server)."""
+    return f"server:{username}/{server_name}"
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _reserve_sync(url: str, username: str, key: str, selection: Selection) -> str | None:
+    sessions = _sessions(url)
+    with sessions() as session:
+        courses = store.courses_of(session, username)
+    course = course_to_charge(selection.profile.groups, courses)
+    ledger = store.Ledger(sessions)
+    # This server is not running (the hub does not start a running server), so a reservation
+    # still held under its key is stale (e.g. the hub died before it could release it).
+    ledger.release(key, _now())
+    try:
+        ledger.reserve(username, course, key, selection.request, _now())
+    except store.QuotaDenied as e:
+        with sessions.begin() as session:
+            store.record(session, username, "spawn_denied", _now(), reason=e.decision.reason_code,
+                         course=course, key=key, message=e.decision.message)
+        raise web.HTTPError(403, e.decision.message) from None
+    return course
+
+
+def _release_sync(url: str, key: str) -> None:
+    store.Ledger(_sessions(url)).release(key, _now())
+
+
+async def reserve(url: str, username: str, server_name: str, selection: Selection) -> str | None:
+    """Reserve ``selection`` for the server; HTTP 403 with the quota sentence when refused.
+
+    Returns the course charged (None when the user is in no course). Runs in a thread: the
+    ledger's transaction may wait for another spawn's lock and must not block the hub.
+    """
+    key = server_key(username, server_name)
+    return await asyncio.get_running_loop().run_in_executor(
+        None, _reserve_sync, url, username, key, selection
+    )
+
+
+def release(url: str, username: str, server_name: str) -> None:
+    """Give back the server's reservation (idempotent)."""
+    _release_sync(url, server_key(username, server_name))
