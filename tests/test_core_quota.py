@@ -460,3 +460,13 @@ def test_gpu_seconds_clips_to_window_and_counts_held_until_now() -> None:
     assert gpu_seconds(intervals, start, end, now) == 60 + Fraction(119, 2)
     # without `now`, a held reservation counts to the end of the window: 60 s
     assert gpu_seconds(intervals, start, end) == 60 + 60
+
+
+def test_course_to_charge_picks_the_profiles_course_the_user_is_in():
+    from hub_ext.core.quota import course_to_charge
+
+    assert course_to_charge({"cs102", "cs101"}, ["cs101", "cs102", "art"]) == "cs101"
+    assert course_to_charge({"cs102"}, ["cs101", "cs102"]) == "cs102"
+    assert course_to_charge({"cs103"}, ["cs101"]) is None
+    assert course_to_charge(set(), ["zz", "aa"]) == "aa"
+    assert course_to_charge(set(), []) is None
