@@ -102,7 +102,9 @@ def run_local(args: argparse.Namespace) -> None:
     data_dir = prepare_data_dir(Path(args.data_dir))
     if args.config and not Path(args.config).is_file():
         raise CLIError(f"--config {args.config}: no such file")
-    require_port_free(args.ip, args.port)
+    if not stale_proxy(data_dir):
+        # A proxy left by a hub that was killed holds the port; JupyterHub stops it on start.
+        require_port_free(args.ip, args.port)
     proxy_cmd = find_proxy()
     db_url = args.db_url or f"sqlite:///{data_dir / 'classhub.sqlite'}"
     try:
@@ -200,6 +202,18 @@ def extra_config_file(data_dir: Path) -> str:
     if not path.exists():
         path.write_text(EXTRA_CONFIG_TEMPLATE)
     return str(path)
+
+
+def stale_proxy(data_dir: Path) -> bool:
+    """Whether the proxy of an earlier run from this data dir is still running."""
+    import psutil
+
+    pid_file = data_dir / "jupyterhub-proxy.pid"
+    try:
+        pid = int(pid_file.read_text().strip())
+        return "configurable-http-proxy" in " ".join(psutil.Process(pid).cmdline())
+    except (OSError, ValueError, psutil.Error):
+        return False
 
 
 def require_port_free(ip: str, port: int) -> None:

@@ -9,6 +9,7 @@ local hub and a z2jh hub are configured by one piece of code.
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,8 @@ from typing import Any
 from hub_ext.core import roles
 
 SERVICE_NAME = "classhub"
+#: Environment variables of the hub passed on to the classhub service (see its traits).
+SERVICE_ENV_SETTINGS = ("CLASSHUB_RECONCILE_INTERVAL", "CLASSHUB_RECONCILE_GRACE", "CLASSHUB_METRICS_AUTH")
 MODES = ("local", "kubernetes")
 
 #: What the classhub service may do in the hub: read users and groups (``/api/me``), stop/start
@@ -85,6 +88,8 @@ def _configured(c: Any, key: str) -> list:
 def _add_service(c: Any, service_url: str, bind_all: bool, db_url: str) -> None:
     services = [s for s in _configured(c, "services") if s.get("name") != SERVICE_NAME]
     environment = {"CLASSHUB_DB_URL": db_url}
+    # Service settings given to the hub's environment reach the service (it gets no other env).
+    environment.update({k: v for k, v in os.environ.items() if k in SERVICE_ENV_SETTINGS})
     if bind_all:
         environment["CLASSHUB_BIND_IP"] = "0.0.0.0"
     services.append(

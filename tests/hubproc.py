@@ -49,6 +49,7 @@ class LocalHub:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -64,7 +65,7 @@ class LocalHub:
         cmd = [*CLASSHUB, "local", "--port", str(self.port), "--data-dir", str(self.data_dir),
                *self.extra_args]
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL, env={**os.environ, **self.env})
         try:
             wait_for(self._ready, START_TIMEOUT, f"classhub local on port {self.port}")
         except Exception:

@@ -40,8 +40,6 @@ c.ClasshubLocalSpawner.profiles = [
       "mem_guarantee": "64Mi", "groups": [{COURSE!r}]}},
 ]
 c.JupyterHub.concurrent_spawn_limit = 0
-for service in c.JupyterHub.services:  # reconcile the ledger quickly after a hub restart
-    service["environment"].update(CLASSHUB_RECONCILE_INTERVAL="1", CLASSHUB_RECONCILE_GRACE="2")
 """
 
 
@@ -70,7 +68,9 @@ def quota_hub(request, hub_root):
         db_url = request.getfixturevalue("postgres_server").create_database()
     seed(db_url)
     (data_dir / "jupyterhub_config.py").write_text(CONFIG)
-    hub = LocalHub(data_dir=data_dir, extra_args=["--db-url", db_url]).start()
+    hub = LocalHub(data_dir=data_dir, extra_args=["--db-url", db_url],
+                   # reconcile the ledger quickly after the hub restarts
+                   env={"CLASSHUB_RECONCILE_INTERVAL": "1", "CLASSHUB_RECONCILE_GRACE": "2"}).start()
     hub.db_url = db_url
     yield hub
     hub.stop()

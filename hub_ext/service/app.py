@@ -1,7 +1,11 @@
 """The classhub hub-managed service: a tornado app behind the hub's proxy at ``/services/classhub/``.
 
 JupyterHub starts it (``python -m hub_ext.service``) and passes its URL, prefix and token in
-``JUPYTERHUB_*`` environment variables, exactly like any managed service.
+``JUPYTERHUB_*`` environment variables, exactly like any managed service; ``configure()`` adds
+``CLASSHUB_DB_URL``, the classhub store shared with the spawner.
+
+Routes live in `ROUTES` (relative to the prefix) so the OpenAPI test can compare them with the
+document; `make_app` mounts them under the prefix.
 """
 
 from __future__ import annotations
@@ -14,12 +18,34 @@ from urllib.parse import urlparse
 from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
 from jupyterhub.utils import url_path_join
 from tornado import web
-from traitlets import Integer, Unicode, default
+from traitlets import Bool, Float, Integer, Unicode, default
 from traitlets.config import Application
 
-from hub_ext import __version__
-from hub_ext.service import handlers
+from hub_ext import __version__, store
+from hub_ext.service import handlers, metrics, reconcile
+from hub_ext.service.courses import Courses
 from hub_ext.service.hubapi import HubAPI
+
+_COURSE = r"courses/([^/]+)"
+
+#: (path under the prefix, handler). Path groups are URL-decoded by tornado before the handler
+#: sees them, so non-ASCII user names arrive as text.
+ROUTES: list[tuple[str, type]] = [
+    ("api/health", handlers.HealthHandler),
+    ("api/openapi.json", handlers.OpenAPIHandler),
+    ("api/me", handlers.MeHandler),
+    (r"api/users/([^/]+)/server/profile", handlers.ServerProfileHandler),
+    ("api/courses", handlers.CoursesHandler),
+    (f"api/{_COURSE}", handlers.CourseHandler),
+    (f"api/{_COURSE}/members", handlers.MembersHandler),
+    (f"api/{_COURSE}/roster", handlers.RosterHandler),
+    (f"api/{_COURSE}/quota", handlers.CourseQuotaHandler),
+    (rf"api/{_COURSE}/quota/users/([^/]+)", handlers.UserQuotaHandler),
+    (f"api/{_COURSE}/usage", handlers.CourseUsageHandler),
+    ("api/usage/me", handlers.MyUsageHandler),
+    ("api/usage", handlers.AllUsageHandler),
+    ("metrics", handlers.MetricsHandler),
+]
 
 
 class ClasshubService(Application):
@@ -42,6 +68,47 @@ class ClasshubService(Application):
         help="Interface to listen on; empty means the host of service_url ($CLASSHUB_BIND_IP).",
     )
     port = Integer(0, config=True, help="Port to listen on; 0 means the port of service_url.")
+    db_url = Unicode(
+        config=True,
+        help="The classhub store (courses, quotas, ledger), shared with the spawner "
+        "(default: $CLASSHUB_DB_URL, which configure() sets).",
+    )
+    authenticate_metrics = Bool(
+        config=True,
+        help="Require a hub admin or a token with the scope read:metrics for /metrics, like "
+        "JupyterHub's own authenticate_prometheus (default True; $CLASSHUB_METRICS_AUTH=0 turns it "
+        "off, for a Prometheus that scrapes the service directly on a private network).",
+    )
+
+    reconcile_interval = Float(
+        config=True,
+        help="Seconds between checks that every quota reservation belongs to a server the hub "
+        "runs (default 60; $CLASSHUB_RECONCILE_INTERVAL).",
+    )
+    reconcile_grace = Float(
+        config=True,
+        help="Age in seconds below which a reservation without a server is left alone: its "
+        "spawn may still be registering (default 120; $CLASSHUB_RECONCILE_GRACE).",
+    )
+
+    @default("reconcile_interval")
+    def _reconcile_interval(self) -> float:
+        return float(os.environ.get("CLASSHUB_RECONCILE_INTERVAL", "60"))
+
+    @default("reconcile_grace")
+    def _reconcile_grace(self) -> float:
+        return float(os.environ.get("CLASSHUB_RECONCILE_GRACE", "120"))
+
+    @default("db_url")
+    def _db_url(self) -> str:
+        url = os.environ.get("CLASSHUB_DB_URL")
+        if not url:
+            raise ValueError("CLASSHUB_DB_URL is not set: start the service through configure()")
+        return url
+
+    @default("authenticate_metrics")
+    def _authenticate_metrics(self) -> bool:
+        return os.environ.get("CLASSHUB_METRICS_AUTH", "1").lower() not in ("0", "false", "no")
 
     @default("service_url")
     def _service_url(self) -> str:
@@ -57,18 +124,21 @@ class ClasshubService(Application):
 
     def make_app(self) -> web.Application:
         hub_auth = HubOAuth(parent=self, cache_max_age=60)
-        api = url_path_join(self.prefix, "api")
-        routes = [
-            (url_path_join(api, "health"), handlers.HealthHandler),
-            (url_path_join(api, "me"), handlers.MeHandler),
-            (url_path_join(api, r"users/([^/]+)/server/profile"), handlers.ServerProfileHandler),
+        hub_api = HubAPI(hub_auth.api_url, hub_auth.api_token)
+        sessions = store.connect(self.db_url)
+        routes = [(url_path_join(self.prefix, path), handler) for path, handler in ROUTES]
+        routes += [
             (url_path_join(self.prefix, "oauth_callback"), HubOAuthCallbackHandler),
-            (url_path_join(api, ".*"), handlers.NotFoundHandler),
+            (url_path_join(self.prefix, "api", ".*"), handlers.NotFoundHandler),
         ]
         return web.Application(
             routes,
             hub_auth=hub_auth,
-            hub_api=HubAPI(hub_auth.api_url, hub_auth.api_token),
+            hub_api=hub_api,
+            sessions=sessions,
+            courses=Courses(sessions, hub_api),
+            metrics_registry=metrics.registry_for(sessions),
+            authenticate_metrics=self.authenticate_metrics,
             cookie_secret=os.urandom(32),
             xsrf_cookies=False,
         )
@@ -76,6 +146,11 @@ class ClasshubService(Application):
     async def serve(self) -> None:
         url = urlparse(self.service_url)
         app = self.make_app()
+        await self._reconcile(app.settings["courses"])
+        ledger_task = asyncio.create_task(reconcile.reconcile_forever(
+            app.settings["hub_api"], store.Ledger(app.settings["sessions"]),
+            self.reconcile_interval, self.reconcile_grace,
+        ))
         server = app.listen(self.port or url.port or 10101, self.bind_ip or url.hostname)
         self.log.info("classhub service %s listening on %s", __version__, self.service_url)
         stop = asyncio.Event()
@@ -83,7 +158,24 @@ class ClasshubService(Application):
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
+        ledger_task.cancel()
         server.stop()
+
+    async def _reconcile(self, courses: Courses, attempts: int = 20) -> None:
+        """Make the hub's course groups match the store before serving (DESIGN.md rule 4).
+
+        The hub may still be starting when it starts its services, so this retries for a while;
+        if the hub stays unreachable the service serves anyway and the groups are fixed by the
+        next change of each course.
+        """
+        for attempt in range(attempts):
+            try:
+                await courses.reconcile()
+                return
+            except Exception as e:  # the hub not answering yet, or refusing: log and retry
+                self.log.warning("reconciling course groups with the hub failed (%s); retrying", e)
+                await asyncio.sleep(min(0.25 * 2**attempt, 2))
+        self.log.error("course groups were not reconciled with the hub; serving anyway")
 
     def start(self) -> None:
         asyncio.run(self.serve())

@@ -1,16 +1,24 @@
-"""REST handlers of the classhub service. Thin: identify the caller, ask core, answer JSON."""
+"""REST handlers of the classhub service. Thin: identify the caller, ask core, answer JSON.
+
+Every handler that acts on something first asks hub_ext.core.authz whether the caller may (a pure
+decision), then calls one method of hub_ext.service.courses, which owns the store transactions
+and the hub group sync.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
+from prometheus_client import CONTENT_TYPE_LATEST
 from tornado import web
 
 from hub_ext import __version__
-from hub_ext.core import roles
-from hub_ext.service import servers
+from hub_ext.core import authz, roles
+from hub_ext.service import metrics, openapi, servers
+from hub_ext.service.courses import Courses, course_name_problem
 from hub_ext.service.hubapi import HubAPI
 
 
@@ -20,6 +28,26 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
     @property
     def hub(self) -> HubAPI:
         return self.settings["hub_api"]
+
+    @property
+    def courses(self) -> Courses:
+        return self.settings["courses"]
+
+    def json_body(self) -> Any:
+        """The JSON request body; 400 when it is not JSON."""
+        try:
+            return json.loads(self.request.body or b"null")
+        except ValueError:
+            raise web.HTTPError(400, "The body must be JSON (Content-Type: application/json).") from None
+
+    async def authorize(self, action: str, **about: str) -> authz.Caller:
+        """Who asks (401/403 when nobody, or a token without access) and whether they may do
+        `action`; 403 with authz's sentence otherwise."""
+        caller = await self.courses.caller(self.require_user())
+        verdict = authz.decide(caller, action, **about)
+        if not verdict:
+            raise web.HTTPError(verdict.status, verdict.message)
+        return caller
 
     def write_json(self, payload: Any, status: int = 200) -> None:
         self.set_status(status)
@@ -68,21 +96,20 @@ class HealthHandler(APIHandler):
 
 
 class MeHandler(APIHandler):
-    """``GET /api/me``: who the caller is, their groups and their classhub role."""
+    """``GET /api/me``: who the caller is, their hub groups and their classhub roles.
+
+    Course roles come from the classhub store (a user in no course has none); the overall role
+    is the highest of them, or ``admin`` for hub admins.
+    """
 
     async def get(self) -> None:
         caller = self.require_user()
         if caller.get("kind", "user") != "user":
-            self.write_json({"name": caller["name"], "kind": caller["kind"], "groups": [],
-                             "role": None, "courses": {}})
+            self.write_json({"name": caller["name"], "kind": caller["kind"], "admin": False,
+                             "groups": [], "role": None, "courses": {}})
             return
         user = await self.hub.user(caller["name"])
-        courses = {
-            g["name"]: staff
-            for g in await self.hub.groups()
-            if (staff := roles.CourseStaff.from_group_properties(g.get("properties"))) is not None
-        }
-        in_courses = roles.course_roles(user["name"], user.get("groups", []), courses)
+        in_courses = await self.courses.roles_of(user["name"])
         self.write_json(
             {
                 "name": user["name"],
@@ -90,7 +117,7 @@ class MeHandler(APIHandler):
                 "admin": bool(user.get("admin")),
                 "groups": sorted(user.get("groups", [])),
                 "role": roles.overall_role(bool(user.get("admin")), in_courses),
-                "courses": in_courses,
+                "courses": dict(sorted(in_courses.items())),
             }
         )
 
@@ -103,9 +130,7 @@ class ServerProfileHandler(APIHandler):
     """
 
     async def put(self, name: str) -> None:
-        caller = self.require_user()
-        if not roles.may_control_server(caller["name"], bool(caller.get("admin")), name):
-            raise web.HTTPError(403, "You can only change the profile of your own server.")
+        await self.authorize(authz.CONTROL_SERVER, user=name)
         try:
             options = json.loads(self.request.body or b"{}")
         except ValueError:
@@ -115,6 +140,161 @@ class ServerProfileHandler(APIHandler):
         server = await servers.switch_profile(self.hub, name, options)
         self.write_json({"user_options": server.get("user_options"), "ready": server.get("ready"),
                          "url": server.get("url")})
+
+
+class CoursesHandler(APIHandler):
+    """``/api/courses``: GET lists the caller's courses (all for admins); POST creates one."""
+
+    async def get(self) -> None:
+        caller = await self.authorize(authz.LIST_COURSES)
+        self.write_json(await self.courses.list(caller))
+
+    async def post(self) -> None:
+        caller = await self.authorize(authz.CREATE_COURSE)
+        body = self.json_body()
+        if not isinstance(body, dict) or not set(body) <= {"name", "display_name"}:
+            raise web.HTTPError(400, 'The body must be {"name": "cs101", "display_name": "..."}.')
+        problem = course_name_problem(body.get("name"))
+        if problem:
+            raise web.HTTPError(400, problem[0].upper() + problem[1:] + ".")
+        display_name = body.get("display_name") or ""
+        if not isinstance(display_name, str):
+            raise web.HTTPError(400, "display_name must be a string.")
+        self.write_json(await self.courses.create(caller.name, body["name"], display_name), 201)
+
+
+class CourseHandler(APIHandler):
+    """``/api/courses/<course>``: GET one course (members, admins); DELETE it (admins)."""
+
+    async def get(self, course: str) -> None:
+        await self.authorize(authz.READ_COURSE, course=course)
+        self.write_json(await self.courses.get(course))
+
+    async def delete(self, course: str) -> None:
+        caller = await self.authorize(authz.DELETE_COURSE, course=course)
+        await self.courses.delete(caller.name, course)
+        self.set_status(204)
+        self.finish()
+
+
+class MembersHandler(APIHandler):
+    """``/api/courses/<course>/members``: GET (staff), PUT add/remove (teachers, admins)."""
+
+    async def get(self, course: str) -> None:
+        await self.authorize(authz.READ_MEMBERS, course=course)
+        self.write_json(await self.courses.members(course))
+
+    async def put(self, course: str) -> None:
+        caller = await self.authorize(authz.EDIT_MEMBERS, course=course)
+        self.write_json(await self.courses.change_members(caller, course, self.json_body()))
+
+
+class RosterHandler(APIHandler):
+    """``POST /api/courses/<course>/roster``: import a CSV (raw body or multipart field "file").
+
+    ``?remove_missing=true`` also removes students and TAs who are not in the file.
+    """
+
+    async def post(self, course: str) -> None:
+        caller = await self.authorize(authz.IMPORT_ROSTER, course=course)
+        files = self.request.files.get("file")
+        if files:
+            data = files[0]["body"]
+        elif self.request.headers.get("Content-Type", "").startswith("multipart/form-data"):
+            raise web.HTTPError(400, 'Send the CSV in the multipart field "file".')
+        else:
+            data = self.request.body
+        if not data:
+            raise web.HTTPError(400, "The roster is empty; send the CSV file as the body.")
+        flag = self.get_query_argument("remove_missing", "false").lower()
+        if flag not in ("true", "false", "1", "0", "yes", "no"):
+            raise web.HTTPError(400, "remove_missing must be true or false.")
+        remove = flag in ("true", "1", "yes")
+        self.write_json(await self.courses.import_roster(caller.name, course, data, remove))
+
+
+class CourseQuotaHandler(APIHandler):
+    """``/api/courses/<course>/quota``: the course ceiling; members read it, admins set it."""
+
+    async def get(self, course: str) -> None:
+        await self.authorize(authz.READ_COURSE_QUOTA, course=course)
+        self.write_json(await self.courses.course_quota(course))
+
+    async def put(self, course: str) -> None:
+        caller = await self.authorize(authz.SET_COURSE_QUOTA, course=course)
+        self.write_json(await self.courses.set_course_quota(caller.name, course, self.json_body()))
+
+
+class UserQuotaHandler(APIHandler):
+    """``/api/courses/<course>/quota/users/<user>``: one member's limits, within the ceiling."""
+
+    async def get(self, course: str, user: str) -> None:
+        await self.authorize(authz.READ_USER_QUOTA, course=course, user=user)
+        self.write_json(await self.courses.user_quota(course, user))
+
+    async def put(self, course: str, user: str) -> None:
+        caller = await self.authorize(authz.SET_USER_QUOTA, course=course, user=user)
+        self.write_json(await self.courses.set_user_quota(caller.name, course, user, self.json_body()))
+
+
+class MyUsageHandler(APIHandler):
+    """``GET /api/usage/me``: what the caller holds, with their limits in each course."""
+
+    async def get(self) -> None:
+        caller = await self.authorize(authz.READ_OWN_USAGE)
+        self.write_json(await self.courses.my_usage(caller.name))
+
+
+class CourseUsageHandler(APIHandler):
+    """``GET /api/courses/<course>/usage``: the course and each user of it (teachers, TAs)."""
+
+    async def get(self, course: str) -> None:
+        await self.authorize(authz.READ_COURSE_USAGE, course=course)
+        self.write_json(await self.courses.course_usage(course))
+
+
+class AllUsageHandler(APIHandler):
+    """``GET /api/usage``: every course and user (admins)."""
+
+    async def get(self) -> None:
+        await self.authorize(authz.READ_ALL_USAGE)
+        self.write_json(await self.courses.all_usage())
+
+
+class OpenAPIHandler(APIHandler):
+    """``GET /api/openapi.json``: the API description, without login (it holds no data)."""
+
+    def get(self) -> None:
+        self.write_json(openapi.document())
+
+
+class MetricsHandler(APIHandler):
+    """``GET /metrics``: Prometheus text format.
+
+    Protected like JupyterHub's own /hub/metrics: by default a hub admin or a token with the
+    scope ``read:metrics`` (e.g. a Prometheus hub service with that role); anonymous scrapes only
+    when the service runs with ``authenticate_metrics = False`` ($CLASSHUB_METRICS_AUTH=0).
+    """
+
+    async def get(self) -> None:
+        if self.settings.get("authenticate_metrics", True):
+            model = self.hub_auth.get_user(self)
+            if model is None:
+                raise web.HTTPError(
+                    401, "Send 'Authorization: token <token>' with a token that has the scope "
+                    "'read:metrics'."
+                )
+            try:
+                access = bool(self.check_hub_user(model))
+            except UserNotAllowed:
+                access = False
+            caller = await self.courses.caller(model, access=access)
+            verdict = authz.decide(caller, authz.READ_METRICS)
+            if not verdict:
+                raise web.HTTPError(verdict.status, verdict.message)
+        body = await asyncio.to_thread(metrics.render, self.settings["metrics_registry"])
+        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.finish(body)
 
 
 class NotFoundHandler(APIHandler):

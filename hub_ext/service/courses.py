@@ -1,0 +1,599 @@
+"""Courses for the API: the classhub store is the truth, the hub group follows it.
+
+Why this module: a course is a row in the classhub store (roles, quotas, the ledger) *and* a
+JupyterHub group of the same name (so JupyterHub's own ``!group=`` role filters, profile
+visibility and the admin page see the same members). Every change is written to the store first
+and then the group is made to match the store (`sync_group`), which is idempotent: a sync that
+failed half way (the hub was restarting) is finished by the next change or by `reconcile` when
+the service starts (DESIGN.md rule 4). Handlers stay thin: they decide with hub_ext.core.authz and
+call one method here.
+
+Blocking database work runs in a worker thread (`asyncio.to_thread`); each call is one short
+transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session, sessionmaker
+from tornado import web
+
+from hub_ext.core import authz, roles, roster
+from hub_ext.core.quota import Limits, Usage, parse_limits, week_window
+from hub_ext.core.resources import is_mig_resource
+from hub_ext.service.hubapi import HubAPI
+from hub_ext.store import (
+    AuditLog,
+    Course,
+    CourseQuota,
+    Ledger,
+    Membership,
+    Reservation,
+    UserQuota,
+    add_member,
+    ensure_course,
+    set_course_limits,
+    set_user_limits,
+)
+
+log = logging.getLogger("classhub.service")
+T = TypeVar("T")
+
+#: Course names: usable as a JupyterHub group name, in a ``!group=`` scope filter, as a Kubernetes
+#: label value and as a Prometheus label (letters, digits, '.', '_', '-'; at most 63 characters).
+COURSE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?\Z")
+
+#: Resource names a quota may cap without a vendor prefix (Kubernetes' own resources).
+_STANDARD_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage", "storage", "pods"})
+_NVIDIA_RESOURCES = frozenset({"nvidia.com/gpu", "nvidia.com/gpu.shared"})
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def course_name_problem(name: object) -> str | None:
+    """Why `name` cannot be a course (a hub group) name, or None when it can."""
+    if not isinstance(name, str) or not name:
+        return "give the course a 'name', e.g. \"cs101\""
+    if not COURSE_NAME.match(name):
+        return (
+            f"course name {name!r} is not allowed: use 1-63 letters, digits, '.', '_' or '-', "
+            "starting and ending with a letter or digit (it becomes a JupyterHub group name)"
+        )
+    return None
+
+
+def unknown_resources(names: Iterable[str]) -> list[str]:
+    """Resource names a quota should not name: typos of Kubernetes or NVIDIA resources.
+
+    Names without a vendor prefix must be Kubernetes' own (cpu, memory, ...); under
+    ``nvidia.com/`` only the device plugin's names exist. Other vendors' extended resources
+    (``amd.com/gpu``) are accepted as written. Why: a ceiling on "gpus" would cap nothing and the
+    admin would believe the course is limited.
+    """
+    bad = []
+    for name in names:
+        if "/" not in name:
+            ok = name in _STANDARD_RESOURCES or name.startswith("hugepages-")
+        elif name.startswith("nvidia.com/"):
+            ok = name in _NVIDIA_RESOURCES or is_mig_resource(name)
+        else:
+            ok = True
+        if not ok:
+            bad.append(name)
+    return sorted(bad)
+
+
+def parse_quota_body(body: object) -> Limits:
+    """Limits from a PUT body; 400 with the reason for anything the teacher must change."""
+    try:
+        limits = parse_limits(body)  # type: ignore[arg-type]
+    except ValueError as e:
+        raise web.HTTPError(400, "Invalid quota: %s.", str(e)) from None
+    unknown = unknown_resources(limits.limited)
+    if unknown:
+        raise web.HTTPError(
+            400,
+            "Invalid quota: unknown resource %s; use cpu, memory, ephemeral-storage, nvidia.com/gpu, "
+            "nvidia.com/gpu.shared, nvidia.com/mig-<g>g.<mem>gb (e.g. nvidia.com/mig-1g.18gb) or a "
+            "vendor's extended resource such as amd.com/gpu.",
+            ", ".join(map(repr, unknown)),
+        )
+    return limits
+
+
+def usage_json(usage: Usage) -> dict[str, Any]:
+    """Usage for JSON: Kubernetes quantities, servers, GPU hours of this week (a number)."""
+    return {
+        "resources": usage.resources.to_k8s(),
+        "servers": usage.servers,
+        "gpu_hours_week": round(float(usage.gpu_hours_week), 4),
+    }
+
+
+class Courses:
+    """Course operations of the service: store transactions plus the hub group sync."""
+
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        hub: HubAPI,
+        normalize: Callable[[str], str] = roster.default_normalize,
+    ) -> None:
+        self.sessions = sessions
+        self.hub = hub
+        self.ledger = Ledger(sessions)
+        self.normalize = normalize
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def _db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    # ------------------------------------------------------------------ who asks
+
+    def _roles_of(self, username: str) -> dict[str, str]:
+        with self.sessions() as session:
+            rows = session.execute(
+                select(Course.name, Membership.role)
+                .join(Membership, Membership.course_id == Course.id)
+                .where(Membership.username == username)
+            ).all()
+        return dict(rows)
+
+    async def roles_of(self, username: str) -> dict[str, str]:
+        """{course: role} of `username`, from the store."""
+        return await self._db(self._roles_of, username)
+
+    async def caller(self, model: Mapping[str, Any], access: bool = True) -> authz.Caller:
+        """The authz Caller for a hub user/service model (as HubOAuth returns it); `access`:
+        whether the token grants access to classhub (checked by HubOAuth)."""
+        kind = model.get("kind", "user")
+        return authz.Caller(
+            name=model["name"],
+            kind=kind,
+            admin=bool(model.get("admin")) if kind == "user" else False,
+            courses=await self.roles_of(model["name"]) if kind == "user" and access else {},
+            scopes=frozenset(model.get("scopes") or ()),
+            access=access,
+        )
+
+    # ------------------------------------------------------------------ courses
+
+    def _course(self, session: Session, name: str) -> Course:
+        course = session.scalars(select(Course).where(Course.name == name)).one_or_none()
+        if course is None:
+            raise web.HTTPError(404, "No course %s; GET /api/courses lists the courses.", name)
+        return course
+
+    @staticmethod
+    def _course_json(course: Course, counts: Mapping[str, int]) -> dict[str, Any]:
+        return {
+            "name": course.name,
+            "display_name": course.display_name or course.name,
+            "created_at": course.created_at.isoformat(),
+            "members": {role: counts.get(role, 0) for role in (roles.TEACHER, roles.TA, roles.STUDENT)},
+        }
+
+    def _list(self, names: list[str] | None) -> list[dict[str, Any]]:
+        with self.sessions() as session:
+            query = select(Course).order_by(Course.name)
+            if names is not None:
+                query = query.where(Course.name.in_(names))
+            courses = session.scalars(query).all()
+            counts: dict[int, dict[str, int]] = {}
+            for course_id, role, n in session.execute(
+                select(Membership.course_id, Membership.role, func.count()).group_by(
+                    Membership.course_id, Membership.role
+                )
+            ):
+                counts.setdefault(course_id, {})[role] = n
+            return [self._course_json(c, counts.get(c.id, {})) for c in courses]
+
+    async def list(self, caller: authz.Caller) -> list[dict[str, Any]]:
+        """The courses `caller` may see (all for admins, their own for others)."""
+        if caller.is_admin:
+            return await self._db(self._list, None)
+        return await self._db(self._list, authz.visible_courses(caller, caller.courses))
+
+    async def get(self, name: str) -> dict[str, Any]:
+        found = await self._db(self._list, [name])
+        if not found:
+            raise web.HTTPError(404, "No course %s; GET /api/courses lists the courses.", name)
+        return found[0]
+
+    async def create(self, actor: str, name: str, display_name: str) -> dict[str, Any]:
+        """Create the course and its hub group.
+
+        A hub group of that name that already exists is adopted: its members join the course,
+        as teachers and TAs when the group's properties say so (the pre-store way of marking a
+        course), as students otherwise; the reply lists them under "adopted".
+        """
+        async with self._lock(name):
+            if await self._db(self._exists, name):
+                raise web.HTTPError(409, "Course %s already exists; pick another name.", name)
+            group = await self.hub.group(name)
+            if group is None:
+                await self.hub.create_group(name)
+                adopted: dict[str, str] = {}
+            else:
+                adopted = _group_roles(group)
+            await self._db(self._create, actor, name, display_name, adopted)
+        course = await self.get(name)
+        course["adopted"] = sorted(adopted)
+        return course
+
+    def _exists(self, name: str) -> bool:
+        with self.sessions() as session:
+            return session.scalars(select(Course.id).where(Course.name == name)).first() is not None
+
+    def _create(self, actor: str, name: str, display_name: str, members: Mapping[str, str]) -> None:
+        now = utcnow()
+        with self.sessions.begin() as session:
+            course = ensure_course(session, name, now, display_name)
+            for username, role in sorted(members.items()):
+                add_member(session, course, username, role)
+            session.add(AuditLog(at=now, actor=actor, action="course.create",
+                                 details={"course": name, "adopted": sorted(members)}))
+
+    async def delete(self, actor: str, name: str) -> None:
+        """Delete the course (members, quotas) and its hub group; 409 while servers hold quota."""
+        async with self._lock(name):
+            await self._db(self._delete, actor, name)
+            await self.hub.delete_group(name)
+
+    def _delete(self, actor: str, name: str) -> None:
+        now = utcnow()
+        with self.sessions.begin() as session:
+            course = self._course(session, name)
+            active = session.scalars(
+                select(Reservation.key).where(
+                    Reservation.course_id == course.id, Reservation.released_at.is_(None)
+                )
+            ).all()
+            if active:
+                raise web.HTTPError(
+                    409,
+                    "Course %s still has %d running server(s) or job(s) (%s); stop them first.",
+                    name, len(active), ", ".join(active[:5]),
+                )
+            # Finished reservations stay as GPU-hour history of their users, outside any course.
+            for reservation in session.scalars(
+                select(Reservation).where(Reservation.course_id == course.id)
+            ):
+                reservation.course_id = None
+            session.execute(delete(UserQuota).where(UserQuota.course_id == course.id))
+            session.delete(course)
+            session.add(AuditLog(at=now, actor=actor, action="course.delete", details={"course": name}))
+
+    # ------------------------------------------------------------------ members
+
+    def _members(self, name: str) -> dict[str, str]:
+        with self.sessions() as session:
+            course = self._course(session, name)
+            rows = session.execute(
+                select(Membership.username, Membership.role).where(Membership.course_id == course.id)
+            ).all()
+        return dict(rows)
+
+    async def members(self, name: str) -> list[dict[str, str]]:
+        current = await self._db(self._members, name)
+        return [{"username": u, "role": r} for u, r in sorted(current.items())]
+
+    async def change_members(self, caller: authz.Caller, name: str, body: object) -> dict[str, Any]:
+        """Apply {"add": [{"username", "role"}], "remove": [username, ...]} all or nothing."""
+        adds, removes = self._parse_member_change(body)
+        async with self._lock(name):
+            current = await self._db(self._members, name)
+            for username, role in adds.items():
+                verdict = authz.may_change_member(caller, name, current.get(username), role)
+                if not verdict:
+                    raise web.HTTPError(verdict.status, "%s: %s", username, verdict.message)
+            for username in removes:
+                verdict = authz.may_change_member(caller, name, current.get(username), None)
+                if not verdict:
+                    raise web.HTTPError(verdict.status, "%s: %s", username, verdict.message)
+            new = [u for u in adds if u not in current]
+            refused = await self.hub.create_users(new)
+            if refused:
+                user, reason = next(iter(refused.items()))
+                raise web.HTTPError(400, "The hub refused the username %r: %s. Nothing was changed.",
+                                    user, reason)
+            result = {
+                "added": sorted(u for u in adds if u not in current),
+                "changed": sorted(u for u, r in adds.items() if u in current and current[u] != r),
+                "unchanged": sorted(u for u, r in adds.items() if current.get(u) == r),
+                "removed": sorted(u for u in removes if u in current),
+            }
+            await self._db(self._apply, caller.name, name, adds, result["removed"], "members.change")
+            await self._sync(name, created=new)
+        return result
+
+    def _parse_member_change(self, body: object) -> tuple[dict[str, str], list[str]]:
+        if not isinstance(body, Mapping) or not set(body) <= {"add", "remove"}:
+            raise web.HTTPError(
+                400, 'The body must be {"add": [{"username": ..., "role": "student"}], "remove": '
+                '["username", ...]}.'
+            )
+        adds: dict[str, str] = {}
+        for i, entry in enumerate(body.get("add") or []):
+            if isinstance(entry, str):
+                entry = {"username": entry}
+            if not isinstance(entry, Mapping) or not isinstance(entry.get("username"), str):
+                raise web.HTTPError(400, 'add[%d]: write {"username": "...", "role": "student"}.', i)
+            username = self._username(entry["username"], f"add[{i}]")
+            role = entry.get("role", roles.STUDENT)
+            if role not in (roles.STUDENT, roles.TA, roles.TEACHER):
+                raise web.HTTPError(400, "add[%d]: role %r is not one of student, ta, teacher.", i, role)
+            if adds.get(username, role) != role:
+                raise web.HTTPError(400, "add[%d]: %s is listed twice with different roles.", i, username)
+            adds[username] = role
+        removes: list[str] = []
+        for i, entry in enumerate(body.get("remove") or []):
+            raw = entry.get("username") if isinstance(entry, Mapping) else entry
+            if not isinstance(raw, str):
+                raise web.HTTPError(400, "remove[%d]: give a username.", i)
+            username = self._username(raw, f"remove[{i}]")
+            if username in adds:
+                raise web.HTTPError(400, "%s is both added and removed; keep one.", username)
+            removes.append(username)
+        return adds, removes
+
+    def _username(self, raw: str, where: str) -> str:
+        username = self.normalize(raw)
+        problem = roster.username_problem(username)
+        if problem:
+            raise web.HTTPError(400, "%s: %s.", where, problem)
+        return username
+
+    def _apply(self, actor: str, name: str, set_roles: Mapping[str, str], removes: Iterable[str],
+               action: str, **details: object) -> None:
+        now = utcnow()
+        removes = list(removes)
+        with self.sessions.begin() as session:
+            course = self._course(session, name)
+            for username, role in set_roles.items():
+                add_member(session, course, username, role)
+            if removes:
+                session.execute(
+                    delete(Membership).where(
+                        Membership.course_id == course.id, Membership.username.in_(removes)
+                    )
+                )
+            session.add(AuditLog(at=now, actor=actor, action=action, details={
+                "course": name, "set": dict(set_roles), "removed": removes, **details}))
+
+    async def import_roster(
+        self, actor: str, name: str, data: bytes, remove_missing: bool
+    ) -> dict[str, Any]:
+        """Import a roster CSV: valid rows join (or change role), bad rows are reported by line.
+
+        Re-importing the same file changes nothing. Names the hub itself refuses (its
+        authenticator's username rules) are reported on their line too and not imported.
+        """
+        parsed = roster.parse_roster(data, self.normalize)
+        errors = [
+            {"line": e.line, "value": e.value, "message": e.message, "code": e.code}
+            for e in parsed.errors
+        ]
+        async with self._lock(name):
+            current = await self._db(self._members, name)
+            plan = roster.diff_roster(current, parsed.rows, remove_missing)
+            refused = await self.hub.create_users([row.username for row in plan.adds])
+            adds = [row for row in plan.adds if row.username not in refused]
+            for row in plan.adds:
+                if row.username in refused:
+                    errors.append({
+                        "line": row.line, "value": row.username, "code": "hub-refused",
+                        "message": f"the hub refused the username {row.username!r} "
+                                   f"({refused[row.username]}); fix or delete the line",
+                    })
+            set_roles = {row.username: row.role for row in adds}
+            set_roles.update({change.username: change.new for change in plan.role_changes})
+            removed = [r.username for r in plan.removals]
+            if set_roles or removed:
+                await self._db(self._apply, actor, name, set_roles, removed, "roster.import",
+                               errors=len(errors))
+            await self._sync(name, created=(row.username for row in adds))
+        errors.sort(key=lambda e: e["line"])
+        return {
+            "imported": len(set_roles),
+            "added": len(adds),
+            "changed": len(plan.role_changes),
+            "unchanged": len(plan.unchanged),
+            "removed": len(removed),
+            "protected": list(plan.protected),
+            "errors": errors,
+            "encoding": parsed.encoding,
+        }
+
+    # ------------------------------------------------------------------ hub group sync
+
+    def _lock(self, name: str) -> asyncio.Lock:
+        return self._locks.setdefault(name, asyncio.Lock())
+
+    async def _sync(self, name: str, created: Iterable[str] = ()) -> dict[str, list[str]]:
+        """Make hub group `name` hold exactly the course's members (creating hub users as needed;
+        `created` are users the caller just made sure exist).
+
+        Returns what changed ({"added", "removed", "refused"}); refused are members the hub
+        will not create (they stay in the store and are retried at the next sync).
+        """
+        wanted = set(await self._db(self._members, name))
+        group = await self.hub.group(name)
+        if group is None:
+            await self.hub.create_group(name)
+            have: set[str] = set()
+        else:
+            have = set(group.get("users") or [])
+        missing, extra = sorted(wanted - have), sorted(have - wanted)
+        done = set(created)
+        refused = await self.hub.create_users([u for u in missing if u not in done])
+        added = [u for u in missing if u not in refused]
+        await self.hub.add_group_users(name, added)
+        await self.hub.remove_group_users(name, extra)
+        return {"added": added, "removed": extra, "refused": sorted(refused)}
+
+    async def sync_group(self, name: str) -> dict[str, list[str]]:
+        async with self._lock(name):
+            return await self._sync(name)
+
+    async def reconcile(self) -> None:
+        """At service start: adopt hub groups marked as courses in their properties that the
+        store does not know yet, then make every course's hub group match the store."""
+        known = set(await self._db(self._course_names))
+        for group in await self.hub.groups():
+            if group["name"] in known:
+                continue
+            if roles.CourseStaff.from_group_properties(group.get("properties")) is None:
+                continue
+            full = await self.hub.group(group["name"]) or group
+            await self._db(self._create, "classhub-reconcile", group["name"], "", _group_roles(full))
+            log.info("adopted hub group %s as a classhub course", group["name"])
+            known.add(group["name"])
+        for name in sorted(known):
+            changed = await self.sync_group(name)
+            if any(changed.values()):
+                log.info("synced hub group %s with the course: %s", name, changed)
+
+    def _course_names(self) -> list[str]:
+        with self.sessions() as session:
+            return list(session.scalars(select(Course.name)))
+
+    # ------------------------------------------------------------------ quotas
+
+    def _course_limits(self, name: str) -> Limits:
+        with self.sessions() as session:
+            course = self._course(session, name)
+            quota = session.get(CourseQuota, course.id)
+            return quota.limits if quota else Limits()
+
+    async def course_quota(self, name: str) -> dict[str, Any]:
+        return (await self._db(self._course_limits, name)).to_dict()
+
+    async def set_course_quota(self, actor: str, name: str, body: object) -> dict[str, Any]:
+        limits = parse_quota_body(body)
+        await self._db(self._set_course_quota, actor, name, limits)
+        return limits.to_dict()
+
+    def _set_course_quota(self, actor: str, name: str, limits: Limits) -> None:
+        with self.sessions.begin() as session:
+            set_course_limits(session, self._course(session, name), limits, actor=actor, now=utcnow())
+
+    def _user_limits(self, name: str, username: str) -> Limits:
+        with self.sessions() as session:
+            course = self._course(session, name)
+            self._require_member(session, course, username)
+            quota = session.scalars(
+                select(UserQuota).where(UserQuota.course_id == course.id, UserQuota.username == username)
+            ).one_or_none()
+            return quota.limits if quota else Limits()
+
+    @staticmethod
+    def _require_member(session: Session, course: Course, username: str) -> None:
+        member = session.scalars(
+            select(Membership.id).where(Membership.course_id == course.id, Membership.username == username)
+        ).first()
+        if member is None:
+            raise web.HTTPError(
+                404, "%s is not a member of %s; add them with PUT /api/courses/%s/members first.",
+                username, course.name, course.name,
+            )
+
+    async def user_quota(self, name: str, username: str) -> dict[str, Any]:
+        return (await self._db(self._user_limits, name, username)).to_dict()
+
+    async def set_user_quota(self, actor: str, name: str, username: str, body: object) -> dict[str, Any]:
+        limits = parse_quota_body(body)
+        await self._db(self._set_user_quota, actor, name, username, limits)
+        return limits.to_dict()
+
+    def _set_user_quota(self, actor: str, name: str, username: str, limits: Limits) -> None:
+        with self.sessions.begin() as session:
+            course = self._course(session, name)
+            self._require_member(session, course, username)
+            try:
+                set_user_limits(session, course, username, limits, actor=actor, now=utcnow())
+            except ValueError as e:
+                raise web.HTTPError(
+                    400, "Over the course ceiling: %s. Lower the limit, or ask a hub admin to raise "
+                    "the ceiling of %s.", str(e), name,
+                ) from None
+
+    # ------------------------------------------------------------------ usage
+
+    def _week_users(self, name: str | None) -> list[str]:
+        """Users holding or having held a reservation this week (in `name`, or anywhere)."""
+        week_start, _ = week_window(utcnow())  # the Ledger's default week
+        query = select(Reservation.username).distinct().where(
+            Reservation.released_at.is_(None) | (Reservation.released_at > week_start)
+        )
+        with self.sessions() as session:
+            if name is not None:
+                query = query.join(Course, Reservation.course_id == Course.id).where(Course.name == name)
+            return sorted(session.scalars(query))
+
+    def _course_usage(self, name: str) -> dict[str, Any]:
+        now = utcnow()
+        limits = self._course_limits(name)  # 404 for a missing course
+        return {
+            "course": name,
+            "limits": limits.to_dict(),
+            "usage": usage_json(self.ledger.usage(now, course=name)),
+            "users": {
+                user: usage_json(self.ledger.usage(now, course=name, username=user))
+                for user in self._week_users(name)
+            },
+        }
+
+    async def course_usage(self, name: str) -> dict[str, Any]:
+        return await self._db(self._course_usage, name)
+
+    def _my_usage(self, username: str) -> dict[str, Any]:
+        now = utcnow()
+        courses = {}
+        for course, role in sorted(self._roles_of(username).items()):
+            courses[course] = {
+                "role": role,
+                "usage": usage_json(self.ledger.usage(now, course=course, username=username)),
+                "limits": self._user_limits(course, username).to_dict(),
+                "course_limits": self._course_limits(course).to_dict(),
+            }
+        return {
+            "name": username,
+            "usage": usage_json(self.ledger.usage(now, username=username)),
+            "courses": courses,
+        }
+
+    async def my_usage(self, username: str) -> dict[str, Any]:
+        return await self._db(self._my_usage, username)
+
+    def _all_usage(self) -> dict[str, Any]:
+        now = utcnow()
+        return {
+            "courses": {
+                name: {
+                    "limits": self._course_limits(name).to_dict(),
+                    "usage": usage_json(self.ledger.usage(now, course=name)),
+                }
+                for name in sorted(self._course_names())
+            },
+            "users": {user: usage_json(self.ledger.usage(now, username=user))
+                      for user in self._week_users(None)},
+        }
+
+    async def all_usage(self) -> dict[str, Any]:
+        return await self._db(self._all_usage)
+
+
+def _group_roles(group: Mapping[str, Any]) -> dict[str, str]:
+    """Members of a hub group with their roles, from the group's classhub properties if any."""
+    staff = roles.CourseStaff.from_group_properties(group.get("properties")) or roles.CourseStaff()
+    return {user: staff.role_of(user) for user in group.get("users") or []}

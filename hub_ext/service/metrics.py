@@ -1,0 +1,98 @@
+"""Prometheus metrics of classhub, computed from the store at each scrape.
+
+Why computed, not counted in memory: the facts live in the database (DESIGN.md rule 4). Quotas
+and reservations are rows; spawn denials are written by the spawner, which runs in the *hub*
+process, into the audit log (action ``spawn_denied``, details ``{reason, course}``). A counter
+kept in this service would never see them, and one kept in the hub would restart at zero with
+it. Counting audit rows per reason is monotonic (the log is append-only), survives restarts of
+either process, and agrees between several service replicas, which is what a Prometheus counter
+needs; ``rate(classhub_spawns_denied_total[5m])`` works as usual.
+
+Exposed:
+- ``classhub_quota{course, resource}``: each course ceiling; ``resource`` is a Kubernetes resource
+  name (cpu in cores, memory in bytes, GPUs and MIG slices as counts), or ``servers`` or
+  ``gpu_hours_per_week``.
+- ``classhub_usage{course, resource}``: what the course holds now (unreleased reservations), with
+  ``servers`` and ``gpu_hours_per_week`` (GPU hours used this week) so that usage / quota lines up.
+- ``classhub_spawns_denied_total{reason}``: spawns refused, by reason code (hub_ext.core.quota).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timezone
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from hub_ext.store import AuditLog, Course, CourseQuota, Ledger
+
+SPAWN_DENIED = "spawn_denied"
+SERVERS = "servers"
+GPU_HOURS = "gpu_hours_per_week"
+
+
+class StoreCollector(Collector):
+    """Reads quotas, usage and denials from the classhub store when Prometheus scrapes."""
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self.sessions = sessions
+        self.ledger = Ledger(sessions)
+
+    def collect(self) -> Iterator[Metric]:
+        now = datetime.now(timezone.utc)
+        quota = GaugeMetricFamily(
+            "classhub_quota", "Course ceiling per resource (cpu in cores, memory in bytes, devices "
+            "as counts; servers; gpu_hours_per_week).", labels=["course", "resource"],
+        )
+        usage = GaugeMetricFamily(
+            "classhub_usage", "What a course holds now per resource, its running servers and its "
+            "GPU hours this week (gpu_hours_per_week).", labels=["course", "resource"],
+        )
+        denied = CounterMetricFamily(
+            "classhub_spawns_denied", "Spawns refused by classhub, by reason (from the audit log).",
+            labels=["reason"],
+        )
+        with self.sessions() as session:
+            courses = session.execute(
+                select(Course.name, CourseQuota).outerjoin(CourseQuota, CourseQuota.course_id == Course.id)
+                .order_by(Course.name)
+            ).all()
+            reason = AuditLog.details["reason"].as_string()
+            denials = session.execute(
+                select(reason, func.count()).where(AuditLog.action == SPAWN_DENIED).group_by(reason)
+            ).all()
+        for name, row in courses:
+            if row is not None:
+                limits = row.limits
+                for resource in sorted(limits.limited):
+                    quota.add_metric([name, resource], float(limits.ceiling(resource)))
+                if limits.servers is not None:
+                    quota.add_metric([name, SERVERS], limits.servers)
+                if limits.gpu_hours_per_week is not None:
+                    quota.add_metric([name, GPU_HOURS], float(limits.gpu_hours_per_week))
+            held = self.ledger.usage(now, course=name)
+            for resource, amount in held.resources.items():
+                usage.add_metric([name, resource], float(amount))
+            usage.add_metric([name, SERVERS], held.servers)
+            usage.add_metric([name, GPU_HOURS], float(held.gpu_hours_week))
+        for code, count in sorted(denials, key=lambda d: str(d[0])):
+            denied.add_metric([code or "unknown"], count)
+        yield quota
+        yield usage
+        yield denied
+
+
+def registry_for(sessions: sessionmaker[Session]) -> CollectorRegistry:
+    """A registry of its own (not the process-global one), so tests and apps do not mix."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StoreCollector(sessions))
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    """The text exposition format (``text/plain; version=0.0.4``)."""
+    return generate_latest(registry)
