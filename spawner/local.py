@@ -182,6 +182,13 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
         return accounts.ensure_system_account(name, self.home_dir, self.create_system_users)
 
     async def start(self) -> tuple[str, int]:
+        try:
+            return await self._start_local()
+        except accounts.AccountError as e:
+            # A setup problem the admin must fix: show the sentence, not "Internal Server Error".
+            raise web.HTTPError(500, f"Cannot start the server: {e}") from None
+
+    async def _start_local(self) -> tuple[str, int]:
         if self.system_users:
             if os.getuid() != 0:
                 raise accounts.AccountError(
