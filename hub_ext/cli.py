@@ -112,6 +112,8 @@ def run_local(args: argparse.Namespace) -> None:
     except Exception as e:  # a wrong URL, an unreachable server, a missing driver
         raise CLIError(f"cannot open the classhub database {db_url} ({type(e).__name__}: {e}); "
                        "check --db-url") from None
+    if not args.no_demo:
+        demo.seed_course(sessions)  # before configure(), which makes the course roles from it
 
     c = Config()
     configure(
@@ -139,7 +141,6 @@ def run_local(args: argparse.Namespace) -> None:
         c.DemoAuthenticator.password_file = str(data_dir / demo.PASSWORD_FILE)
         c.DemoAuthenticator.admin_users = {demo.DEMO_ADMIN}
         c.JupyterHub.load_groups = demo.demo_groups()
-        demo.seed_course(sessions)
 
     print_banner(args, data_dir, password)
     from jupyterhub.app import JupyterHub

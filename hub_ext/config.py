@@ -9,12 +9,15 @@ local hub and a z2jh hub are configured by one piece of code.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from hub_ext.core import roles
+
+log = logging.getLogger(__name__)
 
 SERVICE_NAME = "classhub"
 #: Environment variables of the hub passed on to the classhub service (see its traits).
@@ -38,6 +41,7 @@ def configure(
     system_users: bool = False,
     create_system_users: bool = False,
     db_url: str | None = None,
+    ta_server_access: bool = True,
 ) -> None:
     """Add classhub's service, roles and scopes, and spawner to the JupyterHub config ``c``.
 
@@ -59,6 +63,7 @@ def configure(
         base = Path(data_dir).resolve() if data_dir is not None else Path("/srv/jupyterhub")
         db_url = f"sqlite:///{base / 'classhub.sqlite'}"
     _add_service(c, service_url, bind_all=(mode == "kubernetes"), db_url=db_url)
+    _add_course_roles(c, db_url, ta_server_access)
     c.ClasshubLocalSpawner.classhub_db_url = db_url
     c.ClasshubKubeSpawner.classhub_db_url = db_url
     _add_roles(c)
@@ -120,6 +125,27 @@ def _add_roles(c: Any) -> None:
     if access not in scopes:
         scopes.append(access)
     existing["user"] = {**user_role, "scopes": scopes}
+    c.JupyterHub.load_roles = list(existing.values())
+
+
+def _add_course_roles(c: Any, db_url: str, ta_server_access: bool) -> None:
+    """Teacher/TA roles with ``!group=`` filters for every course in the store (at hub start).
+
+    JupyterHub defines roles when it starts: a course created later gets its roles at the next
+    hub restart (its teachers can use classhub's API for it at once).
+    """
+    from hub_ext import store
+
+    try:
+        sessions = store.connect(db_url)
+        with sessions() as session:
+            members = store.all_members(session)
+    except Exception as e:  # an unreachable database must not keep the hub from starting
+        log.warning("classhub: no course roles (cannot read %s: %s)", db_url, e)
+        return
+    existing = {r["name"]: r for r in _configured(c, "load_roles")}
+    for role in roles.hub_roles(members, ta_server_access):
+        existing[role["name"]] = role
     c.JupyterHub.load_roles = list(existing.values())
 
 

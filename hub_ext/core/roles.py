@@ -7,6 +7,8 @@ truth for membership. This module only decides; it never fetches anything.
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -80,3 +82,50 @@ def overall_role(is_admin: bool, roles_in_courses: Mapping[str, str]) -> str:
 def may_control_server(caller: str, caller_is_admin: bool, owner: str) -> bool:
     """Who may stop, start or change a user's server through classhub: its owner or an admin."""
     return caller_is_admin or caller == owner
+
+
+def _role_slug(course: str) -> str:
+    """A JupyterHub role name part for a course (role names allow [a-z0-9-_~.] only)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", course.lower()).strip("-")[:40] or "course"
+    if slug != course:
+        slug = f"{slug}-{hashlib.sha256(course.encode()).hexdigest()[:6]}"
+    return slug
+
+
+def hub_roles(members: Mapping[str, Mapping[str, str]], ta_server_access: bool = True) -> list[dict]:
+    """JupyterHub roles that give teachers and TAs their powers over their course's servers.
+
+    ``members`` maps course (JupyterHub group) -> username -> role. Teachers may start and stop
+    the servers of their course (``admin:servers!group=``) and open them; TAs may open them (when
+    ``ta_server_access``); both may read the course's users. The hub enforces these itself.
+
+    Opening a server is granted per member (``access:servers!user=<member>``), not with
+    ``!group=``: a single-user server checks scopes without the hub's database and cannot tell
+    that a user is in a group (JupyterHub's documented limit of ``check_scopes``).
+    """
+    result = []
+    for course in sorted(members):
+        people = members[course]
+        teachers = sorted(u for u, r in people.items() if r == TEACHER)
+        tas = sorted(u for u, r in people.items() if r == TA)
+        learners = sorted(u for u, r in people.items() if r != TEACHER)
+        group = f"group={course}"
+        slug = _role_slug(course)
+        access = [f"access:servers!user={u}" for u in learners]
+        read = [f"read:users!{group}", f"read:groups!{group}"]
+        if teachers:
+            result.append({
+                "name": f"classhub-teacher-{slug}",
+                "description": f"Teachers of {course}: manage and open the course's servers",
+                "scopes": [f"admin:servers!{group}", *read, *access],
+                "users": teachers,
+            })
+        if tas:
+            result.append({
+                "name": f"classhub-ta-{slug}",
+                "description": f"TAs of {course}: open the course's servers to help",
+                "scopes": [*read, *([a for a in access if a.split("=", 1)[1] not in tas]
+                                    if ta_server_access else [])],
+                "users": tas,
+            })
+    return result

@@ -6,6 +6,7 @@ schema; `Ledger` makes quota admission race-free on top of it.
 
 from hub_ext.store.courses import (
     add_member,
+    all_members,
     courses_of,
     ensure_course,
     record,
@@ -36,6 +37,7 @@ __all__ = [
     "Reservation",
     "UserQuota",
     "add_member",
+    "all_members",
     "connect",
     "courses_of",
     "ensure_course",

@@ -16,7 +16,8 @@ from hub_ext.core.quota import Limits, ceiling_violations
 from hub_ext.store.models import ROLES, AuditLog, Course, CourseQuota, Membership, UserQuota
 
 __all__ = [
-    "add_member", "courses_of", "ensure_course", "record", "set_course_limits", "set_user_limits",
+    "add_member", "all_members", "courses_of", "ensure_course", "record", "set_course_limits",
+    "set_user_limits",
 ]
 
 
@@ -92,6 +93,18 @@ def courses_of(session: Session, username: str) -> dict[str, str]:
         .where(Membership.username == username)
     ).all()
     return {name: role for name, role in rows}
+
+
+def all_members(session: Session) -> dict[str, dict[str, str]]:
+    """course name -> username -> role, for every course (what the hub's roles are made from)."""
+    members: dict[str, dict[str, str]] = {}
+    for course, username, role in session.execute(
+        select(Course.name, Membership.username, Membership.role).join(
+            Membership, Membership.course_id == Course.id
+        )
+    ):
+        members.setdefault(course, {})[username] = role
+    return members
 
 
 def record(session: Session, actor: str, action: str, now: datetime, **details: object) -> AuditLog:
