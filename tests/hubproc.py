@@ -40,8 +40,52 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.1) -> Any
     return _wait_for(predicate, timeout=timeout, interval=interval, what=what)
 
 
+class HubProcess:
+    """Starting a hub process and waiting until the hub and the classhub service answer.
+
+    Shared by LocalHub (``classhub local``) and tests/kubehub.py's KubeHub (``jupyterhub`` in
+    kubernetes mode); subclasses have ``port``, ``proc`` and ``log_path`` attributes.
+    """
+
+    port: int
+    proc: subprocess.Popen | None
+    log_path: Path | None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _launch(self, cmd: list[str], log_path: Path, env: dict[str, str], cwd: Path | None = None,
+                timeout: float = START_TIMEOUT) -> None:
+        self.log_path = log_path
+        log = open(log_path, "ab")  # noqa: SIM115 - the hub process keeps writing to it
+        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                     stdin=subprocess.DEVNULL, env=env, cwd=cwd)
+        try:
+            wait_for(self._ready, timeout, f"the hub on port {self.port}")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _ready(self) -> bool:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"the hub exited with {self.proc.returncode}:\n{self.log()}")
+        try:
+            hub = requests.get(f"{self.url}/hub/api/", timeout=2)
+            service = requests.get(f"{self.url}/services/classhub/api/health", timeout=2)
+        except requests.RequestException:
+            return False
+        return hub.status_code == 200 and service.status_code == 200
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-8000:] if self.log_path else ""
+
+    def stop(self, timeout: float = 15):
+        raise NotImplementedError
+
+
 @dataclass
-class LocalHub:
+class LocalHub(HubProcess):
     """A ``classhub local`` process on a free port with its own data dir."""
 
     data_dir: Path
@@ -52,38 +96,14 @@ class LocalHub:
     env: dict[str, str] = field(default_factory=dict)
 
     @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
     def password(self) -> str:
         return (self.data_dir / "demo-password").read_text().strip()
 
     def start(self) -> LocalHub:
-        self.log_path = self.data_dir.parent / f"hub-{self.port}.log"
-        log = open(self.log_path, "wb")  # noqa: SIM115 - the hub process keeps writing to it
         cmd = [*CLASSHUB, "local", "--port", str(self.port), "--data-dir", str(self.data_dir),
                *self.extra_args]
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env={**os.environ, **self.env})
-        try:
-            wait_for(self._ready, START_TIMEOUT, f"classhub local on port {self.port}")
-        except Exception:
-            self.stop()
-            raise
+        self._launch(cmd, self.data_dir.parent / f"hub-{self.port}.log", {**os.environ, **self.env})
         return self
-
-    def _ready(self) -> bool:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"classhub local exited with {self.proc.returncode}:\n{self.log()}")
-        try:
-            r = requests.get(f"{self.url}/services/classhub/api/health", timeout=2)
-            return r.status_code == 200
-        except requests.RequestException:
-            return False
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-5000:] if self.log_path else ""
 
     def descendants(self) -> list[psutil.Process]:
         return psutil.Process(self.proc.pid).children(recursive=True)

@@ -23,7 +23,7 @@ from typing import Any
 import requests
 
 from hub_ext import demo
-from tests.hubproc import HubSession, free_port, wait_for
+from tests.hubproc import HubProcess, HubSession, free_port, wait_for
 
 HUB_START_TIMEOUT = 60
 PROXY = Path(sys.prefix) / "chp" / "node_modules" / ".bin" / "configurable-http-proxy"
@@ -67,7 +67,7 @@ c.KubeSpawner.mem_guarantee = "256M"
 
 
 @dataclass
-class KubeHub:
+class KubeHub(HubProcess):
     """A ``jupyterhub`` process in kubernetes mode on free ports, with its own data dir."""
 
     data_dir: Path
@@ -78,10 +78,6 @@ class KubeHub:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     @property
     def password(self) -> str:
@@ -105,30 +101,10 @@ class KubeHub:
 
     def start(self) -> KubeHub:
         self.write_config()
-        self.log_path = self.data_dir / "hub.log"
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the hub process keeps writing to it
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyterhub", "-f", str(self.config_file)],
-            cwd=self.data_dir, env=env, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-        )
-        try:
-            wait_for(self._ready, HUB_START_TIMEOUT, f"jupyterhub (kubernetes mode) on {self.port}")
-        except BaseException:
-            self.stop()
-            raise
+        self._launch([sys.executable, "-m", "jupyterhub", "-f", str(self.config_file)],
+                     self.data_dir / "hub.log", env, cwd=self.data_dir, timeout=HUB_START_TIMEOUT)
         return self
-
-    def _ready(self) -> bool:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"jupyterhub exited with {self.proc.returncode}:\n{self.log()}")
-        try:
-            hub = requests.get(f"{self.url}/hub/api/", timeout=2)
-            service = requests.get(f"{self.url}/services/classhub/api/health", timeout=2)
-        except requests.RequestException:
-            return False
-        return hub.status_code == 200 and service.status_code == 200
 
     def stop(self, timeout: float = 20) -> None:
         """SIGTERM, as an admin restarting the hub would (user pods keep running)."""
@@ -144,9 +120,6 @@ class KubeHub:
     def restart(self) -> KubeHub:
         self.stop()
         return self.start()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-8000:] if self.log_path else ""
 
     def login(self, username: str) -> HubSession:
         return HubSession(self, username)  # type: ignore[arg-type] - same url/password surface
