@@ -135,6 +135,8 @@ def progress_events(session: HubSession, timeout: float) -> Iterator[dict[str, A
     url = f"{session.hub.url}/hub/api/users/{session.username}/server/progress"
     with session.http.get(url, stream=True, timeout=timeout,
                           headers={"X-XSRFToken": session.xsrf}) as reply:
+        if reply.status_code == 400:
+            return  # the spawn already ended (failed) before the stream connected
         reply.raise_for_status()
         for line in reply.iter_lines(decode_unicode=True):
             if not line or not line.startswith("data:"):
