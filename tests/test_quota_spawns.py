@@ -82,6 +82,7 @@ def user_server(hub, token, name):
     return model["servers"].get("")
 
 
+@pytest.mark.timeout(120 + 45 * ROUNDS)
 def test_fifty_concurrent_spawns_admit_exactly_the_quota(quota_hub):
     hub = quota_hub
     token = HubSession(hub, "admin").new_token()
