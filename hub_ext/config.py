@@ -147,11 +147,3 @@ def _add_course_roles(c: Any, db_url: str, ta_server_access: bool) -> None:
     for role in roles.hub_roles(members, ta_server_access):
         existing[role["name"]] = role
     c.JupyterHub.load_roles = list(existing.values())
-
-
-def course_group(name: str, members: list[str], teachers: list[str], tas: list[str]) -> dict:
-    """A ``load_groups`` entry that makes the JupyterHub group ``name`` a classhub course."""
-    return {
-        "users": sorted(set(members) | set(teachers) | set(tas)),
-        "properties": {roles.COURSE_PROPERTY: {"teachers": teachers, "tas": tas}},
-    }

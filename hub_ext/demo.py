@@ -16,7 +16,6 @@ from jupyterhub.auth import Authenticator
 from traitlets import List, Unicode, default
 
 from hub_ext import store
-from hub_ext.config import course_group
 
 DEMO_COURSE = "demo101"
 DEMO_ADMIN = "admin"
@@ -41,11 +40,8 @@ def demo_password(data_dir: Path) -> str:
 
 def demo_groups() -> dict:
     """``load_groups`` for the demo course: teacher1 teaches, ta1 assists, two students."""
-    return {
-        DEMO_COURSE: course_group(
-            DEMO_COURSE, members=DEMO_STUDENTS, teachers=[DEMO_TEACHER], tas=[DEMO_TA]
-        )
-    }
+    # Roles live in the classhub store (seed_course); the hub group only lists the members.
+    return {DEMO_COURSE: {"users": sorted(DEMO_ACCOUNTS[1:])}}
 
 
 def seed_course(sessions) -> None:

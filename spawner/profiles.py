@@ -88,14 +88,25 @@ class ProfilesMixin(HasTraits):
         return [{"slug": "cpu", "display_name": "CPU only", "kind": "cpu", "default": True}]
 
     def viewer(self) -> Viewer:
+        """Who is choosing: hub groups and admin flag, course roles from the classhub store.
+
+        The store is the one truth for who teaches what (a course created through the API has
+        no group properties); without a store (a bare spawner in a test), group properties are
+        read as before.
+        """
         orm_user = self.user.orm_user if hasattr(self.user, "orm_user") else self.user
-        groups = list(getattr(orm_user, "groups", []) or [])
+        groups = [g.name for g in getattr(orm_user, "groups", []) or []]
+        admin = bool(self.user.admin)
+        if self.classhub_db_url:
+            in_courses = quota.course_roles(self.classhub_db_url, self.user.name)
+            return Viewer(name=self.user.name, groups=frozenset(groups) | frozenset(in_courses),
+                          role=roles.overall_role(admin, in_courses), admin=admin)
         courses = {
             g.name: staff
-            for g in groups
+            for g in getattr(orm_user, "groups", []) or []
             if (staff := roles.CourseStaff.from_group_properties(getattr(g, "properties", None)))
         }
-        return viewer_from_hub(self.user.name, bool(self.user.admin), [g.name for g in groups], courses)
+        return viewer_from_hub(self.user.name, admin, groups, courses)
 
     def course_images_in_use(self, viewer: Viewer) -> frozenset[str]:
         """Images chosen by running servers of members of the viewer's groups."""

@@ -56,6 +56,12 @@ def _reserve_sync(url: str, username: str, key: str, selection: Selection) -> st
     return course
 
 
+def course_roles(url: str, username: str) -> dict[str, str]:
+    """The user's courses and their role in each (course -> role), from the store."""
+    with _sessions(url)() as session:
+        return store.courses_of(session, username)
+
+
 def _release_sync(url: str, key: str) -> None:
     store.Ledger(_sessions(url)).release(key, _now())
 

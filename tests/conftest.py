@@ -6,6 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import kubernetes
 import pytest
 
 from tests.hubproc import HubSession, LocalHub, proxy_available
@@ -47,3 +48,12 @@ def login(demo_hub: LocalHub):
         return HubSession(demo_hub, username)
 
     return _login
+
+
+@pytest.fixture
+def v1(cluster):
+    """The official sync client on the module's fake cluster (each kubefake test module defines
+    its own ``cluster`` fixture)."""
+    client = kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+    yield kubernetes.client.CoreV1Api(client)
+    client.close()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 
-import kubernetes
 import kubernetes_asyncio
 import pytest
 import requests
@@ -19,13 +18,6 @@ def cluster(tmp_path):
     with FakeCluster(nodes=[]) as c:
         c.write_kubeconfig(tmp_path / "config")
         yield c
-
-
-@pytest.fixture
-def v1(cluster):
-    client = kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
-    yield kubernetes.client.CoreV1Api(client)
-    client.close()
 
 
 def test_5xx_for_n_requests_of_one_verb_and_path(cluster, v1):

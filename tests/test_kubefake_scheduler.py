@@ -4,7 +4,6 @@ selectors and affinity, FailedScheduling events with the scheduler's message, re
 
 from __future__ import annotations
 
-import kubernetes
 import pytest
 
 from tests.kubefake import FakeCluster
@@ -19,13 +18,6 @@ def cluster(tmp_path):
     with FakeCluster() as c:
         c.write_kubeconfig(tmp_path / "config")
         yield c
-
-
-@pytest.fixture
-def v1(cluster):
-    client = kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
-    yield kubernetes.client.CoreV1Api(client)
-    client.close()
 
 
 def pod(name: str, requests=None, limits=None, tolerations=None, **spec) -> dict:
