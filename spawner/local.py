@@ -214,6 +214,9 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
 
     def get_args(self) -> list[str]:
         args = super().get_args()
+        # classhub's server extension (share enforcement, activity for the culler), from the
+        # same environment as the hub; images enable it with a jupyter_server_config.d file.
+        args.append("--ServerApp.jpserver_extensions=hub_ext.singleuser=True")
         if os.getuid() == 0 and not self.system_users:
             # The demo default runs servers as the invoking account, which may be root.
             args.append("--ServerApp.allow_root=True")

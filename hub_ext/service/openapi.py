@@ -239,6 +239,9 @@ def _error(description: str) -> dict[str, Any]:
 
 def document() -> dict[str, Any]:
     """The OpenAPI document (a fresh dict each call)."""
+    from hub_ext.service import sharing, templates  # they build their paths with this module
+
+    paths = {**PATHS, **templates.OPENAPI_PATHS, **sharing.OPENAPI_PATHS}
     return {
         "openapi": "3.1.0",
         "info": {
@@ -251,7 +254,7 @@ def document() -> dict[str, Any]:
         },
         "servers": [{"url": "/services/classhub"}],
         "security": [{"hubToken": []}, {"hubOAuth": []}],
-        "paths": PATHS,
+        "paths": paths,
         "components": {
             "securitySchemes": {
                 "hubToken": {"type": "apiKey", "in": "header", "name": "Authorization",

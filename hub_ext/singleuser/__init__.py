@@ -1,0 +1,21 @@
+"""classhub's jupyter-server extension, loaded by every single-user server (local mode and images).
+
+Two parts, each in its own module with a ``setup(serverapp)`` called here:
+`activity` (what the culler asks: are kernels busy, is the GPU busy) and `authorizer`
+(read-only and path-scoped shares, enforced by the server).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    return [{"module": "hub_ext.singleuser"}]
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    from hub_ext.singleuser import activity, authorizer
+
+    for part in (activity, authorizer):
+        part.setup(serverapp)
