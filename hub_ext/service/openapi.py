@@ -239,9 +239,9 @@ def _error(description: str) -> dict[str, Any]:
 
 def document() -> dict[str, Any]:
     """The OpenAPI document (a fresh dict each call)."""
-    from hub_ext.service import sharing, templates  # they build their paths with this module
+    from hub_ext.service import culling, sharing, templates  # they build paths with this module
 
-    paths = {**PATHS, **templates.OPENAPI_PATHS, **sharing.OPENAPI_PATHS}
+    paths = {**PATHS, **templates.OPENAPI_PATHS, **sharing.OPENAPI_PATHS, **culling.OPENAPI_PATHS}
     return {
         "openapi": "3.1.0",
         "info": {
