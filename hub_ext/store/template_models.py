@@ -1,5 +1,86 @@
-"""Store models for course templates (issue 6). Tables are created by migration 0002."""
+"""Store models for course templates (issue 6). Tables are created by migration 0002.
+
+Why these shapes:
+- A template belongs to one course and has a name unique in it; its versions are numbered 1, 2, ...
+  and never change once written (a student's marker names a version: that version must keep
+  meaning the same files).
+- The files themselves live in the template storage (a folder under the data dir, or a
+  ReadWriteMany volume on Kubernetes) at ``location``; the database keeps what was decided: who
+  published what, when, with which image/profile/start command, and the sha256 of the stored
+  manifest, so a spawner can check the storage still holds exactly what was published.
+- ``TemplateSettings`` holds per-course choices (re-seed on start or only on request).
+"""
 
 from __future__ import annotations
 
-from hub_ext.store.models import Base  # noqa: F401
+from datetime import datetime
+
+from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from hub_ext.store.models import Base, Course
+from hub_ext.store.types import JSONType
+
+__all__ = ["RESEED_MODES", "Template", "TemplateSettings", "TemplateVersion"]
+
+#: ``manual``: students re-seed with a REST call or the button; ``on_start``: every server start
+#: seeds the newest version of the template the home was seeded from.
+RESEED_MODES = ("manual", "on_start")
+
+
+class Template(Base):
+    """A named template of a course; its content is in its versions."""
+
+    __tablename__ = "classhub_templates"
+    __table_args__ = (UniqueConstraint("course_id", "name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    course_id: Mapped[int] = mapped_column(ForeignKey("classhub_courses.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime]
+    created_by: Mapped[str]
+
+    course: Mapped[Course] = relationship()
+    versions: Mapped[list[TemplateVersion]] = relationship(
+        back_populates="template", cascade="all, delete-orphan", passive_deletes=True,
+        order_by="TemplateVersion.version",
+    )
+
+
+class TemplateVersion(Base):
+    """One immutable published version: where its files are and how to start a server for it."""
+
+    __tablename__ = "classhub_template_versions"
+    __table_args__ = (
+        UniqueConstraint("template_id", "version"),
+        CheckConstraint("version >= 1", name="version"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    template_id: Mapped[int] = mapped_column(ForeignKey("classhub_templates.id", ondelete="CASCADE"))
+    version: Mapped[int]
+    description: Mapped[str] = mapped_column(Text, default="")
+    image: Mapped[str | None]
+    profile: Mapped[str | None] = mapped_column(String(64))
+    start_command: Mapped[list[str] | None] = mapped_column(JSONType, default=None)  # argv
+    source: Mapped[str] = mapped_column(Text)  # "server:<path>" or "archive:<file name>"
+    location: Mapped[str] = mapped_column(String(255))  # relative to the template storage root
+    manifest_sha256: Mapped[str] = mapped_column(String(64))
+    files: Mapped[int]
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime]
+    created_by: Mapped[str]
+
+    template: Mapped[Template] = relationship(back_populates="versions")
+
+
+class TemplateSettings(Base):
+    """Per-course template settings. No row: the defaults (``reseed = "manual"``)."""
+
+    __tablename__ = "classhub_template_settings"
+    __table_args__ = (CheckConstraint("reseed IN ('manual', 'on_start')", name="reseed"),)
+
+    course_id: Mapped[int] = mapped_column(
+        ForeignKey("classhub_courses.id", ondelete="CASCADE"), primary_key=True
+    )
+    reseed: Mapped[str] = mapped_column(String(16), default="manual")
