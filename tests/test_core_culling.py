@@ -17,17 +17,24 @@ from hypothesis import strategies as st
 from hub_ext.core.culling import (
     BUSY_GPU,
     BUSY_KERNEL,
+    CULL,
     CULL_REASONS,
     DEFAULT_POLICY,
     IDLE,
+    KEEP,
     KEEP_REASONS,
     NEVER_CULL,
     NOT_IDLE_YET,
     PERSISTENT,
     RECLAIM_FOR_PRESSURE,
+    RESERVED_WINDOW,
     TOO_OLD,
+    WARN,
+    WARNED,
     CullPolicy,
     ServerFacts,
+    Window,
+    active_window,
     decide,
     format_duration,
     idle_since,
@@ -468,3 +475,130 @@ def test_deterministic_whatever_the_input_order(fs, policies, pressure, rnd: ran
     rnd.shuffle(shuffled)
     assert decide(shuffled, policies, NOW, pressure) == first
     assert decide(fs, policies, NOW, pressure) == first
+
+
+# --- reserved windows, warnings, per-course overrides: the decision table ------------------------
+
+EXAM = Window("cs101", ago(600), NOW + timedelta(hours=2), "final exam")
+W = CullPolicy(idle_timeout=1800, max_age=8 * 3600, pressure_min_idle=300, warn_before=600)
+
+
+def table(f: ServerFacts, policies=None, pressure=None, windows=()):
+    policies = {(None, None): P} if policies is None else policies
+    (d,) = decide([f], policies, NOW, pressure, windows)
+    return d
+
+
+@pytest.mark.parametrize(
+    "facts, windows, expect",
+    [
+        # persistent + over max age + idle: persistent wins
+        (dict(idle=10 * 3600, persistent=True), (), (KEEP, PERSISTENT)),
+        # persistent inside a window: still "persistent" (the stronger reason)
+        (dict(idle=10 * 3600, persistent=True, course="cs101"), (EXAM,), (KEEP, PERSISTENT)),
+        # busy GPU + idle browser
+        (dict(idle=5000, gpu_utilization=93.0), (), (KEEP, BUSY_GPU)),
+        # busy kernel + idle browser + over max age
+        (dict(idle=9 * 3600, busy_kernels=2), (), (KEEP, BUSY_KERNEL)),
+        # idle past timeout, inside its course's exam window
+        (dict(idle=5000, course="cs101"), (EXAM,), (KEEP, RESERVED_WINDOW)),
+        # over max age inside the window
+        (dict(idle=10, age=9 * 3600, course="cs101"), (EXAM,), (KEEP, RESERVED_WINDOW)),
+        # another course's window does not protect
+        (dict(idle=5000, course="cs102"), (EXAM,), (CULL, IDLE)),
+        # no course: no window applies
+        (dict(idle=5000), (EXAM,), (CULL, IDLE)),
+        # a window that is over, or not begun, does not protect
+        (dict(idle=5000, course="cs101"), (Window("cs101", ago(7200), ago(3600)),), (CULL, IDLE)),
+        (dict(idle=5000, course="cs101"), (Window("cs101", NOW + timedelta(seconds=1),
+                                                  NOW + timedelta(hours=1)),), (CULL, IDLE)),
+        # the window's end is exclusive
+        (dict(idle=5000, course="cs101"), (Window("cs101", ago(60), NOW),), (CULL, IDLE)),
+    ],
+)
+def test_decision_table(facts, windows, expect):
+    d = table(server(**facts), windows=windows)
+    assert (d.action, d.reason) == expect
+    assert d.reason in (CULL_REASONS if d.cull else KEEP_REASONS)
+
+
+def test_window_sets_cull_at_to_its_end_and_names_the_exam():
+    d = table(server(idle=5000, course="cs101"), windows=(EXAM,))
+    assert d.cull_at == EXAM.end
+    assert "final exam" in d.message and "cs101" in d.message
+    kept = table(server(idle=60, course="cs101"), windows=(EXAM,))
+    assert kept.reason == RESERVED_WINDOW and kept.cull_at == EXAM.end
+
+
+def test_window_protects_from_pressure_reclaim():
+    f = server(idle=1000, course="cs101", resources={GPU: 1})
+    assert table(f, pressure={GPU: 1}, windows=(EXAM,)).reason == RESERVED_WINDOW
+    assert table(f, pressure={GPU: 1}).reason == RECLAIM_FOR_PRESSURE
+
+
+def test_active_window_picks_the_latest_end_of_the_course():
+    later = Window("cs101", ago(60), NOW + timedelta(hours=5))
+    assert active_window("cs101", [EXAM, later], NOW) == later
+    assert active_window(None, [EXAM], NOW) is None
+    with pytest.raises(ValueError, match="end after"):
+        Window("cs101", NOW, NOW)
+
+
+def test_warning_comes_before_an_idle_cull():
+    # past the timeout, never warned: warn now, cull in warn_before
+    d = table(server(idle=5000), {(None, None): W})
+    assert (d.action, d.reason, d.cull_at) == (WARN, WARNED, NOW + timedelta(seconds=600))
+    assert "will be culled in about 10 min" in d.message
+    # warned 5 minutes ago: still a warning, with the same deadline
+    d = table(server(idle=5000, warned_at=ago(300)), {(None, None): W})
+    assert (d.action, d.cull_at) == (WARN, NOW + timedelta(seconds=300))
+    # warned 10 minutes ago: culled
+    d = table(server(idle=5000, warned_at=ago(600)), {(None, None): W})
+    assert (d.action, d.reason) == (CULL, IDLE)
+
+
+def test_warning_before_max_age_cull():
+    d = table(server(idle=10, age=9 * 3600), {(None, None): W})
+    assert (d.action, d.reason) == (WARN, WARNED)
+    d = table(server(idle=10, age=9 * 3600, warned_at=ago(601)), {(None, None): W})
+    assert (d.action, d.reason) == (CULL, TOO_OLD)
+
+
+def test_warning_when_the_cull_is_near():
+    # 1800 s timeout, idle 1300 s: the cull is 500 s away, inside the 600 s warning
+    d = table(server(idle=1300), {(None, None): W})
+    assert (d.action, d.cull_at) == (WARN, NOW + timedelta(seconds=500))
+    # idle 1000 s: 800 s away, no warning yet
+    d = table(server(idle=1000), {(None, None): W})
+    assert (d.action, d.reason) == (KEEP, NOT_IDLE_YET)
+
+
+def test_no_warning_for_busy_persistent_or_when_disabled():
+    for f in (server(idle=5000, busy_kernels=1), server(idle=5000, persistent=True),
+              server(idle=5000, gpu_busy=True)):
+        assert table(f, {(None, None): W}).action == KEEP
+    assert table(server(idle=5000)).action == CULL  # P has warn_before 0
+
+
+def test_pressure_reclaim_does_not_wait_for_the_warning():
+    f = server(idle=5000, resources={GPU: 1})
+    d = table(f, {(None, None): W}, pressure={GPU: 1})
+    assert (d.action, d.reason) == (CULL, RECLAIM_FOR_PRESSURE)
+
+
+def test_per_course_override_of_a_kind():
+    policies = {
+        ("gpu", None): CullPolicy(idle_timeout=1800),
+        ("gpu", "thesis"): CullPolicy(idle_timeout=4 * 3600),
+        (None, "demo"): CullPolicy(never_cull=True),
+    }
+    assert table(server(idle=3600, profile="gpu"), policies).action == CULL
+    d = table(server(idle=3600, profile="gpu", course="thesis"), policies)
+    assert d.action == KEEP and d.policy_key == ("gpu", "thesis")
+    assert table(server(idle=3600, profile="gpu", course="demo"), policies).action == CULL
+    assert table(server(idle=3600, profile="cpu", course="demo"), policies).reason == NEVER_CULL
+
+
+def test_bad_warn_before_rejected():
+    with pytest.raises(ValueError, match="warn_before"):
+        CullPolicy(warn_before=-1)

@@ -20,6 +20,8 @@ A server without a course only matches keys 2, 4 and 5.
 Rules of one server, first match wins (so precedence is the order below):
 1. ``persistent``: an admin-marked server is never culled, not for age, not for pressure.
 2. ``never_cull``: its policy exempts it (e.g. a demo profile).
+2b. ``reserved_window``: its course is inside a no-cull window (e.g. an exam, `Window`); kept, also
+   under pressure; ``cull_at`` is no earlier than the window's end.
 3. ``busy_kernel``: a kernel is executing; that is activity even with no browser connected.
 4. ``busy_gpu``: the GPU is busy (``gpu_busy`` is true, or the last utilisation seen is at least
    the policy's ``gpu_busy_utilization`` percent). A busy server is never culled, also not for
@@ -29,13 +31,24 @@ Rules of one server, first match wins (so precedence is the order below):
    policy's ``idle_timeout``.
 7. ``not_idle_yet``: kept; `Decision.cull_at` says when rule 5 or 6 would cull it (for warnings).
 
+Warnings (the policy's ``warn_before`` seconds; 0, the default, means no warnings): the user sees
+a warning before every routine cull (rules 5 and 6). ``ServerFacts.warned_at`` is when the culler
+last showed one (it keeps that in its store):
+- a server that rule 5 or 6 would cull is culled only when it was warned at least ``warn_before``
+  ago; otherwise the decision is ``warned`` (kept, ``warn`` true) with ``cull_at`` = the warning
+  time (now when not yet warned) + ``warn_before``;
+- a server kept under rule 7 whose ``cull_at`` is at most ``warn_before`` away is ``warned`` too.
+`Decision.action` is then ``"warn"`` (``"cull"`` / ``"keep"`` otherwise). Pressure reclaims are not
+delayed by warnings: a waiting user needs the capacity now, and reclaiming needs
+``pressure_min_idle`` of idleness anyway.
+
 Pressure reclaim (``pressure``: resource name -> units missing, e.g. ``{"nvidia.com/gpu": 2}``):
 - units freed by this cycle's routine culls (rules 5 and 6) count first;
 - then, per resource in name order, the still-missing units are reclaimed from servers kept under
   rule 7 that hold that resource and have been idle at least their policy's ``pressure_min_idle``,
   longest idle first (ties: user, then server name); reclaiming stops as soon as the shortage is
   covered, so only the last server reclaimed for a resource may free more than was missing;
-- persistent, ``never_cull`` and busy servers are never reclaimed.
+- persistent, ``never_cull``, busy servers and servers inside a reserved window are never reclaimed.
 A reclaimed server frees every resource it holds, so it also counts against later resources.
 
 Output: one `Decision` per server, sorted by (user, server name) whatever the input order;
@@ -57,19 +70,26 @@ from itertools import pairwise
 __all__ = [
     "BUSY_GPU",
     "BUSY_KERNEL",
+    "CULL",
     "CULL_REASONS",
     "DEFAULT_POLICY",
     "IDLE",
+    "KEEP",
     "KEEP_REASONS",
     "NEVER_CULL",
     "NOT_IDLE_YET",
     "PERSISTENT",
     "RECLAIM_FOR_PRESSURE",
+    "RESERVED_WINDOW",
     "TOO_OLD",
+    "WARN",
+    "WARNED",
     "CullPolicy",
     "Decision",
     "PolicyKey",
     "ServerFacts",
+    "Window",
+    "active_window",
     "decide",
     "format_duration",
     "idle_since",
@@ -87,9 +107,18 @@ BUSY_GPU = "busy_gpu"
 PERSISTENT = "persistent"
 NEVER_CULL = "never_cull"
 NOT_IDLE_YET = "not_idle_yet"
+RESERVED_WINDOW = "reserved_window"
+WARNED = "warned"
 
 CULL_REASONS = frozenset({IDLE, TOO_OLD, RECLAIM_FOR_PRESSURE})
-KEEP_REASONS = frozenset({BUSY_KERNEL, BUSY_GPU, PERSISTENT, NEVER_CULL, NOT_IDLE_YET})
+KEEP_REASONS = frozenset(
+    {BUSY_KERNEL, BUSY_GPU, PERSISTENT, NEVER_CULL, NOT_IDLE_YET, RESERVED_WINDOW, WARNED}
+)
+
+# Actions (`Decision.action`).
+CULL = "cull"
+WARN = "warn"
+KEEP = "keep"
 
 PolicyKey = tuple[str | None, str | None]
 
@@ -110,9 +139,11 @@ class CullPolicy:
     never_cull: bool = False
     pressure_min_idle: float = 300.0
     gpu_busy_utilization: float = 5.0  # percent; utilisation at or above this means "GPU busy"
+    warn_before: float = 0.0  # seconds of warning before a routine cull; 0: none
 
     def __post_init__(self) -> None:
         _check_seconds("idle_timeout", self.idle_timeout)
+        _check_seconds("warn_before", self.warn_before)
         _check_seconds("max_age", self.max_age, optional=True)
         _check_seconds("pressure_min_idle", self.pressure_min_idle)
         u = self.gpu_busy_utilization
@@ -121,6 +152,31 @@ class CullPolicy:
 
 
 DEFAULT_POLICY = CullPolicy()
+
+
+@dataclass(frozen=True)
+class Window:
+    """A no-cull window of one course, ``[start, end)`` (e.g. an exam); ``note`` says why."""
+
+    course: str
+    start: datetime
+    end: datetime
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.end > self.start:
+            raise ValueError(f"a window must end after it starts ({self.start} .. {self.end})")
+
+    def covers(self, now: datetime) -> bool:
+        return self.start <= now < self.end
+
+
+def active_window(course: str | None, windows: Iterable[Window], now: datetime) -> Window | None:
+    """The window of ``course`` covering ``now`` that ends last (None: none, or no course)."""
+    if course is None:
+        return None
+    found = [w for w in windows if w.course == course and w.covers(now)]
+    return max(found, key=lambda w: w.end) if found else None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,6 +200,7 @@ class ServerFacts:
     gpu_utilization: float | None = None
     persistent: bool = False
     resources: tuple[tuple[str, int], ...] = ()
+    warned_at: datetime | None = None  # when the user was last warned of this cull (culler store)
 
     def __post_init__(self) -> None:
         items = self.resources.items() if isinstance(self.resources, Mapping) else self.resources
@@ -187,9 +244,15 @@ class Decision:
     cull_at: datetime | None = None  # for kept servers: when the age or idle rule would cull it
     resource: str | None = None  # for reclaims: the resource it was reclaimed for
     rank: int | None = None  # for reclaims: 1, 2, ... in the order chosen
+    warn: bool = False  # the user must be warned now that the server is culled at `cull_at`
 
     def __bool__(self) -> bool:
         return self.cull
+
+    @property
+    def action(self) -> str:
+        """`CULL`, `WARN` (kept, and the user is warned of the cull at `cull_at`) or `KEEP`."""
+        return CULL if self.cull else WARN if self.warn else KEEP
 
 
 def resolve_policy_key(facts: ServerFacts, policies: Mapping[PolicyKey, CullPolicy]) -> PolicyKey | None:
@@ -256,6 +319,46 @@ def _policy_name(key: PolicyKey | None) -> str:
 
 
 def _routine(
+    facts: ServerFacts, policy: CullPolicy, key: PolicyKey | None, now: datetime,
+    window: Window | None = None,
+) -> tuple[bool, str, str, float, datetime | None]:
+    """Rules 1-7 and the warning for one server: (cull, reason, message, idle seconds, cull_at)."""
+    cull, reason, msg, idle, cull_at = _rules(facts, policy, key, now)
+    if reason in (PERSISTENT, NEVER_CULL):
+        return cull, reason, msg, idle, cull_at
+    if window is not None:
+        end = window.end if cull_at is None or reason != NOT_IDLE_YET else max(cull_at, window.end)
+        why = f" ({window.note})" if window.note else ""
+        msg = (
+            f"{facts.label} is in a no-cull window of course {window.course!r}{why} until "
+            f"{window.end.isoformat()}; kept."
+        )
+        return False, RESERVED_WINDOW, msg, idle, end if reason in (IDLE, TOO_OLD, NOT_IDLE_YET) else None
+    if policy.warn_before <= 0:
+        return cull, reason, msg, idle, cull_at
+    warn = timedelta(seconds=policy.warn_before)
+    if cull:
+        if facts.warned_at is not None and now >= facts.warned_at + warn:
+            return cull, reason, msg, idle, cull_at
+        due = (facts.warned_at or now) + warn
+        due = max(due, now)
+        msg = (
+            f"{facts.label} will be culled in about {format_duration((due - now).total_seconds())} "
+            f"(at {due.isoformat()}): {msg[:-len('culled.')].rstrip('; ')}. Use it to keep it."
+        )
+        return False, WARNED, msg, idle, due
+    if reason == NOT_IDLE_YET and cull_at is not None and cull_at - now <= warn:
+        msg = (
+            f"{facts.label} will be culled in about "
+            f"{format_duration((cull_at - now).total_seconds())} (at {cull_at.isoformat()}) unless "
+            f"it is used: idle for {format_duration(idle)}, the idle timeout is "
+            f"{format_duration(policy.idle_timeout)}."
+        )
+        return False, WARNED, msg, idle, cull_at
+    return cull, reason, msg, idle, cull_at
+
+
+def _rules(
     facts: ServerFacts, policy: CullPolicy, key: PolicyKey | None, now: datetime
 ) -> tuple[bool, str, str, float, datetime | None]:
     """Rules 1-7 for one server: (cull, reason, message, idle seconds, cull_at)."""
@@ -312,8 +415,13 @@ def decide(
     policies: Mapping[PolicyKey, CullPolicy],
     now: datetime,
     pressure: Mapping[str, int] | None = None,
+    windows: Iterable[Window] = (),
 ) -> list[Decision]:
-    """One decision per server (sorted by user, server name); see the module doc for the rules."""
+    """One decision per server (sorted by user, server name); see the module doc for the rules.
+
+    ``windows``: the no-cull windows of all courses (past and future ones are ignored).
+    """
+    windows = [w for w in windows if w.covers(now)]
     servers = sorted(facts, key=lambda f: f.key)
     for a, b in pairwise(servers):
         if a.key == b.key:
@@ -325,14 +433,16 @@ def decide(
     for f in servers:
         key = resolve_policy_key(f, policies)
         policy = DEFAULT_POLICY if key is None else policies[key]
-        cull, reason, msg, idle, cull_at = _routine(f, policy, key, now)
+        window = active_window(f.course, windows, now)
+        cull, reason, msg, idle, cull_at = _routine(f, policy, key, now, window)
         decisions[f.key] = Decision(
-            f.user, f.server_name, cull, reason, msg, key or (None, None), idle, cull_at=cull_at
+            f.user, f.server_name, cull, reason, msg, key or (None, None), idle, cull_at=cull_at,
+            warn=reason == WARNED,
         )
         if cull:
             for name in shortage:
                 shortage[name] -= f.held(name)
-        elif reason == NOT_IDLE_YET and idle >= policy.pressure_min_idle:
+        elif reason in (NOT_IDLE_YET, WARNED) and idle >= policy.pressure_min_idle:
             candidates.append((f, policy, idle))
 
     # Longest idle first; ties broken by (user, server name) so the order never depends on input order.
