@@ -1,0 +1,268 @@
+"""Who may do what on a shared single-user server: one pure decision per request.
+
+Why here: the single-user server (hub_ext.singleuser.authorizer) must refuse a read-only viewer's
+write, kernel execution or terminal the same way every time, and that promise is tested
+exhaustively without a server (tests/test_core_sharing.py) and through a real hub
+(tests/test_sharing_hub.py).
+
+How a caller's rights are read from their JupyterHub scopes (the hub computes them from roles
+and shares; the server learns them from the hub's ``/api/user`` answer):
+
+- the server's owner may do everything;
+- ``access:servers`` for this server is needed for anything (the hub and JupyterHub's own
+  singleuser extension already insist on it);
+- full ("editable") access comes from ``custom:classhub:edit`` for this server (a classhub
+  editable share, or a course role that lets TAs open students' servers) or from
+  ``access:servers`` that is not limited to this one server (``!user=<owner>`` or unfiltered:
+  static roles such as a hub admin's or a course role; shares are always ``!server=``-filtered);
+- otherwise access is read-only: a classhub read-only share (``custom:classhub:read-only``),
+  and also, failing closed, a bare JupyterHub share made without classhub's scopes;
+- ``custom:classhub:one-path`` for this server limits the caller to the paths classhub recorded
+  for them (the hub keeps no paths; the server asks the classhub service for them).
+
+Read-only means: read contents and files, list kernels, sessions and kernelspecs, listen to
+events; every write (``PUT/POST/PATCH/DELETE``), kernel execution (REST starts and the kernel
+channels websocket, authorized as ``execute`` on ``kernels``), and terminals are refused.
+
+Pure: standard library only (DESIGN.md rule 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from urllib.parse import unquote
+
+__all__ = [
+    "CUSTOM_SCOPES",
+    "EDIT",
+    "EDIT_SCOPE",
+    "NONE",
+    "ONE_PATH_SCOPE",
+    "OWNER",
+    "READ_ONLY",
+    "READ_ONLY_SCOPE",
+    "Grant",
+    "Request",
+    "Verdict",
+    "decide",
+    "grant_from_scopes",
+    "normalise_path",
+    "request_path",
+    "share_scopes",
+]
+
+SCOPE_PREFIX = "custom:classhub:"
+READ_ONLY_SCOPE = f"{SCOPE_PREFIX}read-only"
+EDIT_SCOPE = f"{SCOPE_PREFIX}edit"
+ONE_PATH_SCOPE = f"{SCOPE_PREFIX}one-path"
+ACCESS_SCOPE = "access:servers"
+
+#: For ``c.JupyterHub.custom_scopes`` (every custom scope needs a description).
+CUSTOM_SCOPES: dict[str, dict[str, str]] = {
+    READ_ONLY_SCOPE: {"description": "Read-only access to a shared single-user server: read files "
+                                     "and outputs; no edits, no code execution, no terminals."},
+    EDIT_SCOPE: {"description": "Editable access to a shared single-user server: edit files and "
+                                "run code (everything but managing its shares)."},
+    ONE_PATH_SCOPE: {"description": "Limits access to a shared single-user server to the paths "
+                                    "classhub recorded for the share."},
+}
+
+# Access levels, least to most.
+NONE = "none"
+READ_ONLY = "read-only"
+EDIT = "edit"
+OWNER = "owner"
+KINDS = (READ_ONLY, EDIT)
+
+# jupyter-server authorization actions.
+READ = "read"
+WRITE = "write"
+EXECUTE = "execute"
+ACTIONS = (READ, WRITE, EXECUTE)
+
+#: Resources whose requests name a file path (the rest of the URL after the prefix).
+PATH_RESOURCES = {"contents": "api/contents", "files": "files", "nbconvert": "nbconvert", "view": "view"}
+#: Resources a path-limited viewer may read because they reveal no files.
+NEUTRAL_RESOURCES = frozenset({"kernelspecs", "api", "config", "events", "lab", "server", "csp", "security"})
+#: Resources an editable path-limited collaborator needs to run the shared notebook.
+RUN_RESOURCES = frozenset({"kernels", "sessions"})
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What a caller holds on one server: a `level`, and the paths it is limited to (None: all)."""
+
+    level: str
+    paths: frozenset[str] | None = None
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request to the server: jupyter-server's `action` (read/write/execute) on `resource`
+    (contents, files, kernels, sessions, terminals, ...), the HTTP `method`, and the file `path`
+    it names (normalised, relative to the server's root; None when the resource has no path)."""
+
+    action: str
+    resource: str
+    method: str = "GET"
+    path: str | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    allowed: bool
+    message: str = ""
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+
+ALLOW = Verdict(True)
+
+
+def _matches(scope: str, base: str, owner: str, server: str) -> tuple[bool, bool]:
+    """(applies to this server, applies beyond this one server) for one expanded scope."""
+    name, _, filt = scope.partition("!")
+    if name != base:
+        return False, False
+    if not filt:
+        return True, True
+    if filt == f"user={owner}":
+        return True, True
+    if filt == f"server={owner}/{server}":
+        return True, False
+    return False, False  # another user or server, or a !group= filter a server cannot resolve
+
+
+def grant_from_scopes(scopes: Iterable[str], owner: str, server: str, *, caller: str | None = None,
+                      caller_kind: str = "user") -> Grant:
+    """The caller's level on `owner`'s server `server` ("" for the default server) from their
+    expanded scopes. Paths of a one-path grant are not in the scopes: `Grant.paths` is an empty
+    set then, to be filled with `with_paths`."""
+    if caller_kind == "user" and caller == owner:
+        return Grant(OWNER)
+    access = broad = edit = read_only = one_path = False
+    for scope in scopes:
+        ok, wide = _matches(scope, ACCESS_SCOPE, owner, server)
+        access |= ok
+        broad |= ok and wide
+        edit |= _matches(scope, EDIT_SCOPE, owner, server)[0]
+        read_only |= _matches(scope, READ_ONLY_SCOPE, owner, server)[0]
+        one_path |= _matches(scope, ONE_PATH_SCOPE, owner, server)[0]
+    if not access:
+        return Grant(NONE)
+    if broad:
+        return Grant(EDIT)  # a static role (admin, course staff): never path-limited
+    level = EDIT if edit else READ_ONLY
+    return Grant(level, frozenset() if one_path else None)
+
+
+def with_paths(grant: Grant, paths: Iterable[str]) -> Grant:
+    """`grant` limited to `paths` when it is a one-path grant (others are returned unchanged)."""
+    if grant.paths is None:
+        return grant
+    return Grant(grant.level, frozenset(paths))
+
+
+def share_scopes(kind: str, owner: str, server: str = "", one_path: bool = False) -> list[str]:
+    """The JupyterHub scopes a classhub share of `kind` grants on `owner`/`server`."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be 'read-only' or 'edit', not {kind!r}")
+    target = f"!server={owner}/{server}"
+    scopes = [f"{ACCESS_SCOPE}{target}", f"{READ_ONLY_SCOPE if kind == READ_ONLY else EDIT_SCOPE}{target}"]
+    if one_path:
+        scopes.append(f"{ONE_PATH_SCOPE}{target}")
+    return scopes
+
+
+def kind_of_scopes(scopes: Iterable[str]) -> tuple[str, bool]:
+    """(kind, one_path) of a share's scopes as JupyterHub lists them (filters included)."""
+    bases = {s.partition("!")[0] for s in scopes}
+    return (EDIT if EDIT_SCOPE in bases else READ_ONLY), ONE_PATH_SCOPE in bases
+
+
+def normalise_path(raw: str) -> str:
+    """A file path as classhub compares it: URL-decoded once, relative to the server's root, with
+    no empty or ``.`` segments, e.g. ``"a/b.ipynb"`` ("" is the root). Raises ValueError (with a
+    sentence for the user) for ``..``, absolute-looking and control-character paths."""
+    if not isinstance(raw, str):
+        raise ValueError("The path must be a string, e.g. \"lecture/week1.ipynb\".")
+    text = unquote(raw)
+    if any(ord(ch) < 32 for ch in text) or "\\" in text:
+        raise ValueError(f"The path {raw!r} contains control characters or backslashes; use "
+                         "a path relative to the server's root, e.g. \"lecture/week1.ipynb\".")
+    if text.startswith("~"):
+        raise ValueError(f"The path {raw!r} is not relative to the server's root; drop the '~'.")
+    parts = [p for p in text.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise ValueError(f"The path {raw!r} leaves its folder with '..'; name the file inside the "
+                         "server's root instead, e.g. \"lecture/week1.ipynb\".")
+    return "/".join(parts)
+
+
+def request_path(resource: str, url_path: str) -> str | None:
+    """The file path a request names, from its URL path after the server's base URL, e.g.
+    ``("contents", "api/contents/a/b.ipynb/checkpoints") -> "a/b.ipynb"``; None when the
+    resource has no path. Raises ValueError for a path that leaves the root."""
+    prefix = PATH_RESOURCES.get(resource)
+    if prefix is None:
+        return None
+    rest = url_path.strip("/")
+    if not (rest == prefix or rest.startswith(prefix + "/")):
+        return None  # e.g. a lab page that reads contents through the API later
+    rest = rest[len(prefix):].strip("/")
+    if resource == "nbconvert":
+        rest = rest.partition("/")[2]  # nbconvert/<format>/<path>
+    path = normalise_path(rest)
+    if resource == "contents":
+        parts = path.split("/")
+        if len(parts) >= 2 and parts[-2] == "checkpoints":
+            parts = parts[:-2]  # .../checkpoints/<id>
+        elif parts and parts[-1] == "checkpoints":
+            parts = parts[:-1]
+        path = "/".join(parts)
+    return path
+
+
+def _deny(message: str) -> Verdict:
+    return Verdict(False, message)
+
+
+def decide(grant: Grant, request: Request) -> Verdict:
+    """May a caller holding `grant` make `request`? Refusals say why in one sentence."""
+    if request.action not in ACTIONS:
+        return _deny(f"Unknown action {request.action!r}.")
+    if grant.level == OWNER:
+        return ALLOW
+    if grant.level == NONE:
+        return _deny("This server is not shared with you.")
+    resource = request.resource
+    if grant.level == READ_ONLY:
+        if resource == "terminals":
+            return _deny("This server is shared with you read-only: terminals are not available.")
+        if request.action == WRITE:
+            return _deny("This server is shared with you read-only: you cannot change files, "
+                         "kernels or settings. Ask the owner for an editable share, or copy the file.")
+        if request.action == EXECUTE and resource != "events":
+            return _deny("This server is shared with you read-only: you cannot run code.")
+    if grant.paths is not None:
+        return _decide_path(grant, request)
+    return ALLOW
+
+
+def _decide_path(grant: Grant, request: Request) -> Verdict:
+    resource = request.resource
+    shared = ", ".join(sorted(grant.paths)) or "no path"
+    if resource in PATH_RESOURCES:
+        if request.path is None or request.path not in grant.paths:
+            return _deny(f"Only {shared} is shared with you on this server.")
+        if resource == "contents" and request.method in ("PATCH", "POST", "DELETE"):
+            return _deny(f"Only {shared} is shared with you: you may save it, not rename, copy, "
+                         "create or delete files.")
+        return ALLOW
+    if resource in NEUTRAL_RESOURCES and (request.action != WRITE or resource in ("events",)):
+        return ALLOW
+    if resource in RUN_RESOURCES and grant.level == EDIT:
+        return ALLOW
+    return _deny(f"Only {shared} is shared with you on this server; {resource} is not part of it.")
