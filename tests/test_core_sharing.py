@@ -33,10 +33,10 @@ METHODS = {"read": ["GET", "HEAD"], "write": ["PUT", "POST", "PATCH", "DELETE"],
 
 
 def test_owner_and_strangers() -> None:
-    assert grant_from_scopes([], OWN, S, caller=O) == Grant(OWNER)
-    assert grant_from_scopes(["access:servers!server=student1/"], OWN, S, caller=O) == Grant(OWNER)
+    assert grant_from_scopes([], OWN, S, caller=OWN) == Grant(OWNER)
+    assert grant_from_scopes(["access:servers!server=student1/"], OWN, S, caller=OWN) == Grant(OWNER)
     # a service named like the owner is not the owner
-    assert grant_from_scopes([], OWN, S, caller=O, caller_kind="service").level == NONE
+    assert grant_from_scopes([], OWN, S, caller=OWN, caller_kind="service").level == NONE
     assert grant_from_scopes(["read:users"], OWN, S, caller="x").level == NONE
     assert grant_from_scopes(["access:servers!server=student2/"], OWN, S, caller="x").level == NONE
     assert grant_from_scopes(["access:servers!server=student1/other"], OWN, S, caller="x").level == NONE
