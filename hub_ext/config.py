@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hub_ext.core import roles
+from hub_ext.core import roles, sharing
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,10 @@ MODES = ("local", "kubernetes")
 #: store. Every request is checked against the caller first (hub_ext.core.authz).
 SERVICE_SCOPES = [
     "list:users", "read:users", "list:groups", "read:groups", "servers", "admin:groups", "admin:users",
+    # sharing (issue 7): create, list and revoke shares and share codes for users' servers
+    "shares", "read:shares", "users:shares", "groups:shares", "read:users:shares", "read:groups:shares",
+    "read:users:name", "read:groups:name", "access:servers",
+    *sharing.CUSTOM_SCOPES,
 ]
 
 
@@ -67,6 +71,7 @@ def configure(
     c.ClasshubLocalSpawner.classhub_db_url = db_url
     c.ClasshubKubeSpawner.classhub_db_url = db_url
     _add_roles(c)
+    _add_sharing(c, service_url)
     c.Spawner.default_url = "/lab"
     if mode == "local":
         c.JupyterHub.spawner_class = "classhub-local"
@@ -147,3 +152,34 @@ def _add_course_roles(c: Any, db_url: str, ta_server_access: bool) -> None:
     for role in roles.hub_roles(members, ta_server_access):
         existing[role["name"]] = role
     c.JupyterHub.load_roles = list(existing.values())
+
+
+#: JupyterHub's default server-token scopes (the 'server' role), plus asking classhub (the paths
+#: of one-path shares). The hub resolves a bare ``!server``/``!user`` filter to the spawned server.
+SERVER_TOKEN_SCOPES = [
+    "users:activity!user", "access:servers!server", f"access:services!service={SERVICE_NAME}",
+]
+#: Browser (OAuth) tokens of a server may carry classhub's share scopes for that server, so the
+#: server sees a viewer's read-only share (the hub drops the ones a viewer does not hold).
+OAUTH_CLIENT_SCOPES = [f"{scope}!server" for scope in sharing.CUSTOM_SCOPES]
+
+
+def _add_sharing(c: Any, service_url: str) -> None:
+    """classhub's custom scopes (share enforcement in the servers, hub_ext.core.sharing) and
+    what spawned servers need to enforce them."""
+    section = c.JupyterHub
+    if hasattr(section, "keys"):  # traitlets Config: unset keys would be lazy placeholders
+        existing = dict(section["custom_scopes"]) if "custom_scopes" in section else {}
+    else:
+        existing = dict(getattr(section, "custom_scopes", None) or {})
+    existing.update(sharing.CUSTOM_SCOPES)
+    c.JupyterHub.custom_scopes = existing
+    c.Spawner.server_token_scopes = list(SERVER_TOKEN_SCOPES)
+    c.Spawner.oauth_client_allowed_scopes = list(OAUTH_CLIENT_SCOPES)
+    spawner = c.Spawner
+    if hasattr(spawner, "keys"):
+        env = dict(spawner["environment"]) if "environment" in spawner else {}
+    else:
+        env = dict(getattr(spawner, "environment", None) or {})
+    env["CLASSHUB_SERVICE_API_URL"] = f"{service_url.rstrip('/')}/services/{SERVICE_NAME}/api"
+    c.Spawner.environment = env

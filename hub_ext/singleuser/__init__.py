@@ -14,6 +14,13 @@ def _jupyter_server_extension_points() -> list[dict[str, str]]:
     return [{"module": "hub_ext.singleuser"}]
 
 
+def _link_jupyter_server_extension(serverapp: Any) -> None:
+    # Runs before jupyter-server creates its Authorizer: install classhub's (share enforcement).
+    from hub_ext.singleuser import authorizer
+
+    authorizer.link(serverapp)
+
+
 def _load_jupyter_server_extension(serverapp: Any) -> None:
     from hub_ext.singleuser import activity, authorizer
 

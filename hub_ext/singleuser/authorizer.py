@@ -1,9 +1,199 @@
-"""Placeholder: filled in by its issue."""
+"""Share enforcement inside the single-user server: a jupyter-server Authorizer.
+
+JupyterHub's singleuser extension checks only ``access:servers`` and leaves finer rights to "a
+custom Authorizer with custom scopes" (its JupyterHubAuthorizer docstring). This is that
+Authorizer: it keeps JupyterHub's check (it subclasses JupyterHubAuthorizer) and then asks
+hub_ext.core.sharing whether the caller's scopes allow the request (read-only, editable,
+one path).
+
+Why it asks the hub again for non-owners: HubAuth caches the hub's answer about a token for
+``cache_max_age`` (300 s by default), so a revoked share would keep working for minutes. For
+anyone but the owner this Authorizer re-reads the caller's scopes from the hub (at most once
+per request, and not more often than ``recheck_seconds`` per token), so the next request after
+a revocation is refused. The owner keeps JupyterHub's cached path (no extra hub requests).
+
+Why it is installed at link time: jupyter-server creates its Authorizer (init_configurables)
+after linking extensions and before loading them, so `link(serverapp)` (called from the
+extension's ``_link_jupyter_server_extension``) sets ``ServerApp.authorizer_class``; no command
+line argument is needed. Handlers that do not use jupyter-server's ``@authorized`` decorator
+(JupyterLab's settings and workspaces) are covered by a check of every state-changing request
+in `setup`.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import json
+import os
+import time
 from typing import Any
+from urllib.parse import quote
+
+from jupyter_core.utils import ensure_async
+from jupyterhub.singleuser.extension import JupyterHubAuthorizer
+from tornado import web
+from tornado.httpclient import AsyncHTTPClient
+from traitlets import Float, Unicode, default
+
+from hub_ext.core import sharing
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class ClasshubAuthorizer(JupyterHubAuthorizer):
+    """JupyterHub's access check, then classhub's share rules (hub_ext.core.sharing)."""
+
+    recheck_seconds = Float(
+        0.0,
+        config=True,
+        help="How long a non-owner's scopes, as the hub reported them, are trusted before the "
+        "hub is asked again. 0 (default) asks on every request, so a revoked share fails at once.",
+    )
+    service_api_url = Unicode(
+        config=True,
+        help="The classhub service's API, asked for the paths of one-path shares "
+        "(default: $CLASSHUB_SERVICE_API_URL, which configure() sets for spawned servers).",
+    )
+
+    @default("service_api_url")
+    def _service_api_url(self) -> str:
+        return os.environ.get("CLASSHUB_SERVICE_API_URL", "")
+
+    _fresh: dict[str, tuple[float, dict | None]]
+    _paths: dict[str, tuple[float, frozenset[str]]]
+
+    @property
+    def owner(self) -> str:
+        return os.environ.get("JUPYTERHUB_USER", "")
+
+    @property
+    def server_name(self) -> str:
+        return os.environ.get("JUPYTERHUB_SERVER_NAME", "")
+
+    async def is_authorized(self, handler: Any, user: Any, action: str, resource: str) -> bool:
+        if not super().is_authorized(handler, user, action, resource):
+            return False
+        hub_user = user.hub_user
+        if hub_user.get("kind", "user") == "user" and hub_user.get("name") == self.owner:
+            return True
+        verdict = await self._decide(handler, action, resource)
+        if not verdict:
+            self.log.warning("classhub: refused %s %s (%s on %s) for %s: %s", handler.request.method,
+                             handler.request.path, action, resource, hub_user.get("name"), verdict.message)
+            handler._classhub_refusal = verdict.message
+        else:
+            self.log.info("classhub: %s %s by %s (shared access)", handler.request.method,
+                          handler.request.path, hub_user.get("name"))
+        return bool(verdict)
+
+    async def _decide(self, handler: Any, action: str, resource: str) -> sharing.Verdict:
+        model = await self._fresh_model(handler)
+        if model is None or not self.hub_auth.check_scopes(self.hub_auth.access_scopes, model):
+            return sharing.Verdict(False, "Your access to this server was revoked or has expired.")
+        grant = sharing.grant_from_scopes(model.get("scopes", []), self.owner, self.server_name,
+                                          caller=model.get("name"), caller_kind=model.get("kind", "user"))
+        try:
+            path = sharing.request_path(resource, self._url_path(handler))
+        except ValueError as e:
+            return sharing.Verdict(False, str(e))
+        if grant.paths is not None:
+            shared = await self._shared_paths(model["name"])
+            resolved = frozenset(p for p in map(self._resolve, shared) if p is not None)
+            grant = sharing.Grant(grant.level, resolved)
+            if path is not None:
+                path = self._resolve(path)
+        return sharing.decide(grant, sharing.Request(action, resource, handler.request.method.upper(), path))
+
+    def _url_path(self, handler: Any) -> str:
+        base = handler.settings.get("base_url", "/")
+        path = handler.request.path
+        return path[len(base):] if path.startswith(base) else path
+
+    @property
+    def root_dir(self) -> str:
+        return os.path.realpath(getattr(self.parent, "root_dir", None) or os.getcwd())
+
+    def _resolve(self, path: str) -> str | None:
+        """`path` relative to the root after following symlinks; None when it leaves the root."""
+        root = self.root_dir
+        real = os.path.realpath(os.path.join(root, path))
+        if real != root and not real.startswith(root + os.sep):
+            return None
+        return os.path.relpath(real, root).replace(os.sep, "/") if real != root else ""
+
+    async def _fresh_model(self, handler: Any) -> dict | None:
+        """The caller's model as the hub reports it now (once per request)."""
+        if hasattr(handler, "_classhub_model"):
+            return handler._classhub_model
+        token = self.hub_auth.get_token(handler)
+        model = None
+        if token:
+            key = hashlib.sha256(token.encode()).hexdigest()
+            cache = self.__dict__.setdefault("_fresh", {})
+            hit = cache.get(key)
+            if hit and self.recheck_seconds > 0 and time.monotonic() - hit[0] < self.recheck_seconds:
+                model = hit[1]
+            else:
+                model = await self.hub_auth.user_for_token(token, use_cache=False, sync=False)
+                cache[key] = (time.monotonic(), model)
+        handler._classhub_model = model
+        return model
+
+    async def _shared_paths(self, viewer: str) -> frozenset[str]:
+        """The paths classhub recorded for `viewer`'s one-path shares of this server (asked from
+        the classhub service with this server's token; none when it cannot be asked)."""
+        cache = self.__dict__.setdefault("_paths", {})
+        hit = cache.get(viewer)
+        if hit and self.recheck_seconds > 0 and time.monotonic() - hit[0] < self.recheck_seconds:
+            return hit[1]
+        paths: frozenset[str] = frozenset()
+        if not self.service_api_url:
+            self.log.error("classhub: one-path share but no CLASSHUB_SERVICE_API_URL; refusing")
+        else:
+            url = (f"{self.service_api_url.rstrip('/')}/shares/paths?viewer={quote(viewer, safe='')}"
+                   f"&server={quote(self.server_name, safe='')}")
+            try:
+                response = await AsyncHTTPClient().fetch(
+                    url, headers={"Authorization": f"token {self.hub_auth.api_token}"}, request_timeout=10)
+                paths = frozenset(json.loads(response.body).get("paths", []))
+            except Exception as e:  # refuse rather than guess
+                self.log.error("classhub: cannot read shared paths from %s: %s", url, e)
+        cache[viewer] = (time.monotonic(), paths)
+        return paths
+
+
+def link(serverapp: Any) -> None:
+    """Install `ClasshubAuthorizer` before jupyter-server creates its Authorizer (hub servers only)."""
+    if not os.environ.get("JUPYTERHUB_API_TOKEN"):
+        return  # not started by a hub: nothing to enforce shares against
+    serverapp.authorizer_class = ClasshubAuthorizer
 
 
 def setup(serverapp: Any) -> None:
-    """Register this part's handlers with the server."""
+    """Check state-changing requests of handlers that skip jupyter-server's ``@authorized``."""
+    if not isinstance(serverapp.authorizer, ClasshubAuthorizer):
+        serverapp.log.warning("classhub: share enforcement is off (authorizer is %s)",
+                              type(serverapp.authorizer).__name__)
+        return
+    from jupyter_server.base.handlers import JupyterHandler
+
+    if getattr(JupyterHandler.prepare, "_classhub", False):
+        return
+    original = JupyterHandler.prepare
+
+    async def prepare(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        if self.request.method.upper() not in SAFE_METHODS and self.current_user is not None:
+            resource = getattr(self, "auth_resource", None) or "lab"
+            allowed = self.authorizer.is_authorized(self, self.current_user, "write", resource)
+            if not await ensure_async(allowed):
+                refusal = getattr(self, "_classhub_refusal", "Not allowed on a shared server.")
+                raise web.HTTPError(403, refusal)
+        return result
+
+    prepare._classhub = True  # type: ignore[attr-defined]
+    JupyterHandler.prepare = prepare
+    serverapp.log.info("classhub: share enforcement on (owner %s)", os.environ.get("JUPYTERHUB_USER"))
