@@ -21,7 +21,11 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = "classhub"
 #: Environment variables of the hub passed on to the classhub service (see its traits).
-SERVICE_ENV_SETTINGS = ("CLASSHUB_RECONCILE_INTERVAL", "CLASSHUB_RECONCILE_GRACE", "CLASSHUB_METRICS_AUTH")
+SERVICE_ENV_SETTINGS = ("CLASSHUB_RECONCILE_INTERVAL", "CLASSHUB_RECONCILE_GRACE", "CLASSHUB_METRICS_AUTH",
+                        # templates (hub_ext.backends.local.templates.ClasshubTemplates)
+                        "CLASSHUB_TEMPLATES_DIR", "CLASSHUB_TEMPLATE_MAX_BYTES",
+                        "CLASSHUB_TEMPLATE_MAX_FILES", "CLASSHUB_TEMPLATE_MAX_DEPTH",
+                        "CLASSHUB_TEMPLATES_PVC")
 MODES = ("local", "kubernetes")
 
 #: What the classhub service may do in the hub: read users and groups (``/api/me``), stop/start
@@ -29,6 +33,8 @@ MODES = ("local", "kubernetes")
 #: store. Every request is checked against the caller first (hub_ext.core.authz).
 SERVICE_SCOPES = [
     "list:users", "read:users", "list:groups", "read:groups", "servers", "admin:groups", "admin:users",
+    # templates (issue 6): where a teacher's server listens, to publish from it with their own token
+    "proxy",
     # sharing (issue 7): create, list and revoke shares and share codes for users' servers
     "shares", "read:shares", "users:shares", "groups:shares", "read:users:shares", "read:groups:shares",
     "read:users:name", "read:groups:name", "access:servers",
@@ -67,6 +73,7 @@ def configure(
         base = Path(data_dir).resolve() if data_dir is not None else Path("/srv/jupyterhub")
         db_url = f"sqlite:///{base / 'classhub.sqlite'}"
     _add_service(c, service_url, bind_all=(mode == "kubernetes"), db_url=db_url)
+    _add_template_settings(c, mode, data_dir)
     _add_course_roles(c, db_url, ta_server_access)
     c.ClasshubLocalSpawner.classhub_db_url = db_url
     c.ClasshubKubeSpawner.classhub_db_url = db_url
@@ -113,6 +120,21 @@ def _add_service(c: Any, service_url: str, bind_all: bool, db_url: str) -> None:
         }
     )
     c.JupyterHub.services = services
+
+
+def _add_template_settings(c: Any, mode: str, data_dir: str | Path | None) -> None:
+    """Where templates are stored, for the spawners and the service (see ClasshubTemplates).
+
+    The service's OAuth tokens may also access the user's own servers (``access:servers!user``):
+    publishing reads a teacher's folder through their server with the teacher's credentials.
+    """
+    service = next(s for s in c.JupyterHub.services if s.get("name") == SERVICE_NAME)
+    service["environment"]["CLASSHUB_MODE"] = mode
+    service["oauth_client_allowed_scopes"] = ["access:servers!user"]
+    if mode == "local" and data_dir is not None and not os.environ.get("CLASSHUB_TEMPLATES_DIR"):
+        templates = str(Path(data_dir).resolve() / "templates")
+        c.ClasshubTemplates.storage_dir = templates
+        service["environment"]["CLASSHUB_TEMPLATES_DIR"] = templates
 
 
 def _add_roles(c: Any) -> None:

@@ -7,6 +7,7 @@ admin allows it, like The Littlest JupyterHub), and a stop that takes kernels do
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import sys
@@ -14,13 +15,16 @@ from pathlib import Path
 
 from jupyterhub.spawner import LocalProcessSpawner
 from tornado import web
-from traitlets import Bool, Float, Int, List, Unicode, Union, default
+from traitlets import Bool, Float, Instance, Int, List, Unicode, Union, default
 
-from hub_ext.backends.local import accounts, processes
+from hub_ext.backends.local import accounts, processes, templates_spawn
 from hub_ext.backends.local.gpu_pool import GPUPool
+from hub_ext.backends.local.seeding import HomeError
+from hub_ext.backends.local.templates import ClasshubTemplates
 from hub_ext.core.devices import AssignmentError, cuda_visible_devices
 from hub_ext.core.profiles import Profile, Selection, propose_profiles
 from hub_ext.core.resources import format_quantity
+from hub_ext.core.seeding import TemplateRefused
 from spawner.profiles import ProfilesMixin
 
 
@@ -210,7 +214,36 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
             private=self.system_users,
         )
         self.notebook_dir = str(home)
+        await self._seed_home(home)
         return await super().start()
+
+    templates = Instance(ClasshubTemplates, help="Template settings (c.ClasshubTemplates.*).")
+
+    @default("templates")
+    def _default_templates(self) -> ClasshubTemplates:
+        return ClasshubTemplates(parent=self)
+
+    def template_seeded_from(self) -> tuple[str, str] | None:
+        return templates_spawn.marker_of(self.home_dir) if self.home_dir.is_dir() else None
+
+    async def _seed_home(self, home: Path) -> None:
+        """Seed the home from the template this start names (or re-seeds) before the server runs."""
+        job = self.template_job
+        if job is None:
+            return
+        owner = (self._run_as.uid, self._run_as.gid) if self.system_users else (None, None)
+        try:
+            result = await asyncio.to_thread(
+                templates_spawn.seed_local, job, self.templates.storage(), home, self.templates.limits,
+                uid=owner[0], gid=owner[1])
+        except (TemplateRefused, HomeError, OSError, RuntimeError) as e:
+            raise web.HTTPError(
+                500, f"Cannot copy template {job.key} v{job.version} into your home: {e}") from None
+        if result is not None:
+            self.log.info("Seeded %s's home from %s v%s: %s", self.user.name, job.key, job.version,
+                          result.plan.summary())
+            await asyncio.to_thread(templates_spawn.record_seeded, self.classhub_db_url, self.user.name, job,
+                                    result.plan.summary())
 
     def get_args(self) -> list[str]:
         args = super().get_args()

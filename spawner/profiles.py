@@ -7,11 +7,15 @@ raises HTTP 400 with the reason before anything is created (JupyterHub runs
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from typing import Any
 
 from tornado import web
 from traitlets import Bool, Dict, HasTraits, List, Unicode, default
 
+from hub_ext.backends.local import templates_spawn
+from hub_ext.backends.local.templates_spawn import SeedJob
 from hub_ext.core import roles
 from hub_ext.core.profiles import (
     Catalog,
@@ -181,10 +185,13 @@ class ProfilesMixin(HasTraits):
         if not self.classhub_profiles_enabled():
             return
         viewer = self.viewer()
+        user_options = await self._resolve_template(user_options)  # classhub templates (issue 6)
         try:
             selection = self.catalog().select(viewer, user_options, self.image_policy(viewer))
         except OptionsError as e:
             raise web.HTTPError(400, f"Cannot start this server: {e}") from None
+        if getattr(self, "_template_image", None):
+            selection = dataclasses.replace(selection, image=self._template_image)
         free = self.free_count(selection.profile, await self.capacity_view())
         if free is not None and free < 1:
             raise web.HTTPError(
@@ -194,6 +201,41 @@ class ProfilesMixin(HasTraits):
             await quota.reserve(self.classhub_db_url, self.user.name, self.name, selection)
         self.selection = selection
         await self.apply_selection(selection)
+
+    # ---- templates (issue 6): the ``template`` option, checked against the store ----------------
+
+    template_job: SeedJob | None = None
+
+    def template_seeded_from(self) -> tuple[str, str] | None:
+        """(template key, version) the home was seeded from, when the spawner can read the home."""
+        return None
+
+    async def _resolve_template(self, user_options: dict) -> dict:
+        """Decide what this start seeds (``template_job``); the options without ``template``.
+
+        HTTP 400/403/404 with the sentence when the option names a template the user may not use.
+        """
+        options = dict(user_options or {})
+        option = options.pop("template", None)
+        self.template_job = None
+        if not self.classhub_db_url:
+            if option is not None:
+                raise web.HTTPError(400, "Cannot start this server: templates need the classhub store.")
+            return options
+        try:
+            self.template_job = await asyncio.to_thread(
+                templates_spawn.resolve, self.classhub_db_url, self.user.name, bool(self.user.admin),
+                option, self.template_seeded_from())
+        except templates_spawn.TemplateDenied as e:
+            raise web.HTTPError(e.status, e.message) from None
+        job = self.template_job
+        if job is not None and option is not None and job.profile and "profile" not in options:
+            options["profile"] = job.profile  # the template's profile, unless the user chose one
+        # The image a teacher published with the template is allowed for starts from it.
+        self._template_image = None
+        if job is not None and job.image and options.get("image") == job.image:
+            self._template_image = options.pop("image")
+        return options
 
     def clear_state(self) -> None:
         """The server is gone (stopped, failed, found dead): release its quota reservation."""

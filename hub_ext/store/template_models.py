@@ -14,14 +14,18 @@ Why these shapes:
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, String, Text, UniqueConstraint
-from sqlalchemy.orm import Mapped, mapped_column, relationship
+from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, String, Text, UniqueConstraint, select
+from sqlalchemy.orm import Mapped, Session, mapped_column, relationship
 
 from hub_ext.store.models import Base, Course
 from hub_ext.store.types import JSONType
 
-__all__ = ["RESEED_MODES", "Template", "TemplateSettings", "TemplateVersion"]
+__all__ = [
+    "RESEED_MODES", "Template", "TemplateSettings", "TemplateVersion", "find_template", "find_version",
+    "reseed_mode", "version_json",
+]
 
 #: ``manual``: students re-seed with a REST call or the button; ``on_start``: every server start
 #: seeds the newest version of the template the home was seeded from.
@@ -84,3 +88,50 @@ class TemplateSettings(Base):
         ForeignKey("classhub_courses.id", ondelete="CASCADE"), primary_key=True
     )
     reseed: Mapped[str] = mapped_column(String(16), default="manual")
+
+
+# ---------------------------------------------------------------------------------------------
+# Queries shared by the service and the spawners (one place that knows the shape above).
+
+
+def find_template(session: Session, course: str, name: str) -> Template | None:
+    return session.scalars(
+        select(Template).join(Course).where(Course.name == course, Template.name == name)
+    ).one_or_none()
+
+
+def find_version(session: Session, course: str, name: str, version: int | None) -> TemplateVersion | None:
+    """Version ``version`` of ``course/name`` (the newest when None), or None."""
+    query = (select(TemplateVersion).join(Template).join(Course)
+             .where(Course.name == course, Template.name == name))
+    if version is None:
+        query = query.order_by(TemplateVersion.version.desc()).limit(1)
+    else:
+        query = query.where(TemplateVersion.version == version)
+    return session.scalars(query).first()
+
+
+def reseed_mode(session: Session, course: str) -> str:
+    setting = session.scalars(
+        select(TemplateSettings).join(Course, Course.id == TemplateSettings.course_id)
+        .where(Course.name == course)
+    ).one_or_none()
+    return setting.reseed if setting is not None else RESEED_MODES[0]
+
+
+def version_json(course: str, name: str, v: TemplateVersion) -> dict[str, Any]:
+    return {
+        "course": course,
+        "template": name,
+        "version": v.version,
+        "tag": f"v{v.version}",
+        "description": v.description,
+        "image": v.image,
+        "profile": v.profile,
+        "start_command": v.start_command,
+        "source": v.source,
+        "files": v.files,
+        "bytes": v.bytes,
+        "created_at": v.created_at.isoformat(),
+        "created_by": v.created_by,
+    }

@@ -1,0 +1,210 @@
+"""Templates end to end on a real ``classhub local`` hub (must show 1, local mode), and who may.
+
+What a teacher and a student notice: the teacher publishes the files of a folder of their own
+JupyterLab (non-ASCII names included), a student starts from the template in one call and sees
+the files in their JupyterLab, a re-seed after v2 keeps the student's edit with the teacher's copy
+beside it and adds new files; a student cannot publish, a teacher of another course sees nothing,
+a malicious archive is refused with a sentence and nothing is stored.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+import zipfile
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+import requests
+
+from tests.hubproc import HubSession, LocalHub, api, start_server, wait_for
+
+COURSE = "demo101"
+CAFE = "café ü.txt"
+README_V1 = "# Lab 1\nRun every cell.\n"
+README_V2 = "# Lab 1 (fixed)\nRun every cell, then the last one again.\n"
+STUDENT_README = "# Lab 1\nMy notes: cell 3 needs more epochs.\n"
+
+
+@pytest.fixture(scope="module")
+def hub(hub_root: Path):
+    hub = LocalHub(data_dir=hub_root / "templates-e2e").start()
+    yield hub
+    hub.stop()
+
+
+@pytest.fixture(scope="module")
+def tokens(hub: LocalHub) -> dict[str, str]:
+    found = {name: HubSession(hub, name).new_token() for name in ("admin", "teacher1", "student1")}
+    # a teacher of another course (not a demo login: the admin makes their token)
+    admin = found["admin"]
+    assert api(hub, "POST", "courses", admin, json={"name": "other101"}).status_code == 201
+    r = api(hub, "PUT", "courses/other101/members", admin,
+            json={"add": [{"username": "teacher2", "role": "teacher"}]})
+    assert r.status_code == 200, r.text
+    r = requests.post(f"{hub.url}/hub/api/users/teacher2/tokens", json={"expires_in": 3600},
+                      headers={"Authorization": f"token {admin}"}, timeout=30)
+    assert r.status_code == 201, r.text
+    found["teacher2"] = r.json()["token"]
+    return found
+
+
+def contents(hub: LocalHub, user: str, token: str, method: str, path: str, **kwargs) -> requests.Response:
+    url = f"{hub.url}/user/{user}/api/contents/{quote(path)}"
+    return requests.request(method, url, headers={"Authorization": f"token {token}"}, timeout=30, **kwargs)
+
+
+def put_text(hub: LocalHub, user: str, token: str, path: str, text: str) -> None:
+    r = contents(hub, user, token, "PUT", path, json={"type": "file", "format": "text", "content": text})
+    assert r.status_code in (200, 201), r.text
+
+
+def read_text(hub: LocalHub, user: str, token: str, path: str) -> str:
+    r = contents(hub, user, token, "GET", path, params={"content": "1", "type": "file", "format": "text"})
+    assert r.status_code == 200, (path, r.text)
+    return r.json()["content"]
+
+
+def names(hub: LocalHub, user: str, token: str, path: str = "") -> set[str]:
+    r = contents(hub, user, token, "GET", path, params={"content": "1"})
+    assert r.status_code == 200, r.text
+    return {item["name"] for item in r.json()["content"]}
+
+
+def marker(hub: LocalHub, user: str) -> dict:
+    return json.loads((hub.data_dir / "homes" / user / ".classhub" / "template.json").read_text())
+
+
+def test_publish_start_reseed_end_to_end(hub: LocalHub, tokens: dict[str, str]):
+    teacher, student = tokens["teacher1"], tokens["student1"]
+    start_server(hub, "teacher1", teacher)
+    # the teacher prepares a folder in their own JupyterLab
+    for folder in ("lab1", "lab1/data"):
+        r = contents(hub, "teacher1", teacher, "PUT", folder, json={"type": "directory"})
+        assert r.status_code == 201, r.text
+    put_text(hub, "teacher1", teacher, "lab1/README.md", README_V1)
+    put_text(hub, "teacher1", teacher, f"lab1/{CAFE}", "crème brûlée\n")
+    put_text(hub, "teacher1", teacher, "lab1/data/values.csv", "x,y\n1,2\n")
+
+    r = api(hub, "POST", f"courses/{COURSE}/templates/lab1/versions", teacher,
+            json={"source": {"server_path": "lab1"}, "profile": "cpu", "description": "First lab"})
+    assert r.status_code == 201, r.text
+    v1 = r.json()
+    assert (v1["version"], v1["files"], v1["profile"]) == (1, 4, "cpu")  # 3 files + 1 folder
+
+    # the student sees it and starts from it in one call
+    listed = api(hub, "GET", f"courses/{COURSE}/templates", student).json()
+    assert [(t["name"], t["latest"]["version"]) for t in listed] == [("lab1", 1)]
+    r = api(hub, "POST", f"courses/{COURSE}/templates/lab1/start", student)
+    assert r.status_code == 200, r.text
+    assert r.json()["server"]["ready"] and r.json()["seeded"]["summary"] == {"added": 4}
+    assert {"README.md", CAFE, "data"} <= names(hub, "student1", student)
+    assert read_text(hub, "student1", student, CAFE) == "crème brûlée\n"
+    assert read_text(hub, "student1", student, "data/values.csv") == "x,y\n1,2\n"
+    seeded = marker(hub, "student1")
+    assert (seeded["template"], seeded["version"]) == (f"{COURSE}/lab1", "1")
+
+    # the student works; the teacher fixes the README and adds a file, publishes v2
+    put_text(hub, "student1", student, "README.md", STUDENT_README)
+    put_text(hub, "teacher1", teacher, "lab1/README.md", README_V2)
+    put_text(hub, "teacher1", teacher, "lab1/lab2.py", "print('part 2')\n")
+    r = api(hub, "POST", f"courses/{COURSE}/templates/lab1/versions", teacher,
+            json={"source": {"server_path": "lab1"}, "profile": "cpu"})
+    assert r.status_code == 201 and r.json()["version"] == 2, r.text
+
+    # re-seed: the edit is kept, the teacher's copy beside it, the new file added
+    r = api(hub, "POST", f"courses/{COURSE}/templates/lab1/start", student)
+    assert r.status_code == 200, r.text
+    summary = r.json()["seeded"]["summary"]
+    assert summary.get("student_modified") == 1 and summary.get("added") == 1, summary
+    assert read_text(hub, "student1", student, "README.md") == STUDENT_README
+    assert read_text(hub, "student1", student, "README.template-v2.md") == README_V2
+    assert read_text(hub, "student1", student, "lab2.py") == "print('part 2')\n"
+    assert read_text(hub, "student1", student, CAFE) == "crème brûlée\n"
+    assert marker(hub, "student1")["version"] == "2"
+    # the publishes are in the audit log, v1 is unchanged on disk
+    versions = api(hub, "GET", f"courses/{COURSE}/templates/lab1", student).json()["versions"]
+    assert [v["version"] for v in versions] == [1, 2] and versions[0]["files"] == 4
+
+
+def test_a_student_cannot_publish_or_change_settings(hub: LocalHub, tokens: dict[str, str]):
+    student = tokens["student1"]
+    r = api(hub, "POST", f"courses/{COURSE}/templates/mine/versions", student,
+            json={"source": {"server_path": ""}})
+    assert r.status_code == 403 and "teacher" in r.json()["message"]
+    r = api(hub, "PUT", f"courses/{COURSE}/template-settings", student, json={"reseed": "on_start"})
+    assert r.status_code == 403
+    assert api(hub, "GET", f"courses/{COURSE}/templates/mine", student).status_code == 404
+
+
+def test_a_teacher_of_another_course_sees_and_publishes_nothing(hub: LocalHub, tokens: dict[str, str]):
+    other = tokens["teacher2"]
+    for method, path, body in (("GET", "templates", None), ("GET", "templates/lab1", None),
+                               ("POST", "templates/lab1/versions", {"source": {"server_path": ""}}),
+                               ("POST", "templates/lab1/start", None)):
+        r = api(hub, method, f"courses/{COURSE}/{path}", other, json=body)
+        assert r.status_code == 404, (path, r.text)
+        assert "among yours" in r.json()["message"]
+    # nor may a student name another course's template (or a path) in their spawn options
+    student = {"Authorization": f"token {tokens['student1']}"}
+    requests.delete(f"{hub.url}/hub/api/users/student1/server", headers=student, timeout=30)
+    wait_for(lambda: not requests.get(f"{hub.url}/hub/api/users/student1", headers=student, timeout=10)
+             .json()["servers"], 30, "student1's server to stop")
+    r = requests.post(f"{hub.url}/hub/api/users/student1/server", timeout=30,
+                      headers={"Authorization": f"token {tokens['student1']}"},
+                      json={"template": {"course": "other101", "name": "lab1"}})
+    assert r.status_code == 404 and "among yours" in r.text, r.text
+    r = requests.post(f"{hub.url}/hub/api/users/student1/server", timeout=30,
+                      headers={"Authorization": f"token {tokens['student1']}"},
+                      json={"template": {"course": COURSE, "name": "../../etc"}})
+    assert r.status_code == 400 and "template name" in r.text
+
+
+def _zip(members: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return out.getvalue()
+
+
+def test_archives_bad_ones_refused_and_nothing_stored(hub: LocalHub, tokens: dict[str, str]):
+    teacher = tokens["teacher1"]
+    path = f"courses/{COURSE}/templates/uploaded/versions"
+    headers = {"Content-Type": "application/zip"}
+    r = api(hub, "POST", path, teacher, data=_zip({"ok.txt": b"x", "../evil.txt": b"owned"}), headers=headers)
+    assert r.status_code == 400, r.text
+    assert "Not published" in r.json()["message"] and "'..'" in r.json()["message"]
+    r = api(hub, "POST", path, teacher, data=b"not an archive", headers=headers)
+    assert r.status_code == 400 and "archive" in r.json()["message"]
+    assert api(hub, "GET", f"courses/{COURSE}/templates/uploaded", teacher).status_code == 404
+    root = hub.data_dir / "templates"
+    assert not any((root / ".staging").iterdir())
+    assert not (hub.data_dir.parent / "evil.txt").exists()
+
+    # a good tar archive with metadata in the query becomes v1
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        info = tarfile.TarInfo("notes/intro.md")
+        info.size = 6
+        tar.addfile(info, io.BytesIO(b"hello\n"))
+    r = api(hub, "POST", f"{path}?description=From%20a%20tarball&profile=cpu", teacher,
+            data=out.getvalue(), headers={"Content-Type": "application/gzip"})
+    assert r.status_code == 201, r.text
+    published = r.json()
+    assert (published["version"], published["source"], published["description"]) == (
+        1, "archive", "From a tarball")
+
+
+def test_template_settings_and_the_page(hub: LocalHub, tokens: dict[str, str]):
+    teacher, student = tokens["teacher1"], tokens["student1"]
+    assert api(hub, "GET", f"courses/{COURSE}/template-settings", student).json()["reseed"] == "manual"
+    r = api(hub, "PUT", f"courses/{COURSE}/template-settings", teacher, json={"reseed": "sometimes"})
+    assert r.status_code == 400 and "on_start" in r.json()["message"]
+    r = api(hub, "PUT", f"courses/{COURSE}/template-settings", teacher, json={"reseed": "on_start"})
+    assert r.status_code == 200 and r.json()["reseed"] == "on_start"
+    page = requests.get(f"{hub.url}/services/classhub/templates", timeout=30,
+                        headers={"Authorization": f"token {student}"})
+    assert page.status_code == 200 and "Start</button>" in page.text and "lab1" in page.text
