@@ -265,7 +265,8 @@ def document() -> dict[str, Any]:
             "parameters": {
                 "course": {"name": "course", "in": "path", "required": True, "schema": {"type": "string"}},
                 "user": {"name": "user", "in": "path", "required": True, "schema": {"type": "string"}},
-                "template": {"name": "template", "in": "path", "required": True, "schema": {"type": "string"}},
+                "template": {"name": "template", "in": "path", "required": True,
+                             "schema": {"type": "string"}},
                 "version": {"name": "version", "in": "path", "required": True, "schema": {"type": "string"}},
                 "remove_missing": {"name": "remove_missing", "in": "query", "required": False,
                                    "schema": {"type": "boolean", "default": False},
