@@ -52,6 +52,8 @@ def configure(
     create_system_users: bool = False,
     db_url: str | None = None,
     ta_server_access: bool = True,
+    culler: bool = True,
+    culler_config: dict[str, Any] | None = None,
 ) -> None:
     """Add classhub's service, roles and scopes, and spawner to the JupyterHub config ``c``.
 
@@ -78,6 +80,8 @@ def configure(
     c.ClasshubLocalSpawner.classhub_db_url = db_url
     c.ClasshubKubeSpawner.classhub_db_url = db_url
     _add_roles(c)
+    if culler:
+        _add_culler(c, db_url, culler_config)
     _add_sharing(c, service_url)
     c.Spawner.default_url = "/lab"
     if mode == "local":
@@ -205,3 +209,51 @@ def _add_sharing(c: Any, service_url: str) -> None:
         env = dict(getattr(spawner, "environment", None) or {})
     env["CLASSHUB_SERVICE_API_URL"] = f"{service_url.rstrip('/')}/services/{SERVICE_NAME}/api"
     c.Spawner.environment = env
+
+
+CULLER_NAME = "classhub-culler"
+#: What the idle culler may do in the hub: list users with their servers and activity, read the
+#: spawner state (a pod's name, for GPU utilisation from Prometheus), read the proxy's routes
+#: (to reach a server directly), ask servers for their activity report, and stop servers.
+CULLER_SCOPES = [
+    "list:users", "read:users:name", "read:users:activity", "read:servers", "admin:server_state",
+    "delete:servers", "access:servers", "proxy",
+]
+
+
+def _add_culler(c: Any, db_url: str, culler_config: dict[str, Any] | None) -> None:
+    """The idle culler service (``python -m culler``, see culler/app.py), its role, and the
+    announcement on hub pages that shows a user the culls pending for their servers.
+
+    ``culler_config``: traits of ``ClasshubCuller`` (e.g. ``{"interval": 60, "warn_before": 600}``);
+    the hub's ``CLASSHUB_CULLER_CONFIG`` (JSON ``{"ClasshubCuller": {...}}``) is merged under them.
+    """
+    import json
+
+    from hub_ext.service import culling as culling_api
+
+    settings = json.loads(os.environ.get("CLASSHUB_CULLER_CONFIG") or "{}")
+    if culler_config:
+        settings.setdefault("ClasshubCuller", {}).update(culler_config)
+    services = [s for s in _configured(c, "services") if s.get("name") != CULLER_NAME]
+    services.append({
+        "name": CULLER_NAME,
+        "command": [sys.executable, "-m", "culler"],
+        "environment": {"CLASSHUB_DB_URL": db_url, "CLASSHUB_CULLER_CONFIG": json.dumps(settings)},
+    })
+    c.JupyterHub.services = services
+    roles_ = {r["name"]: r for r in _configured(c, "load_roles")}
+    roles_["classhub-culler"] = {
+        "name": "classhub-culler",
+        "description": "What the classhub idle culler reads from the hub and stops",
+        "scopes": list(CULLER_SCOPES),
+        "services": [CULLER_NAME],
+    }
+    c.JupyterHub.load_roles = list(roles_.values())
+    section = c.JupyterHub
+    if hasattr(section, "keys"):
+        template_vars = dict(section["template_vars"]) if "template_vars" in section else {}
+    else:
+        template_vars = dict(getattr(section, "template_vars", None) or {})
+    template_vars.setdefault("announcement", culling_api.Announcement(db_url))
+    c.JupyterHub.template_vars = template_vars

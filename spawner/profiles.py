@@ -194,8 +194,12 @@ class ProfilesMixin(HasTraits):
             selection = dataclasses.replace(selection, image=self._template_image)
         free = self.free_count(selection.profile, await self.capacity_view())
         if free is not None and free < 1:
+            from culler.pressure import reclaim_notice  # the culler frees idle holders (issue 8)
+
+            notice = await reclaim_notice(self.classhub_db_url, self.user.name, selection.profile)
             raise web.HTTPError(
-                409, f"Cannot start {selection.profile.display_name}: {Offer(selection.profile, 0).reason}"
+                409, f"Cannot start {selection.profile.display_name}: {Offer(selection.profile, 0).reason}."
+                f"{notice}"
             )
         if self.classhub_db_url:
             await quota.reserve(self.classhub_db_url, self.user.name, self.name, selection)

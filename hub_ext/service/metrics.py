@@ -15,6 +15,8 @@ Exposed:
 - ``classhub_usage{course, resource}``: what the course holds now (unreleased reservations), with
   ``servers`` and ``gpu_hours_per_week`` (GPU hours used this week) so that usage / quota lines up.
 - ``classhub_spawns_denied_total{reason}``: spawns refused, by reason code (hub_ext.core.quota).
+- ``classhub_culls_total{reason, resource}``, ``classhub_culler_gpu_hours_reclaimed_total``,
+  ``classhub_culler_pending_warnings``: the idle culler (hub_ext.service.culling.CullCollector).
 """
 
 from __future__ import annotations
@@ -90,6 +92,9 @@ def registry_for(sessions: sessionmaker[Session]) -> CollectorRegistry:
     """A registry of its own (not the process-global one), so tests and apps do not mix."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(sessions))
+    from hub_ext.service.culling import CullCollector  # the culler's metrics (issue 8)
+
+    registry.register(CullCollector(sessions))
     return registry
 
 

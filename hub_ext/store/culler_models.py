@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import CheckConstraint, Float, Index, String, UniqueConstraint
-from sqlalchemy.orm import Mapped, mapped_column
+from sqlalchemy import CheckConstraint, Float, Index, String, UniqueConstraint, func, select, update
+from sqlalchemy.orm import Mapped, Session, mapped_column
 
 from hub_ext.store.models import Base
 
@@ -101,3 +101,85 @@ class Shortfall(Base):
     username: Mapped[str]
     at: Mapped[datetime]
     handled_at: Mapped[datetime | None]
+
+
+# ---- queries and changes (used by the culler, the service and the spawners) ----------------------
+
+
+def persistent_keys(session: Session) -> set[tuple[str, str]]:
+    """(user, server name) of every server marked persistent."""
+    return set(session.execute(select(PersistentServer.username, PersistentServer.server_name)).tuples())
+
+
+def set_persistent(session: Session, username: str, server_name: str, persistent: bool, by: str,
+                   now: datetime, note: str = "") -> None:
+    """Mark (or unmark) a server persistent; idempotent."""
+    row = session.scalar(select(PersistentServer).where(
+        PersistentServer.username == username, PersistentServer.server_name == server_name))
+    if persistent and row is None:
+        session.add(PersistentServer(username=username, server_name=server_name, marked_by=by,
+                                     marked_at=now, note=note))
+    elif persistent and row is not None:
+        row.note = note or row.note
+    elif row is not None:
+        session.delete(row)
+
+
+def course_policies(session: Session) -> list[CullPolicyRow]:
+    return list(session.scalars(select(CullPolicyRow).order_by(CullPolicyRow.course, CullPolicyRow.kind)))
+
+
+def set_course_policy(session: Session, course: str, kind: str, fields: dict[str, object] | None) -> None:
+    """Set (``fields``) or remove (None) a course's policy for ``kind`` ("" = all kinds)."""
+    row = session.scalar(select(CullPolicyRow).where(CullPolicyRow.course == course,
+                                                     CullPolicyRow.kind == kind))
+    if fields is None:
+        if row is not None:
+            session.delete(row)
+        return
+    if row is None:
+        row = CullPolicyRow(course=course, kind=kind)
+        session.add(row)
+    for name in POLICY_FIELDS:
+        setattr(row, name, fields.get(name))
+
+
+#: The columns of `CullPolicyRow` an admin sets (NULL: the site default).
+POLICY_FIELDS = ("idle_timeout", "max_age", "never_cull", "warn_before", "pressure_min_idle")
+
+
+def windows(session: Session, now: datetime, course: str | None = None) -> list[NoCullWindow]:
+    """Windows that have not ended yet (of one course, or all), earliest first."""
+    q = select(NoCullWindow).where(NoCullWindow.ends_at > now)
+    if course is not None:
+        q = q.where(NoCullWindow.course == course)
+    return list(session.scalars(q.order_by(NoCullWindow.starts_at, NoCullWindow.id)))
+
+
+def warnings_of(session: Session, username: str | None = None) -> list[CullWarning]:
+    q = select(CullWarning)
+    if username is not None:
+        q = q.where(CullWarning.username == username)
+    return list(session.scalars(q.order_by(CullWarning.username, CullWarning.server_name)))
+
+
+def record_shortfall(session: Session, resource: str, units: int, username: str, now: datetime) -> None:
+    session.add(Shortfall(resource=resource, units=units, username=username, at=now))
+
+
+def open_shortfalls(session: Session, since: datetime) -> dict[str, int]:
+    """Units missing per resource: open shortfalls recorded after ``since`` (older ones expire);
+    one user asking many times counts once per resource."""
+    rows = session.execute(
+        select(Shortfall.resource, Shortfall.username, func.max(Shortfall.units))
+        .where(Shortfall.handled_at.is_(None), Shortfall.at >= since)
+        .group_by(Shortfall.resource, Shortfall.username)
+    ).all()
+    out: dict[str, int] = {}
+    for resource, _user, units in rows:
+        out[resource] = out.get(resource, 0) + int(units)
+    return out
+
+
+def close_shortfalls(session: Session, now: datetime) -> None:
+    session.execute(update(Shortfall).where(Shortfall.handled_at.is_(None)).values(handled_at=now))

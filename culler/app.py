@@ -1,0 +1,436 @@
+"""The classhub idle culler: a hub-managed service (``python -m culler``) wired by configure().
+
+One cycle, with as few hub requests as the job allows:
+1. one paginated ``GET /hub/api/users?state=active`` (every user with a running server, with its
+   ``last_activity``, ``started`` and, with ``admin:server_state``, the spawner state);
+2. the store (one read): quota reservations (which devices a server holds and for which course),
+   persistent marks, course policies, no-cull windows, pending warnings, capacity shortfalls;
+3. optionally one Prometheus query (GPU utilisation per pod, Kubernetes with a DCGM exporter);
+4. `decide` on those facts; only the servers it would warn, cull or reclaim are then asked for
+   their own activity report (busy kernels, GPU use; hub_ext.singleuser.activity), through the
+   proxy's routing table (one ``GET /hub/api/proxy``), and decided again with the answers;
+5. culls are ``DELETE /hub/api/users/<u>/server[s/<name>]``, each written to the audit log
+   (action ``server_culled``) with its reason; warnings are stored for the hub page and the API.
+
+Configuration: traits of `ClasshubCuller`, set through ``configure(c, culler_config={...})`` or the
+hub's environment variable ``CLASSHUB_CULLER_CONFIG`` (JSON, ``{"ClasshubCuller": {...}}``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from sqlalchemy import select
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from traitlets import Bool, Dict, Enum, Float, Int, Unicode, default, validate
+from traitlets.config import Application, Config
+
+from culler import facts as F
+from hub_ext import __version__, store
+from hub_ext.core.culling import CULL, WARN, CullPolicy, Decision, ServerFacts, Window, decide
+from hub_ext.store import culler_models as cm
+
+ACTION = "server_culled"
+ACTOR = "classhub-culler"
+DEFAULT_TIMEOUTS = {"gpu": 1800.0, "mig": 3600.0, "shared": 3600.0, "cpu": 7200.0}
+
+
+@dataclass
+class CycleReport:
+    """What one cycle did (logged; returned for tests and the benchmark)."""
+
+    servers: int = 0
+    asked: int = 0
+    hub_requests: int = 0
+    culled: list[Decision] = field(default_factory=list)
+    warned: list[Decision] = field(default_factory=list)
+    pressure: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+class ClasshubCuller(Application):
+    """Stops idle servers by classhub's policies (hub_ext.core.culling), warning users first."""
+
+    name = "classhub-culler"
+    version = __version__
+    description = "classhub idle culler (a JupyterHub-managed service)"
+
+    interval = Float(
+        300.0, config=True, help="Seconds between two cycles (the first runs at start).",
+    )
+    idle_timeouts = Dict(
+        value_trait=Float(),
+        default_value=dict(DEFAULT_TIMEOUTS),
+        config=True,
+        help="Seconds a server may stay idle, per profile kind: gpu (whole GPUs), mig (MIG slices), "
+        "shared (time-sliced/MPS shares), cpu (no device). Missing kinds keep the defaults "
+        "(gpu 30 min, mig 1 h, shared 1 h, cpu 2 h). Courses override them through the API.",
+    )
+    max_age = Float(
+        0.0, config=True, help="Seconds a server may run at all, busy or not once quiet; 0: no limit.",
+    )
+    warn_before = Float(
+        300.0, config=True,
+        help="Seconds between the warning a user sees (hub page, /api/culling/me) and the cull; "
+        "0: cull without warning.",
+    )
+    reclaim_after = Float(
+        300.0, config=True,
+        help="Under capacity pressure (a spawn refused for lack of a device), servers holding that "
+        "device and idle at least this many seconds may be culled, longest idle first.",
+    )
+    pressure_check_interval = Float(
+        10.0, config=True,
+        help="Seconds between checks for refused spawns (shortfalls) between cycles; one found "
+        "starts a cycle at once, so a waiting user gets a device within about this time. 0: only "
+        "at the regular cycles.",
+    )
+    shortfall_ttl = Float(
+        900.0, config=True,
+        help="Seconds a refused spawn keeps asking for reclaim; older shortfalls are dropped.",
+    )
+    gpu_busy_utilization = Float(
+        5.0, config=True, help="GPU utilisation (percent) at or above which a server's GPU is busy.",
+    )
+    ask_servers = Enum(
+        ["candidates", "never"], "candidates", config=True,
+        help="'candidates': ask the servers that would be warned or culled for their activity report "
+        "(busy kernels, GPU use) before acting; 'never': trust the hub's last_activity, which "
+        "classhub's server extension keeps fresh while kernels or GPUs are busy.",
+    )
+    server_timeout = Float(5.0, config=True, help="Seconds to wait for a server's activity report.")
+    concurrency = Int(20, config=True, help="Servers asked, or stopped, at the same time.")
+    page_size = Int(200, config=True, help="Users per page of the hub's user list.")
+    prometheus_url = Unicode(
+        "", config=True,
+        help="Prometheus base URL (e.g. http://prometheus-server.monitoring) for GPU utilisation "
+        "on Kubernetes, from NVIDIA's DCGM exporter; empty: not used.",
+    )
+    gpu_utilization_query = Unicode(
+        "max by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL)", config=True,
+        help="PromQL giving one GPU utilisation (percent) per pod; its label `gpu_pod_label` names "
+        "the pod (the DCGM exporter adds pod/namespace with its Kubernetes mapping on).",
+    )
+    gpu_pod_label = Unicode("pod", config=True, help="Label of the query's result naming the pod.")
+    db_url = Unicode(config=True, help="The classhub store (default: $CLASSHUB_DB_URL, set by configure()).")
+    hub_api_url = Unicode(config=True, help="The hub's API URL (default: $JUPYTERHUB_API_URL).")
+    api_token = Unicode(config=True, help="The culler's hub token (default: $JUPYTERHUB_API_TOKEN).")
+    dry_run = Bool(False, config=True, help="Decide and log, but stop nothing and warn nobody.")
+
+    @default("db_url")
+    def _db_url(self) -> str:
+        url = os.environ.get("CLASSHUB_DB_URL")
+        if not url:
+            raise ValueError("CLASSHUB_DB_URL is not set: start the culler through configure()")
+        return url
+
+    @default("hub_api_url")
+    def _hub_api_url(self) -> str:
+        return os.environ.get("JUPYTERHUB_API_URL", "http://127.0.0.1:8081/hub/api")
+
+    @default("api_token")
+    def _api_token(self) -> str:
+        return os.environ.get("JUPYTERHUB_API_TOKEN", "")
+
+    @validate("idle_timeouts")
+    def _check_timeouts(self, proposal: Any) -> dict[str, float]:
+        value = dict(proposal["value"])
+        unknown = set(value) - set(F.KINDS)
+        if unknown:
+            raise ValueError(f"idle_timeouts: unknown kinds {sorted(unknown)}; use {', '.join(F.KINDS)}")
+        return {**DEFAULT_TIMEOUTS, **value}
+
+    # ---- setup -------------------------------------------------------------------------------
+
+    def initialize(self, argv: list[str] | None = None) -> None:
+        super().initialize(argv)
+        raw = os.environ.get("CLASSHUB_CULLER_CONFIG")
+        if raw:
+            self.update_config(Config(json.loads(raw)))
+        self.sessions = store.connect(self.db_url)
+        self.client = AsyncHTTPClient()
+        self.requests = 0
+
+    def site_policies(self) -> dict[str, CullPolicy]:
+        return {
+            kind: CullPolicy(
+                idle_timeout=self.idle_timeouts[kind],
+                max_age=self.max_age or None,
+                pressure_min_idle=self.reclaim_after,
+                gpu_busy_utilization=self.gpu_busy_utilization,
+                warn_before=self.warn_before,
+            )
+            for kind in F.KINDS
+        }
+
+    # ---- HTTP --------------------------------------------------------------------------------
+
+    async def hub(self, method: str, path: str) -> Any:
+        self.requests += 1
+        response = await self.client.fetch(HTTPRequest(
+            f"{self.hub_api_url.rstrip('/')}/{path}", method=method,
+            headers={"Authorization": f"token {self.api_token}"}, request_timeout=60,
+        ))
+        return json.loads(response.body) if response.body else None
+
+    async def users(self) -> list[dict[str, Any]]:
+        """Every user with an active server: one paginated request."""
+        out: list[dict[str, Any]] = []
+        offset = 0
+        while True:
+            query = urlencode({"state": "active", "offset": offset, "limit": self.page_size})
+            page = await self.hub("GET", f"users?{query}")
+            items = page["items"] if isinstance(page, dict) else page
+            out.extend(items)
+            nxt = page.get("_pagination", {}).get("next") if isinstance(page, dict) else None
+            if not nxt or not items:
+                return out
+            offset = nxt.get("offset", offset + len(items))
+
+    async def routes(self) -> dict[str, str]:
+        """Proxy routes: server URL prefix -> target (how to reach each server directly)."""
+        table = await self.hub("GET", "proxy")
+        if isinstance(table, dict) and "routes" in table:  # a paginated form
+            table = table["routes"]
+        return {spec: (route or {}).get("target", "") for spec, route in (table or {}).items()}
+
+    async def ask(self, target: str, url: str) -> dict[str, Any] | None:
+        """The server's activity report; None when it does not answer (then hub facts decide)."""
+        address = f"{target.rstrip('/')}{url.rstrip('/')}/api/classhub/activity"
+        try:
+            response = await self.client.fetch(HTTPRequest(
+                address, headers={"Authorization": f"token {self.api_token}"},
+                request_timeout=self.server_timeout, connect_timeout=self.server_timeout,
+            ))
+            return json.loads(response.body)
+        except Exception as e:  # an old image without the extension, a stuck server
+            self.log.info("no activity report from %s (%s)", address, e)
+            return None
+
+    async def gpu_by_pod(self) -> dict[str, float]:
+        """GPU utilisation per pod name from Prometheus (empty when not configured or failing)."""
+        if not self.prometheus_url:
+            return {}
+        query = urlencode({"query": self.gpu_utilization_query})
+        url = f"{self.prometheus_url.rstrip('/')}/api/v1/query?{query}"
+        try:
+            body = json.loads((await self.client.fetch(url, request_timeout=10)).body)
+        except Exception as e:  # Prometheus down: the GPU is "unknown", other signals decide
+            self.log.warning("Prometheus query failed (%s); GPU utilisation unknown this cycle", e)
+            return {}
+        out: dict[str, float] = {}
+        for sample in (body.get("data") or {}).get("result") or []:
+            pod = (sample.get("metric") or {}).get(self.gpu_pod_label)
+            try:
+                value = float(sample["value"][1])
+            except (KeyError, IndexError, TypeError, ValueError):
+                continue
+            if pod and value == value:  # skip NaN
+                out[pod] = max(out.get(pod, 0.0), min(100.0, max(0.0, value)))
+        return out
+
+    async def stop(self, user: str, server_name: str) -> bool:
+        path = f"users/{quote(user, safe='')}/server"
+        if server_name:
+            path = f"users/{quote(user, safe='')}/servers/{quote(server_name, safe='')}"
+        try:
+            await self.hub("DELETE", path)
+            return True
+        except HTTPClientError as e:
+            if e.code == 404:  # already gone
+                return True
+            self.log.error("could not stop %s/%s: %s", user, server_name, e)
+            return False
+
+    # ---- one cycle ---------------------------------------------------------------------------
+
+    def read_store(self, now: datetime) -> dict[str, Any]:
+        with self.sessions() as session:
+            reservations = {
+                key: (resources, course)
+                for key, resources, course in session.execute(
+                    select(store.Reservation.key, store.Reservation.resources, store.Course.name)
+                    .outerjoin(store.Course, store.Reservation.course_id == store.Course.id)
+                    .where(store.Reservation.released_at.is_(None))
+                ).tuples()
+            }
+            return {
+                "reservations": reservations,
+                "persistent": cm.persistent_keys(session),
+                "policies": F.policies(self.site_policies(), cm.course_policies(session)),
+                "windows": [Window(w.course, w.starts_at, w.ends_at, w.note)
+                            for w in cm.windows(session, now)],
+                "warnings": {(w.username, w.server_name): w for w in cm.warnings_of(session)},
+                "pressure": cm.open_shortfalls(session, now - timedelta(seconds=self.shortfall_ttl)),
+            }
+
+    async def cycle(self) -> CycleReport:
+        started = time.monotonic()
+        before = self.requests
+        now = datetime.now(timezone.utc)
+        report = CycleReport()
+        users = await self.users()
+        servers = F.running_servers(users)
+        report.servers = len(servers)
+        known = self.read_store(now)
+        report.pressure = dict(known["pressure"])
+        util = await self.gpu_by_pod() if servers else {}
+        facts: dict[tuple[str, str], ServerFacts] = {}
+        urls: dict[tuple[str, str], str] = {}
+        for user, name, server in servers:
+            key = (user["name"], name)
+            warning = known["warnings"].get(key)
+            state = server.get("state")
+            pod = state.get("pod_name") if isinstance(state, dict) else None
+            facts[key] = F.server_facts(
+                user, name, server,
+                reservation=known["reservations"].get(f"server:{user['name']}/{name}"),
+                persistent=key in known["persistent"],
+                warned_at=warning.warned_at if warning else None,
+                gpu_utilization=util.get(pod) if pod else None,
+            )
+            urls[key] = server.get("url") or ""
+
+        def run() -> list[Decision]:
+            return decide(facts.values(), known["policies"], now, known["pressure"], known["windows"])
+
+        decisions = run()
+        asked: set[tuple[str, str]] = set()
+        targets: dict[str, str] = {}
+        semaphore = asyncio.Semaphore(self.concurrency)
+
+        async def one(key: tuple[str, str]) -> tuple[tuple[str, str], dict | None]:
+            target = targets.get(urls[key]) or targets.get(urls[key].rstrip("/"))
+            if not target:
+                return key, None
+            async with semaphore:
+                return key, await self.ask(target, urls[key])
+
+        while self.ask_servers == "candidates":
+            todo = [(d.user, d.server_name) for d in decisions
+                    if d.action in (CULL, WARN) and (d.user, d.server_name) not in asked]
+            if not todo:
+                break
+            if not asked:
+                targets.update(await self.routes())
+
+            for key, answer in await asyncio.gather(*(one(k) for k in todo)):
+                facts[key] = F.with_report(facts[key], answer)
+            asked.update(todo)
+            report.asked += len(todo)
+            decisions = run()
+
+        await self.act(decisions, facts, now, report)
+        report.hub_requests = self.requests - before
+        report.seconds = time.monotonic() - started
+        self.log.info(
+            "cycle: %d servers, %d asked, %d warned, %d culled, pressure %s, %d hub requests, %.2fs",
+            report.servers, report.asked, len(report.warned), len(report.culled), report.pressure or "none",
+            report.hub_requests, report.seconds,
+        )
+        return report
+
+    async def act(self, decisions: list[Decision], facts: Mapping[tuple[str, str], ServerFacts],
+                  now: datetime, report: CycleReport) -> None:
+        culls = [d for d in decisions if d.cull]
+        warns = [d for d in decisions if d.action == WARN]
+        for d in culls:
+            self.log.info("culling %s/%s: %s", d.user, d.server_name, d.message)
+        for d in warns:
+            self.log.info("warning %s/%s: %s", d.user, d.server_name, d.message)
+        if self.dry_run:
+            report.culled, report.warned = culls, warns
+            return
+        semaphore = asyncio.Semaphore(self.concurrency)
+
+        async def cull(d: Decision) -> tuple[Decision, bool]:
+            async with semaphore:
+                return d, await self.stop(d.user, d.server_name)
+
+        stopped = [d for d, ok in await asyncio.gather(*(cull(d) for d in culls)) if ok]
+        report.culled, report.warned = stopped, warns
+        with self.sessions.begin() as session:
+            current = {(w.username, w.server_name): w for w in cm.warnings_of(session)}
+            keep_warned = {(d.user, d.server_name) for d in warns}
+            for key, row in current.items():
+                if key not in keep_warned:
+                    session.delete(row)  # culled, used again, stopped, or now exempt
+            for d in warns:
+                row = current.get((d.user, d.server_name))
+                if row is None:
+                    session.add(cm.CullWarning(username=d.user, server_name=d.server_name, warned_at=now,
+                                               cull_at=d.cull_at, message=d.message[:1000]))
+                else:
+                    row.cull_at, row.message = d.cull_at, d.message[:1000]
+            for d in stopped:
+                f = facts[(d.user, d.server_name)]
+                gpus = sum(units for name, units in f.resources)
+                store.record(
+                    session, ACTOR, ACTION, now, user=d.user, server=d.server_name, reason=d.reason,
+                    resource=d.resource or _main_resource(f), kind=f.profile, course=f.course,
+                    resources=dict(f.resources), idle_seconds=round(d.idle_seconds, 1),
+                    gpu_hours=round(gpus * d.idle_seconds / 3600, 6), message=d.message,
+                )
+            if report.pressure:
+                cm.close_shortfalls(session, now)
+
+    async def run_forever(self) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        self.log.info("classhub culler %s: every %ss, timeouts %s, warn %ss",
+                      __version__, self.interval, self.idle_timeouts, self.warn_before)
+        while not stop.is_set():
+            try:
+                await self.cycle()
+            except Exception:  # the hub restarting, the database busy: try again next cycle
+                self.log.exception("culler cycle failed")
+            await self.wait_for_next(stop)
+
+    async def wait_for_next(self, stop: asyncio.Event) -> None:
+        """Sleep until the next cycle: ``interval`` seconds, or earlier when a spawn was refused
+        for lack of capacity (an open shortfall in the store)."""
+        deadline = time.monotonic() + self.interval
+        step = self.pressure_check_interval or self.interval
+        while not stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=min(step, left))
+            if self.pressure_check_interval and not stop.is_set():
+                try:
+                    if await asyncio.to_thread(self.pressure_now):
+                        return
+                except Exception:  # a database hiccup: the regular cycle still comes
+                    self.log.exception("checking for shortfalls failed")
+
+    def pressure_now(self) -> dict[str, int]:
+        since = datetime.now(timezone.utc) - timedelta(seconds=self.shortfall_ttl)
+        with self.sessions() as session:
+            return cm.open_shortfalls(session, since)
+
+    def start(self) -> None:
+        asyncio.run(self.run_forever())
+
+
+def _main_resource(f: ServerFacts) -> str:
+    """The resource label of a cull: the first device it held, or "cpu"."""
+    return f.resources[0][0] if f.resources else "cpu"
+
+
+def main(argv: list[str] | None = None) -> None:
+    app = ClasshubCuller.instance()
+    app.initialize(argv)
+    app.start()

@@ -1,0 +1,52 @@
+"""Capacity pressure: a spawn refused for lack of a device asks the culler to reclaim one.
+
+The spawner (in the hub process) calls `reclaim_notice` on the refusal path: it writes a
+`Shortfall` row (the store is the only channel between the hub and the culler service, and it
+survives restarts) and returns the sentence the refused user reads. The culler checks for open
+shortfalls every ``pressure_check_interval`` seconds and then runs a cycle at once, freeing the
+longest-idle servers holding that device past their reclaim threshold (hub_ext.core.culling).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from hub_ext import store
+from hub_ext.store import culler_models as cm
+
+#: What the refused user is told to wait: a pressure check (10 s) plus stopping a server.
+RETRY_SECONDS = 30
+
+
+@functools.cache
+def _sessions(url: str) -> sessionmaker[Session]:
+    return store.connect(url)
+
+
+def _record(url: str, resource: str, units: int, username: str) -> None:
+    with _sessions(url).begin() as session:
+        cm.record_shortfall(session, resource, units, username, datetime.now(timezone.utc))
+
+
+async def reclaim_notice(db_url: str, username: str, profile: Any) -> str:
+    """Record that ``username`` waits for ``profile``'s device; the sentence to add to the 409.
+
+    Empty when there is nothing to reclaim for (no device, no store) or the store fails (the
+    refusal itself must still reach the user).
+    """
+    resource = getattr(profile, "gpu_resource", None)
+    if not db_url or not resource:
+        return ""
+    try:
+        await asyncio.to_thread(_record, db_url, resource, int(profile.gpu_count or 1), username)
+    except Exception:  # the refusal matters more than the notice
+        return ""
+    return (
+        f" Capacity is being reclaimed from idle servers that hold a {resource}: retry in about "
+        f"{RETRY_SECONDS} s."
+    )
