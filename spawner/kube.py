@@ -26,11 +26,14 @@ from jupyterhub.utils import exponential_backoff
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubespawner import KubeSpawner
 from tornado import web
-from traitlets import Float, Unicode, default
+from traitlets import Float, Instance, Unicode, default
 
 from hub_ext.backends.kubernetes import servers
 from hub_ext.backends.kubernetes.capacity import KubernetesBackend
 from hub_ext.backends.kubernetes.servers import ApiFailure
+from hub_ext.backends.kubernetes.templates import seed_pod_parts
+from hub_ext.backends.local.templates import ClasshubTemplates
+from hub_ext.backends.local.templates_spawn import SeedJob, record_seeded
 from hub_ext.core.capacity import CapacitySnapshot
 from hub_ext.core.profiles import Profile, Selection, pod_settings
 from hub_ext.core.scheduling import api_error_message, unschedulable_message
@@ -124,7 +127,8 @@ class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
         and the profile's are added; switching profiles never accumulates old ones.
         """
         keys = ("node_selector", "tolerations", "volumes", "volume_mounts", "image", "environment",
-                "extra_resource_guarantees", "extra_resource_limits")
+                "extra_resource_guarantees", "extra_resource_limits", "init_containers", "extra_containers",
+                "cmd")
         if self._base is None:
             self._base = {k: getattr(self, k) for k in keys}
         base = self._base
@@ -141,6 +145,35 @@ class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
         self.volume_mounts = [*base["volume_mounts"], *settings["volume_mounts"]]
         self.environment = {**base["environment"], **settings["environment"]}
         self.image = selection.image or base["image"]
+        self.init_containers, self.extra_containers = base["init_containers"], base["extra_containers"]
+        self.cmd = base["cmd"]
+        if self.template_job is not None:
+            self._add_seeding(self.template_job)
+
+    # ------------------------------------------------------------------ templates (issue 6)
+    templates = Instance(ClasshubTemplates, help="Template settings (c.ClasshubTemplates.*).")
+
+    @default("templates")
+    def _default_templates(self) -> ClasshubTemplates:
+        return ClasshubTemplates(parent=self)
+
+    def _add_seeding(self, job: SeedJob) -> None:
+        """Seed the home in the pod: an init container (small templates) or a sidecar (large)."""
+        home_volume = next((m.get("name") for m in self.volume_mounts
+                            if m.get("mountPath") == self.home_mount_path), None)
+        if home_volume is None:
+            raise web.HTTPError(500, "Cannot start from a template: no volume is mounted at the home "
+                                     f"({self.home_mount_path}); ask an admin to check home_mount_path.")
+        init, extra, volume = seed_pod_parts(
+            job, self.templates, image=self.image, home_volume=home_volume,
+            home=self._expand_user_properties(self.home_mount_path),
+            uid=self.uid if isinstance(self.uid, int) else None,
+            gid=self.gid if isinstance(self.gid, int) else None)
+        self.init_containers = [*self.init_containers, *init]
+        self.extra_containers = [*self.extra_containers, *extra]
+        self.volumes = [*self.volumes, volume]
+        if job.start_command:
+            self.cmd = list(job.start_command)
 
     # per-attempt bookkeeping
     _created_pvc = False  # this attempt created the PVC (delete it if the attempt fails)
@@ -153,7 +186,11 @@ class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
         self._last_transient = None
         budget = max(self.start_timeout - self.start_margin, 1.0)
         try:
-            return await asyncio.wait_for(super()._start(), budget)
+            url = await asyncio.wait_for(super()._start(), budget)
+            if self.template_job is not None and self.classhub_db_url:  # what on_start re-seeds next
+                await asyncio.to_thread(record_seeded, self.classhub_db_url, self.user.name,
+                                        self.template_job, None)
+            return url
         except asyncio.CancelledError:
             # The hub gave up first: stop(), which the hub calls next, removes our PVC.
             self._discard_pvc = self._discard_pvc or self._created_pvc

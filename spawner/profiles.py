@@ -222,6 +222,8 @@ class ProfilesMixin(HasTraits):
         options = dict(user_options or {})
         option = options.pop("template", None)
         self.template_job = None
+        if option is not None:
+            self._forget_template_option()
         if not self.classhub_db_url:
             if option is not None:
                 raise web.HTTPError(400, "Cannot start this server: templates need the classhub store.")
@@ -240,6 +242,16 @@ class ProfilesMixin(HasTraits):
         if job is not None and job.image and options.get("image") == job.image:
             self._template_image = options.pop("image")
         return options
+
+    def _forget_template_option(self) -> None:
+        """A template option acts once: JupyterHub keeps a start's options as the defaults of the
+        next start, which would re-seed (and, in ``manual`` courses, re-seed unasked) at every
+        restart. The profile and image it chose stay."""
+        orm = getattr(self, "orm_spawner", None)
+        stored = getattr(orm, "user_options", None)
+        if isinstance(stored, dict) and "template" in stored:
+            orm.user_options = {k: v for k, v in stored.items() if k != "template"}
+            self.db.commit()
 
     def clear_state(self) -> None:
         """The server is gone (stopped, failed, found dead): release its quota reservation."""

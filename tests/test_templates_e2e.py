@@ -162,6 +162,15 @@ def test_a_teacher_of_another_course_sees_and_publishes_nothing(hub: LocalHub, t
     assert r.status_code == 400 and "template name" in r.text
 
 
+def restart(hub: LocalHub, user: str, token: str) -> None:
+    """Stop the user's server and start it again without options (as the hub's home page does)."""
+    headers = {"Authorization": f"token {token}"}
+    requests.delete(f"{hub.url}/hub/api/users/{user}/server", headers=headers, timeout=30)
+    wait_for(lambda: not requests.get(f"{hub.url}/hub/api/users/{user}", headers=headers, timeout=10)
+             .json()["servers"], 30, f"{user}'s server to stop")
+    start_server(hub, user, token)
+
+
 def _zip(members: dict[str, bytes]) -> bytes:
     out = io.BytesIO()
     with zipfile.ZipFile(out, "w") as z:
@@ -205,6 +214,15 @@ def test_template_settings_and_the_page(hub: LocalHub, tokens: dict[str, str]):
     assert r.status_code == 400 and "on_start" in r.json()["message"]
     r = api(hub, "PUT", f"courses/{COURSE}/template-settings", teacher, json={"reseed": "on_start"})
     assert r.status_code == 200 and r.json()["reseed"] == "on_start"
+    # on_start: the next plain start (no template option) re-seeds the newest version
+    put_text(hub, "teacher1", teacher, "lab1/lab3.py", "print('part 3')\n")
+    r = api(hub, "POST", f"courses/{COURSE}/templates/lab1/versions", teacher,
+            json={"source": {"server_path": "lab1"}})
+    assert r.status_code == 201 and r.json()["version"] == 3, r.text
+    restart(hub, "student1", student)
+    assert read_text(hub, "student1", student, "lab3.py") == "print('part 3')\n"
+    assert read_text(hub, "student1", student, "README.md") == STUDENT_README
+    assert marker(hub, "student1")["version"] == "3"
     page = requests.get(f"{hub.url}/services/classhub/templates", timeout=30,
                         headers={"Authorization": f"token {student}"})
     assert page.status_code == 200 and "Start</button>" in page.text and "lab1" in page.text

@@ -59,6 +59,7 @@ class SeedJob:
     image: str | None
     restore_deleted: bool = False
     only_if_from: str | None = None  # on_start re-seed: only when the home came from this template
+    start_command: tuple[str, ...] | None = None  # the version's command for the server (Kubernetes)
 
     @property
     def key(self) -> str:
@@ -121,7 +122,8 @@ def resolve(db_url: str, username: str, admin: bool, option: Any,
         return SeedJob(course, name, version.version, version.location, version.manifest_sha256,
                        version.files, version.bytes, version.profile, version.image,
                        restore_deleted=bool(choice and choice.restore_deleted),
-                       only_if_from=None if choice is not None else key)
+                       only_if_from=None if choice is not None else key,
+                       start_command=tuple(version.start_command) if version.start_command else None)
 
 
 def last_seeded(session: Session, username: str) -> tuple[str, str] | None:

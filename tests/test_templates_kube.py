@@ -1,0 +1,153 @@
+"""Templates on Kubernetes (must show 1, kubernetes mode): a real hub on the fake cluster.
+
+The fake kubelet runs each container's real command as a local process and mounts no volumes,
+so the test points the template volume's mount path and the home mount path at local folders:
+the seeding container then runs the real ``python -m hub_ext.backends.local.templates_cli``
+exactly as the pod spec says, reading the template storage the service wrote and writing the
+student's "home volume". What a user notices: the teacher publishes from their own server, the
+student's pod gets a seeding init container (a sidecar for a large template) with the template
+PVC mounted read-only, and the student's JupyterLab shows the files with the marker of the version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+import kubernetes_validate
+import pytest
+import requests
+
+from tests.kubefake import FakeCluster
+from tests.kubefake.waiting import wait_for
+from tests.kubehub import KubeHub, wait_ready
+
+NODES = [{"name": "cpu-0", "allocatable": {"cpu": "16", "memory": "64Gi"}}]
+CAFE = "café ü.txt"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with FakeCluster(nodes=NODES, kubelet_mode="process") as fake:
+        fake.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("kubetemplates")
+    found = {"templates": root / "templates", "homes": root / "homes"}
+    for user in ("teacher1", "student1"):
+        (found["homes"] / user).mkdir(parents=True)
+    found["templates"].mkdir()
+    return found
+
+
+@pytest.fixture(scope="module")
+def hub(cluster, folders, tmp_path_factory, v1_module):
+    # the template volume: a ReadWriteMany PVC, as an admin would create it
+    v1_module.create_namespaced_persistent_volume_claim("default", {
+        "metadata": {"name": "classhub-templates"},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}})
+    homes, templates = folders["homes"], folders["templates"]
+    config = f"""
+c.ClasshubKubeSpawner.home_mount_path = "{homes}/{{username}}"
+c.KubeSpawner.working_dir = "{homes}/{{username}}"
+c.ClasshubTemplates.mount_path = "{templates}"
+c.ClasshubTemplates.seed_python = {sys.executable!r}
+c.ClasshubTemplates.sidecar_threshold = 4096
+"""
+    old = os.environ.get("CLASSHUB_TEMPLATES_DIR")
+    os.environ["CLASSHUB_TEMPLATES_DIR"] = str(templates)  # the service's mount of the volume
+    hub = KubeHub(tmp_path_factory.mktemp("kubetemplateshub"), cluster.kubeconfig_path,
+                  start_timeout=60, extra_config=config)
+    try:
+        hub.start()
+    finally:
+        if old is None:
+            os.environ.pop("CLASSHUB_TEMPLATES_DIR")
+        else:
+            os.environ["CLASSHUB_TEMPLATES_DIR"] = old
+    yield hub
+    hub.stop()
+
+
+@pytest.fixture(scope="module")
+def v1_module(cluster):
+    import kubernetes
+
+    client = kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
+    yield kubernetes.client.CoreV1Api(client)
+    client.close()
+
+
+def service(hub: KubeHub, method: str, path: str, token: str, **kwargs) -> requests.Response:
+    headers = {"Authorization": f"token {token}", **kwargs.pop("headers", {})}
+    return requests.request(method, f"{hub.url}/services/classhub/api/{path}", timeout=120,
+                            headers=headers, **kwargs)
+
+
+def contents(hub: KubeHub, user: str, token: str, method: str, path: str, **kwargs) -> requests.Response:
+    return requests.request(method, f"{hub.url}/user/{user}/api/contents/{quote(path)}", timeout=30,
+                            headers={"Authorization": f"token {token}"}, **kwargs)
+
+
+def test_publish_from_a_pod_and_seed_in_the_student_pod(hub: KubeHub, cluster, folders):
+    admin = hub.login("admin").new_token()
+    assert service(hub, "POST", "courses", admin, json={"name": "k101"}).status_code == 201
+    r = service(hub, "PUT", "courses/k101/members", admin, json={"add": [
+        {"username": "teacher1", "role": "teacher"}, {"username": "student1", "role": "student"}]})
+    assert r.status_code == 200, r.text
+    teacher_session, student_session = hub.login("teacher1"), hub.login("student1")
+    teacher, student = teacher_session.new_token(), student_session.new_token()
+
+    # the teacher's server (a pod) holds the files; publish reads them with the teacher's token
+    assert teacher_session.hub_api("POST", "users/teacher1/server", json={}).status_code in (201, 202)
+    wait_ready(teacher_session, 90)
+    assert contents(hub, "teacher1", teacher, "PUT", "lab", json={"type": "directory"}).status_code == 201
+    for name, text in (("README.md", "# Lab\n"), (CAFE, "crème\n")):
+        r = contents(hub, "teacher1", teacher, "PUT", f"lab/{name}",
+                     json={"type": "file", "format": "text", "content": text})
+        assert r.status_code == 201, r.text
+    r = service(hub, "POST", "courses/k101/templates/lab/versions", teacher,
+                json={"source": {"server_path": "lab"}, "description": "on kubernetes"})
+    assert r.status_code == 201, r.text
+
+    # one call: the student's pod starts with the seeding init container
+    r = service(hub, "POST", "courses/k101/templates/lab/start", student)
+    assert r.status_code == 200, r.text
+    pod = cluster.get("pods", "jupyter-student1", "default")
+    kubernetes_validate.validate(pod, kubernetes_validate.latest_version(), strict=True)
+    init = {c["name"]: c for c in pod["spec"].get("initContainers") or []}
+    assert "classhub-seed" in init, pod["spec"]
+    mounts = {m["name"]: m for m in init["classhub-seed"]["volumeMounts"]}
+    assert mounts["classhub-templates"]["readOnly"] is True
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["classhub-templates"]["persistentVolumeClaim"] == {
+        "claimName": "classhub-templates", "readOnly": True}
+    listing = contents(hub, "student1", student, "GET", "", params={"content": "1"}).json()
+    assert {"README.md", CAFE} <= {item["name"] for item in listing["content"]}
+    marker = json.loads((folders["homes"] / "student1" / ".classhub" / "template.json").read_text())
+    assert (marker["template"], marker["version"]) == ("k101/lab", "1")
+
+    # v2 is large (over the test's 4 KiB threshold): a sidecar copies while JupyterLab starts
+    big = "x" * 8000 + "\n"
+    r = contents(hub, "teacher1", teacher, "PUT", "lab/big.txt",
+                 json={"type": "file", "format": "text", "content": big})
+    assert r.status_code == 201, r.text
+    r = service(hub, "POST", "courses/k101/templates/lab/versions", teacher,
+                json={"source": {"server_path": "lab"}})
+    assert r.status_code == 201 and r.json()["version"] == 2, r.text
+    r = service(hub, "POST", "courses/k101/templates/lab/start", student)
+    assert r.status_code == 200, r.text
+    pod = cluster.get("pods", "jupyter-student1", "default")
+    kubernetes_validate.validate(pod, kubernetes_validate.latest_version(), strict=True)
+    assert "classhub-seed" in {c["name"] for c in pod["spec"]["containers"]}
+    assert "classhub-seed" not in {c["name"] for c in pod["spec"].get("initContainers") or []}
+    wait_for(lambda: (folders["homes"] / "student1" / "big.txt").exists(), timeout=30, interval=0.2,
+             what="the sidecar to copy big.txt")
+    assert contents(hub, "student1", student, "GET", "big.txt",
+                    params={"content": "1", "format": "text"}).json()["content"] == big
