@@ -233,12 +233,11 @@ class Stager:
         parts = path.split("/")
         if len(parts) >= self.limits.max_depth:
             raise TemplateRefused(f"{path!r}: deeper than {self.limits.max_depth} folders")
-        self.entries += 1
-        if self.entries > self.limits.max_files:
+        if self.entries + 1 > self.limits.max_files:
             raise TemplateRefused(f"{path!r}: more than {self.limits.max_files} files and folders")
-        self.bytes += size
-        if self.bytes > self.limits.max_bytes:
+        if self.bytes + size > self.limits.max_bytes:
             raise TemplateRefused(f"{path!r}: the template is larger than {self.limits.max_bytes} bytes")
+        self.entries, self.bytes = self.entries + 1, self.bytes + size
         return self.root.joinpath(*parts)
 
     def folder(self, path: str) -> None:
