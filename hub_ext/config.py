@@ -135,6 +135,12 @@ def _add_template_settings(c: Any, mode: str, data_dir: str | Path | None) -> No
     service = next(s for s in c.JupyterHub.services if s.get("name") == SERVICE_NAME)
     service["environment"]["CLASSHUB_MODE"] = mode
     service["oauth_client_allowed_scopes"] = ["access:servers!user"]
+    prefixes = ("CLASSHUB_TEMPLATE", "CLASSHUB_PUBLISHER")
+    passed = {k: v for k, v in os.environ.items() if k.startswith(prefixes)}
+    if mode == "kubernetes":  # the publisher pod is created by the service, with the hub's credentials
+        passed.update({k: v for k, v in os.environ.items() if k in (
+            "KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "POD_NAMESPACE")})
+    service["environment"].update(passed)
     if mode == "local" and data_dir is not None and not os.environ.get("CLASSHUB_TEMPLATES_DIR"):
         templates = str(Path(data_dir).resolve() / "templates")
         c.ClasshubTemplates.storage_dir = templates

@@ -60,17 +60,24 @@ c.ClasshubTemplates.mount_path = "{templates}"
 c.ClasshubTemplates.seed_python = {sys.executable!r}
 c.ClasshubTemplates.sidecar_threshold = 4096
 """
-    old = os.environ.get("CLASSHUB_TEMPLATES_DIR")
-    os.environ["CLASSHUB_TEMPLATES_DIR"] = str(templates)  # the service's mount of the volume
+    # The service has no mount of the volume: a publisher pod writes each version. Its settings
+    # reach the service through the hub's environment (configure() passes them on).
+    service_env = {"CLASSHUB_TEMPLATES_MOUNT_PATH": str(templates),
+                   "CLASSHUB_TEMPLATES_PYTHON": sys.executable,
+                   "CLASSHUB_PUBLISHER_IMAGE": "quay.io/example/classhub-hub:test"}
+    saved = {k: os.environ.get(k) for k in [*service_env, "CLASSHUB_TEMPLATES_DIR"]}
+    os.environ.update(service_env)
+    os.environ.pop("CLASSHUB_TEMPLATES_DIR", None)
     hub = KubeHub(tmp_path_factory.mktemp("kubetemplateshub"), cluster.kubeconfig_path,
                   start_timeout=60, extra_config=config)
     try:
         hub.start()
     finally:
-        if old is None:
-            os.environ.pop("CLASSHUB_TEMPLATES_DIR")
-        else:
-            os.environ["CLASSHUB_TEMPLATES_DIR"] = old
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     yield hub
     hub.stop()
 
@@ -115,6 +122,10 @@ def test_publish_from_a_pod_and_seed_in_the_student_pod(hub: KubeHub, cluster, f
     r = service(hub, "POST", "courses/k101/templates/lab/versions", teacher,
                 json={"source": {"server_path": "lab"}, "description": "on kubernetes"})
     assert r.status_code == 201, r.text
+    # written by a short-lived publisher pod (gone now) onto the template volume
+    assert list(folders["templates"].glob("c*/t*/v1-*/files/README.md"))
+    pods = [p["metadata"]["name"] for p in cluster.list("pods", "default")]
+    assert not [name for name in pods if name.startswith("classhub-publish")], pods
 
     # one call: the student's pod starts with the seeding init container
     r = service(hub, "POST", "courses/k101/templates/lab/start", student)

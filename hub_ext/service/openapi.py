@@ -268,6 +268,7 @@ def document() -> dict[str, Any]:
                 "template": {"name": "template", "in": "path", "required": True,
                              "schema": {"type": "string"}},
                 "version": {"name": "version", "in": "path", "required": True, "schema": {"type": "string"}},
+                "upload": {"name": "upload", "in": "path", "required": True, "schema": {"type": "string"}},
                 "remove_missing": {"name": "remove_missing", "in": "query", "required": False,
                                    "schema": {"type": "boolean", "default": False},
                                    "description": "remove students and TAs not in the file"},

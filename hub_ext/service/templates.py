@@ -20,13 +20,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hmac
 import json
 import os
 import re
+import secrets
+import tarfile
+import tempfile
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from jupyterhub.utils import url_path_join
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from tornado import web
@@ -333,7 +339,7 @@ class PublishHandler(TemplatesBase):
             self._course(session, course)
 
     async def post(self, course: str, name: str) -> None:
-        storage = self.templates.storage()
+        storage = _staging_storage(self.templates)
         limits = self.templates.limits
         if self._json is not None:
             try:
@@ -371,8 +377,48 @@ class PublishHandler(TemplatesBase):
             manifest, digest = await asyncio.to_thread(storage.seal, self._staged, limits)
         except TemplateRefused as e:
             raise web.HTTPError(400, f"Not published: {e}. Nothing was stored.") from None
-        result = await self.db(self._record, course, name, meta, source, manifest, digest)
+        location = None
+        if self.templates.writes_through_pods:
+            location = await self._install_with_pod(course, name, digest)
+        result = await self.db(self._record, course, name, meta, source, manifest, digest, location)
         self.write_json(result, 201)
+
+    async def _install_with_pod(self, course: str, name: str, digest: str) -> str:
+        """Kubernetes: a publisher pod fetches the checked tree and stores it on the volume."""
+        from hub_ext.backends.kubernetes import client
+        from hub_ext.backends.kubernetes.templates import PublishFailed, publish_with_pod
+
+        course_id, template_id, expected = await self.db(self._ensure_template, course, name)
+        location = f"c{course_id}/t{template_id}/v{expected}-{secrets.token_hex(4)}"
+        staged = self._staged
+        assert staged is not None
+        await asyncio.to_thread(_tar_files, staged)
+        upload, secret = secrets.token_hex(16), secrets.token_hex(24)
+        uploads = self.settings.setdefault("template_uploads", {})
+        uploads[upload] = (staged / "upload.tar", secret)
+        prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/classhub/")
+        url = self.templates.fetch_url.rstrip("/") + url_path_join(prefix, "api/template-uploads", upload)
+        try:
+            await publish_with_pod(client.core_v1(), self.templates, url=url, token=secret,
+                                   location=location, digest=digest)
+        except PublishFailed as e:
+            raise web.HTTPError(500, f"Not published: the publisher pod failed ({e}).") from None
+        finally:
+            uploads.pop(upload, None)
+        return location
+
+    def _ensure_template(self, course: str, name: str) -> tuple[int, int, int]:
+        with self.settings["sessions"].begin() as session:
+            row = self._course(session, course)
+            template = find_template(session, course, name)
+            if template is None:
+                template = Template(course_id=row.id, name=name, created_at=_now(),
+                                    created_by=self.caller.name)
+                session.add(template)
+                session.flush()
+            number = 1 + (session.scalar(select(func.max(TemplateVersion.version))
+                                         .where(TemplateVersion.template_id == template.id)) or 0)
+            return row.id, template.id, number
 
     def _query_metadata(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
@@ -411,8 +457,10 @@ class PublishHandler(TemplatesBase):
             raise web.HTTPError(409, "Your server has no route in the proxy yet; try again in a moment.")
         return route["target"].rstrip("/") + prefix
 
-    def _record(self, course: str, name: str, meta: dict[str, Any], source: str, manifest, digest: str):
-        storage = self.templates.storage()
+    def _record(self, course: str, name: str, meta: dict[str, Any], source: str, manifest, digest: str,
+                stored_at: str | None):
+        """Number the version and record it; ``stored_at``: where a publisher pod already put it
+        (else the staged folder is moved into place here, inside the transaction)."""
         now = _now()
         for _ in range(5):  # two teachers publishing at once: the loser takes the next number
             try:
@@ -426,24 +474,58 @@ class PublishHandler(TemplatesBase):
                         session.flush()
                     number = 1 + (session.scalar(select(func.max(TemplateVersion.version))
                                                  .where(TemplateVersion.template_id == template.id)) or 0)
-                    location = version_location(row.id, template.id, number)
+                    location = stored_at or version_location(row.id, template.id, number)
                     version = TemplateVersion(
                         template_id=template.id, version=number, source=source, location=location,
                         manifest_sha256=digest, files=len(manifest), bytes=manifest.total_bytes,
                         created_at=now, created_by=self.caller.name, **meta)
                     session.add(version)
                     session.flush()
-                    storage.commit(self._staged, location)
-                    self._staged = None
+                    if stored_at is None:
+                        self.templates.storage().commit(self._staged, location)
+                        self._staged = None
                     store.record(session, self.caller.name, "template_published", now, course=course,
                                  template=name, version=number, files=len(manifest),
                                  bytes=manifest.total_bytes, source=source, manifest_sha256=digest)
                     return version_json(course, name, version)
             except (IntegrityError, FileExistsError):
-                if self._staged is None:  # moved, then the commit failed: take it back
+                if self._staged is None and stored_at is None:  # moved, then the commit failed
                     raise
                 continue
         raise web.HTTPError(409, "Another version of this template was being published; publish again.")
+
+
+def _staging_storage(settings: ClasshubTemplates) -> TemplateStorage:
+    """Where uploads are checked: the storage itself, or (publisher pods) a local scratch folder."""
+    if settings.writes_through_pods:
+        return TemplateStorage(Path(tempfile.gettempdir()) / "classhub-template-staging")
+    return settings.storage()
+
+
+def _tar_files(staged: Path) -> None:
+    """The checked tree as an uncompressed tar, for the publisher pod to fetch."""
+    with tarfile.open(staged / "upload.tar", "w", format=tarfile.PAX_FORMAT) as tar:
+        tar.add(staged / "files", arcname=".")
+
+
+class UploadHandler(APIHandler):
+    """``GET /api/template-uploads/<id>``: the publisher pod fetches a checked upload, once.
+
+    Not for people: the id and the ``Authorization: token <secret>`` exist only while one publish
+    waits for its pod; anything else is a 404.
+    """
+
+    async def get(self, upload: str) -> None:
+        found = self.settings.get("template_uploads", {}).get(upload)
+        header = self.request.headers.get("Authorization", "")
+        if found is None or not hmac.compare_digest(header.encode(), f"token {found[1]}".encode()):
+            raise web.HTTPError(404, "No such upload.")
+        self.set_header("Content-Type", "application/x-tar")
+        with open(found[0], "rb") as data:
+            while chunk := data.read(1 << 20):
+                self.write(chunk)
+                await self.flush()
+        self.finish()
 
 
 class StartHandler(TemplatesBase):
@@ -603,6 +685,7 @@ ROUTES: list[tuple[str, type]] = [
     (f"api/{_TEMPLATE}/versions", PublishHandler),
     (rf"api/{_TEMPLATE}/versions/([^/]+)", VersionHandler),
     (f"api/{_TEMPLATE}/start", StartHandler),
+    (r"api/template-uploads/([^/]+)", UploadHandler),
 ]
 
 
@@ -655,6 +738,12 @@ def _openapi_paths() -> dict[str, Any]:
         "/api/courses/{course}/templates/{template}/versions/{version}": {"get": _op(
             "One version", member, _ok("Version", version_schema), errors=("400", *errs),
             params=(*params, "version"))},
+        "/api/template-uploads/{upload}": {"get": _op(
+            "Internal: the Kubernetes publisher pod fetches a checked upload (a tar) once",
+            "the publisher pod of a publish in progress, with its one-time token", {"200": {
+                "description": "the tar", "content": {"application/x-tar": {"schema": {
+                    "type": "string", "format": "binary"}}}}}, errors=("404",), public=True,
+            params=("upload",))},
         "/api/courses/{course}/templates/{template}/start": {"post": _op(
             "(Re)start your server from the template: its profile and image, your home seeded "
             "(a re-seed keeps your edits)", member + " (their own server)",

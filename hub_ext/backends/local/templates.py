@@ -26,7 +26,7 @@ import secrets
 import shutil
 from pathlib import Path
 
-from traitlets import Integer, Unicode, default
+from traitlets import Float, Integer, Unicode, default
 from traitlets.config import Configurable
 
 from hub_ext.backends.local.seeding import extract_archive, scan_template
@@ -82,9 +82,30 @@ class ClasshubTemplates(Configurable):
         read-write, user pods' seeding containers read-only.""",
     )
     mount_path = Unicode(
-        "/srv/classhub-templates",
         config=True,
-        help="Kubernetes: where seeding containers and the publisher pod mount the template volume.",
+        help="""Kubernetes: where seeding containers and the publisher pod mount the template volume
+        ($CLASSHUB_TEMPLATES_MOUNT_PATH; default /srv/classhub-templates).""",
+    )
+    publisher_image = Unicode(
+        config=True,
+        help="""Kubernetes: image of the short-lived publisher pod that writes a new version onto
+        the template volume; it needs classhub installed, e.g. the hub image
+        ($CLASSHUB_PUBLISHER_IMAGE). Not needed when ``storage_dir`` is set (the hub pod then
+        mounts the volume and the service writes it itself).""",
+    )
+    publish_timeout = Float(
+        300.0, config=True, help="Kubernetes: seconds the publisher pod may take before the publish fails."
+    )
+    namespace = Unicode(
+        config=True,
+        help="""Kubernetes: namespace of the publisher pod and the template PVC (default $POD_NAMESPACE,
+        else the service account's namespace, else ``default``).""",
+    )
+    fetch_url = Unicode(
+        config=True,
+        help="""Kubernetes: the classhub service's URL as pods reach it, from which the publisher pod
+        fetches the checked upload ($CLASSHUB_TEMPLATES_FETCH_URL; default the service's own URL,
+        $JUPYTERHUB_SERVICE_URL, e.g. http://hub:10101).""",
     )
     sidecar_threshold = Integer(
         256 * 1024**2,
@@ -100,7 +121,6 @@ class ClasshubTemplates(Configurable):
         (classhub user images include classhub, which the seeding command needs).""",
     )
     seed_python = Unicode(
-        "python3",
         config=True,
         help="Kubernetes: the Python of ``seed_image`` (runs ``-m hub_ext.backends.local.templates_cli``).",
     )
@@ -124,6 +144,36 @@ class ClasshubTemplates(Configurable):
     @default("volume_claim")
     def _volume_claim(self) -> str:
         return os.environ.get("CLASSHUB_TEMPLATES_PVC", "classhub-templates")
+
+    @default("mount_path")
+    def _mount_path(self) -> str:
+        return os.environ.get("CLASSHUB_TEMPLATES_MOUNT_PATH", "/srv/classhub-templates")
+
+    @default("seed_python")
+    def _seed_python(self) -> str:
+        return os.environ.get("CLASSHUB_TEMPLATES_PYTHON", "python3")
+
+    @default("publisher_image")
+    def _publisher_image(self) -> str:
+        return os.environ.get("CLASSHUB_PUBLISHER_IMAGE", "")
+
+    @default("fetch_url")
+    def _fetch_url(self) -> str:
+        return os.environ.get("CLASSHUB_TEMPLATES_FETCH_URL", os.environ.get("JUPYTERHUB_SERVICE_URL", ""))
+
+    @default("namespace")
+    def _namespace(self) -> str:
+        if os.environ.get("POD_NAMESPACE"):
+            return os.environ["POD_NAMESPACE"]
+        try:
+            return Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace").read_text().strip()
+        except OSError:
+            return "default"
+
+    @property
+    def writes_through_pods(self) -> bool:
+        """Kubernetes without the volume mounted in the hub pod: a publisher pod writes versions."""
+        return os.environ.get("CLASSHUB_MODE") == "kubernetes" and not self.storage_dir
 
     @property
     def limits(self) -> SeedLimits:

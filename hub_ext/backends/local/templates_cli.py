@@ -1,4 +1,7 @@
-"""``python -m hub_ext.backends.local.templates_cli seed ...``: seed a home in a container.
+"""``python -m hub_ext.backends.local.templates_cli seed|install ...``: templates in containers.
+
+``install`` runs in the short-lived publisher pod on Kubernetes (see
+hub_ext.backends.kubernetes.templates.publish_with_pod); ``seed`` in the user pod:
 
 The Kubernetes spawner runs this in an init or sidecar container of the user pod (see
 hub_ext.backends.kubernetes.templates); it is the local mode's seeding (templates_spawn.seed_local)
@@ -13,9 +16,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import time
+import urllib.request
 
 from hub_ext.backends.local.seeding import HomeError
 from hub_ext.backends.local.templates import TemplateStorage
@@ -42,11 +47,58 @@ def _parser() -> argparse.ArgumentParser:
                       help="re-seed only when the home's marker names this template (on_start)")
     seed.add_argument("--then-wait", action="store_true",
                       help="keep running after seeding (a sidecar container must not exit)")
+    install = sub.add_parser("install", help="download a checked upload and store it as a version")
+    install.add_argument("--url", required=True, help="where the classhub service serves the upload")
+    install.add_argument("--root", required=True, help="the template storage (the template volume)")
+    install.add_argument("--location", required=True, help="the new version's folder below --root")
+    install.add_argument("--manifest-sha256", required=True, help="what the service's checks found")
+    install.add_argument("--max-files", type=int, default=SeedLimits.max_files)
+    install.add_argument("--max-bytes", type=int, default=SeedLimits.max_bytes)
     return parser
+
+
+def install(args: argparse.Namespace) -> int:
+    """The publisher pod: fetch the tar the service checked, unpack it with the same checks onto
+    the volume, and move it into place only if its manifest is exactly the one the service found.
+
+    The one-time token of the upload comes in $CLASSHUB_UPLOAD_TOKEN (not in the pod's argv).
+    """
+    limits = SeedLimits(max_files=args.max_files, max_bytes=args.max_bytes)
+    storage = TemplateStorage(args.root)
+    staged = storage.staging()
+    try:
+        archive = staged / "upload.tar"
+        budget = limits.max_bytes + 1024 * limits.max_files + 1024 * 1024
+        request = urllib.request.Request(args.url, headers={
+            "Authorization": f"token {os.environ.get('CLASSHUB_UPLOAD_TOKEN', '')}"})
+        with urllib.request.urlopen(request, timeout=60) as response, open(archive, "wb") as out:
+            while chunk := response.read(1 << 20):
+                budget -= len(chunk)
+                if budget < 0:
+                    raise TemplateRefused("the upload is larger than the limits allow")
+                out.write(chunk)
+        print(f"classhub: fetched {archive.stat().st_size} bytes", flush=True)
+        storage.extract(archive, staged, limits)
+        archive.unlink()
+        _, digest = storage.seal(staged, limits)
+        if digest != args.manifest_sha256:
+            raise TemplateRefused("the unpacked files differ from what the service checked")
+        storage.commit(staged, args.location)
+        staged = None
+        print(json.dumps({"installed": args.location, "manifest_sha256": digest}), flush=True)
+        return 0
+    except (TemplateRefused, OSError, FileExistsError) as e:
+        print(f"classhub: not installed: {e}", file=sys.stderr, flush=True)
+        return 2
+    finally:
+        if staged is not None:
+            TemplateStorage.discard(staged)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "install":
+        return install(args)
     job = SeedJob(args.course, args.name, args.version, args.location, args.manifest_sha256, 0, 0,
                   None, None, restore_deleted=args.restore_deleted, only_if_from=args.only_if_from)
     limits = SeedLimits(max_files=args.max_files, max_bytes=args.max_bytes)
