@@ -186,14 +186,32 @@ def _add_course_roles(c: Any, db_url: str, ta_server_access: bool) -> None:
     c.JupyterHub.load_roles = list(existing.values())
 
 
-#: JupyterHub's default server-token scopes (the 'server' role), plus asking classhub (the paths
-#: of one-path shares). The hub resolves a bare ``!server``/``!user`` filter to the spawned server.
+#: JupyterHub's default server-token scopes (the 'server' role), plus reading the server's shares
+#: and asking classhub (the paths of one-path shares). The hub resolves a bare ``!server``/``!user``
+#: filter to the spawned server.
 SERVER_TOKEN_SCOPES = [
     "users:activity!user", "access:servers!server", f"access:services!service={SERVICE_NAME}",
+    "read:shares!server",  # who this server is shared with, and how (ClasshubAuthorizer)
 ]
-#: Browser (OAuth) tokens of a server may carry classhub's share scopes for that server, so the
-#: server sees a viewer's read-only share (the hub drops the ones a viewer does not hold).
-OAUTH_CLIENT_SCOPES = [f"{scope}!server" for scope in sharing.CUSTOM_SCOPES]
+
+
+class _ServerScopes(list):
+    """Scopes with a bare ``!server`` filter, resolved to each spawned server when called.
+
+    Browser (OAuth) tokens of a server may carry classhub's scopes for that server when a role
+    grants them (JupyterHub issues OAuth tokens from roles only: a share's scopes reach the
+    server through the hub's share list instead, see ClasshubAuthorizer). The
+    hub does not resolve ``!server`` in ``Spawner.oauth_client_allowed_scopes`` itself, and a
+    plain callable there breaks JupyterHub 6.1's ``Spawner.get_env`` (it JSON-encodes the
+    setting), so the setting is a list that is also callable.
+    """
+
+    def __call__(self, spawner: Any) -> list[str]:
+        target = f"!server={spawner.user.name}/{spawner.name}"
+        return [s[: -len("!server")] + target if s.endswith("!server") else s for s in self]
+
+
+OAUTH_CLIENT_SCOPES = _ServerScopes(f"{scope}!server" for scope in sharing.CUSTOM_SCOPES)
 
 
 def _add_sharing(c: Any, service_url: str) -> None:
@@ -206,8 +224,11 @@ def _add_sharing(c: Any, service_url: str) -> None:
         existing = dict(getattr(section, "custom_scopes", None) or {})
     existing.update(sharing.CUSTOM_SCOPES)
     c.JupyterHub.custom_scopes = existing
+    service = next(s for s in c.JupyterHub.services if s.get("name") == SERVICE_NAME)
+    if os.environ.get("CLASSHUB_SHARE_INTERVAL"):
+        service["environment"]["CLASSHUB_SHARE_INTERVAL"] = os.environ["CLASSHUB_SHARE_INTERVAL"]
     c.Spawner.server_token_scopes = list(SERVER_TOKEN_SCOPES)
-    c.Spawner.oauth_client_allowed_scopes = list(OAUTH_CLIENT_SCOPES)
+    c.Spawner.oauth_client_allowed_scopes = OAUTH_CLIENT_SCOPES
     spawner = c.Spawner
     if hasattr(spawner, "keys"):
         env = dict(spawner["environment"]) if "environment" in spawner else {}

@@ -266,3 +266,91 @@ def _decide_path(grant: Grant, request: Request) -> Verdict:
     if resource in RUN_RESOURCES and grant.level == EDIT:
         return ALLOW
     return _deny(f"Only {shared} is shared with you on this server; {resource} is not part of it.")
+
+
+# -- share requests (the classhub API) ------------------------------------------------------------
+
+TARGETS = ("user", "group", "link")
+#: Longest broadcast or link, in minutes (JupyterHub's share codes allow a year; a lecture less).
+MAX_MINUTES = 525600
+#: Shortest expiry in seconds (``expires_in``; the service checks expiries every few seconds).
+MIN_SECONDS = 5
+
+
+@dataclass(frozen=True)
+class ShareSpec:
+    """A validated request to share a server: see `parse_share_request`."""
+
+    owner: str
+    server: str
+    kind: str
+    target_kind: str
+    target: str
+    path: str | None
+    seconds: int | None
+    auto_start: bool
+
+
+def parse_share_request(body: object, caller: str) -> ShareSpec:
+    """Validate the JSON body of ``POST /api/shares``; ValueError says what to change.
+
+    ``{"kind": "read-only"|"edit", "user": name | "group": name | "link": true,
+    "path": "dir/nb.ipynb" (optional), "minutes": N or "expires_in": seconds (expiry; required
+    for links),
+    "auto_start": bool, "owner": name (default: the caller), "server": "" (default server)}``
+    """
+    example = ' e.g. {"kind": "read-only", "user": "ta1", "path": "week1.ipynb"}'
+    if not isinstance(body, dict):
+        raise ValueError("The body must be a JSON object," + example)
+    known = {"kind", "user", "group", "link", "path", "minutes", "expires_in", "auto_start", "owner",
+             "server"}
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise ValueError(f"Unknown field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}.")
+    kind = body.get("kind", READ_ONLY)
+    if kind not in KINDS:
+        raise ValueError(f"kind must be 'read-only' or 'edit', not {kind!r}.")
+    targets = [t for t in ("user", "group") if body.get(t) not in (None, "")]
+    if body.get("link"):
+        targets.append("link")
+    if len(targets) != 1:
+        raise ValueError("Name exactly one of 'user', 'group' or 'link': true," + example)
+    target_kind = targets[0]
+    target = "" if target_kind == "link" else body[target_kind]
+    if not isinstance(target, str) or len(target) > 255:
+        raise ValueError(f"{target_kind} must be a name (text of at most 255 characters).")
+    path = body.get("path")
+    if path is not None:
+        path = normalise_path(path)
+        if not path:
+            raise ValueError("path names the whole server; leave it out to share everything.")
+    minutes, expires_in = body.get("minutes"), body.get("expires_in")
+    if minutes is not None and expires_in is not None:
+        raise ValueError("Give either 'minutes' or 'expires_in' (seconds), not both.")
+    if minutes is not None and (isinstance(minutes, bool) or not isinstance(minutes, int)
+                                or not 1 <= minutes <= MAX_MINUTES):
+        raise ValueError(f"minutes must be a whole number from 1 to {MAX_MINUTES}.")
+    if expires_in is not None and (isinstance(expires_in, bool) or not isinstance(expires_in, int)
+                                   or not MIN_SECONDS <= expires_in <= MAX_MINUTES * 60):
+        raise ValueError(f"expires_in must be a whole number of seconds from {MIN_SECONDS} to "
+                         f"{MAX_MINUTES * 60}.")
+    seconds = minutes * 60 if minutes is not None else expires_in
+    if target_kind == "link" and seconds is None:
+        raise ValueError("A link must expire: give 'minutes' (e.g. 1440 for one day).")
+    auto_start = body.get("auto_start", False)
+    if not isinstance(auto_start, bool):
+        raise ValueError("auto_start must be true or false.")
+    owner = body.get("owner", caller)
+    server = body.get("server", "")
+    if not isinstance(owner, str) or not isinstance(server, str):
+        raise ValueError("owner and server must be names.")
+    if target_kind == "user" and target == owner:
+        raise ValueError("You cannot share a server with its owner.")
+    return ShareSpec(owner, server, kind, target_kind, target, path, seconds, auto_start)
+
+
+def may_share(caller: str, caller_is_admin: bool, owner: str) -> Verdict:
+    """Only a server's owner (or a hub admin) shares it or revokes its shares."""
+    if caller_is_admin or caller == owner:
+        return ALLOW
+    return _deny(f"Only {owner} (or a hub admin) can share or revoke shares of {owner}'s server.")

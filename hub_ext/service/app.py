@@ -140,6 +140,7 @@ class ClasshubService(Application):
             hub_api=hub_api,
             sessions=sessions,
             courses=Courses(sessions, hub_api),
+            shares=sharing.Shares(sessions, hub_api, url_path_join(self.prefix, "")),
             metrics_registry=metrics.registry_for(sessions),
             authenticate_metrics=self.authenticate_metrics,
             cookie_secret=os.urandom(32),
@@ -150,6 +151,7 @@ class ClasshubService(Application):
         url = urlparse(self.service_url)
         app = self.make_app()
         await self._reconcile(app.settings["courses"])
+        share_task = asyncio.create_task(self._shares(app.settings["shares"]))
         ledger_task = asyncio.create_task(reconcile.reconcile_forever(
             app.settings["hub_api"], store.Ledger(app.settings["sessions"]),
             self.reconcile_interval, self.reconcile_grace,
@@ -162,6 +164,7 @@ class ClasshubService(Application):
             loop.add_signal_handler(sig, stop.set)
         await stop.wait()
         ledger_task.cancel()
+        share_task.cancel()
         server.stop()
 
     async def _reconcile(self, courses: Courses, attempts: int = 20) -> None:
@@ -179,6 +182,24 @@ class ClasshubService(Application):
                 self.log.warning("reconciling course groups with the hub failed (%s); retrying", e)
                 await asyncio.sleep(min(0.25 * 2**attempt, 2))
         self.log.error("course groups were not reconciled with the hub; serving anyway")
+
+    share_interval = Float(
+        config=True,
+        help="Seconds between checks for expired shares (broadcasts, links); expired shares are "
+        "also ended when the service starts (default 5; $CLASSHUB_SHARE_INTERVAL).",
+    )
+
+    @default("share_interval")
+    def _share_interval(self) -> float:
+        return float(os.environ.get("CLASSHUB_SHARE_INTERVAL", "5"))
+
+    async def _shares(self, shares: sharing.Shares) -> None:
+        """Make the hub's shares match the records, then end shares when their time is up."""
+        try:
+            await shares.reconcile_all()
+        except Exception as e:  # the hub not answering yet: the expiry loop retries
+            self.log.warning("reconciling shares with the hub failed (%s)", e)
+        await sharing.expire_forever(shares, self.share_interval)
 
     def start(self) -> None:
         asyncio.run(self.serve())

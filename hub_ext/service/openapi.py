@@ -269,6 +269,8 @@ def document() -> dict[str, Any]:
                              "schema": {"type": "string"}},
                 "version": {"name": "version", "in": "path", "required": True, "schema": {"type": "string"}},
                 "upload": {"name": "upload", "in": "path", "required": True, "schema": {"type": "string"}},
+                "share": {"name": "share", "in": "path", "required": True, "schema": {"type": "integer"},
+                          "description": "a share's id (from POST /api/shares)"},
                 "remove_missing": {"name": "remove_missing", "in": "query", "required": False,
                                    "schema": {"type": "boolean", "default": False},
                                    "description": "remove students and TAs not in the file"},

@@ -1,12 +1,572 @@
-"""The classhub service's sharing API.
+"""The classhub service's sharing API: share my server, list, revoke, links, broadcasts, auto-start.
 
 `ROUTES` (relative to the service prefix) are mounted by hub_ext.service.app; `OPENAPI_PATHS` are
 merged into the OpenAPI document by hub_ext.service.openapi.document().
+
+How a share reaches the servers: classhub's records (hub_ext.store.share_models) say what was
+decided; `Shares.reconcile(owner, server)` makes the hub's shares of that server match them
+(grant what is missing, revoke what is no longer wanted), with the scopes of
+hub_ext.core.sharing.share_scopes. The single-user server (hub_ext.singleuser.authorizer) reads
+those scopes from the hub on every request of a non-owner, so a revocation or expiry holds from
+the next request on.
+
+Why links are classhub's own and not JupyterHub share codes: deleting a JupyterHub share code
+does not revoke the shares already exchanged for it, so an expired broadcast link would keep
+working for everyone who used it. A classhub link is a code (stored as its sha256) that makes a
+user share for whoever opens it while it is valid; when it ends, those shares end with it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import hmac
+import html
+import json
+import logging
+import secrets
+from datetime import datetime, timedelta, timezone
 from typing import Any
+from urllib.parse import quote
 
-ROUTES: list[tuple[str, type]] = []
-OPENAPI_PATHS: dict[str, Any] = {}
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+from tornado import web
+
+from hub_ext import store
+from hub_ext.core import sharing
+from hub_ext.service.handlers import APIHandler
+from hub_ext.service.hubapi import HubAPI, HubAPIError
+from hub_ext.store.share_models import Share, ShareAcceptance
+
+log = logging.getLogger(__name__)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _digest(code: str) -> str:
+    return hashlib.sha256(code.encode()).hexdigest()
+
+
+def _server_path(owner: str, server: str) -> str:
+    return f"{quote(owner, safe='')}/{quote(server, safe='')}"
+
+
+class Shares:
+    """Share records in the store, kept in step with the hub's shares."""
+
+    def __init__(self, sessions: Any, hub: HubAPI, prefix: str = "/services/classhub/") -> None:
+        self.sessions = sessions
+        self.hub = hub
+        self.prefix = prefix
+        self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+
+    # -- model -------------------------------------------------------------------------------
+    def model(self, share: Share, code: str | None = None) -> dict[str, Any]:
+        open_url = f"{self.prefix}shares/{share.id}/open"
+        result = {
+            "id": share.id, "owner": share.owner, "server": share.server, "kind": share.kind,
+            "target_kind": share.target_kind, "target": share.target or None, "path": share.path,
+            "auto_start": share.auto_start, "created_at": share.created_at.isoformat(),
+            "created_by": share.created_by,
+            "expires_at": share.expires_at.isoformat() if share.expires_at else None,
+            "active": self._active(share, _now()),
+            "ended_at": share.ended_at.isoformat() if share.ended_at else None,
+            "end_reason": share.end_reason,
+            "open_url": open_url,
+        }
+        if share.target_kind == "link":
+            result["accepted_by"] = sorted(a.user for a in share.acceptances)
+        if code is not None:
+            result["code"] = code
+            result["open_url"] = f"{open_url}?code={code}"
+        return result
+
+    @staticmethod
+    def _active(share: Share, now: datetime) -> bool:
+        return share.ended_at is None and (share.expires_at is None or share.expires_at > now)
+
+    def _query(self, session: Session, **where: Any) -> list[Share]:
+        q = select(Share).options(selectinload(Share.acceptances)).filter_by(**where).order_by(Share.id)
+        return list(session.scalars(q))
+
+    # -- decisions that change things --------------------------------------------------------
+    async def create(self, spec: sharing.ShareSpec, actor: str) -> dict[str, Any]:
+        now = _now()
+        code = secrets.token_urlsafe(24) if spec.target_kind == "link" else None
+        with self.sessions() as session, session.begin():
+            if spec.target_kind != "link":
+                # one classhub share per (server, recipient): a new one replaces the old
+                for old in self._query(session, owner=spec.owner, server=spec.server,
+                                       target_kind=spec.target_kind, target=spec.target, ended_at=None):
+                    old.ended_at, old.end_reason = now, "replaced"
+            share = Share(
+                owner=spec.owner, server=spec.server, kind=spec.kind, target_kind=spec.target_kind,
+                target=spec.target, path=spec.path, auto_start=spec.auto_start,
+                code_sha256=_digest(code) if code else None, created_at=now, created_by=actor,
+                expires_at=now + timedelta(seconds=spec.seconds) if spec.seconds else None,
+            )
+            session.add(share)
+            session.flush()
+            store.record(session, actor, "share_created", now, share=share.id, owner=spec.owner,
+                         server=spec.server, kind=spec.kind, target_kind=spec.target_kind,
+                         target=spec.target, path=spec.path, seconds=spec.seconds,
+                         auto_start=spec.auto_start)
+            share_id = share.id
+        try:
+            await self.reconcile(spec.owner, spec.server)
+        except HubAPIError as e:
+            with self.sessions() as session, session.begin():
+                share = session.get(Share, share_id)
+                share.ended_at, share.end_reason = _now(), "failed"
+            await self.reconcile(spec.owner, spec.server)
+            if e.status in (400, 404):
+                raise web.HTTPError(400, "The hub refused the share: %s", e.hub_message or
+                                    f"no such user, group or server ({spec.owner}/{spec.server})") from None
+            raise
+        with self.sessions() as session:
+            return self.model(self._query(session, id=share_id)[0], code)
+
+    async def revoke(self, share_id: int, actor: str, reason: str = "revoked") -> dict[str, Any]:
+        with self.sessions() as session, session.begin():
+            share = session.get(Share, share_id)
+            if share is None:
+                raise web.HTTPError(404, "No share %s.", share_id)
+            if share.ended_at is None:
+                share.ended_at, share.end_reason = _now(), reason
+                store.record(session, actor, f"share_{reason}", share.ended_at, share=share.id,
+                             owner=share.owner, server=share.server, target_kind=share.target_kind,
+                             target=share.target)
+            owner, server = share.owner, share.server
+        await self.reconcile(owner, server)
+        with self.sessions() as session:
+            return self.model(self._query(session, id=share_id)[0])
+
+    async def expire_due(self) -> int:
+        """End every share whose time is up (at service start and in `expire_forever`)."""
+        now = _now()
+        with self.sessions() as session, session.begin():
+            due = [s for s in self._query(session, ended_at=None) if s.expires_at and s.expires_at <= now]
+            servers = {(s.owner, s.server) for s in due}
+            for s in due:
+                s.ended_at, s.end_reason = now, "expired"
+                store.record(session, "classhub", "share_expired", now, share=s.id, owner=s.owner,
+                             server=s.server, target_kind=s.target_kind, target=s.target)
+        for owner, server in sorted(servers):
+            await self.reconcile(owner, server)
+        return len(due)
+
+    async def reconcile_groups(self) -> None:
+        """Servers with an active group share: members who joined or left since the last look."""
+        with self.sessions() as session:
+            servers = {(s.owner, s.server) for s in self._query(session, target_kind="group", ended_at=None)}
+        for owner, server in sorted(servers):
+            await self.reconcile(owner, server)
+
+    async def reconcile_all(self) -> None:
+        """Every server classhub ever shared: its hub shares match the records (DESIGN rule 4)."""
+        with self.sessions() as session:
+            servers = set(session.execute(select(Share.owner, Share.server)).tuples())
+        for owner, server in sorted(servers):
+            try:
+                await self.reconcile(owner, server)
+            except HubAPIError as e:  # a deleted user: nothing left to share
+                log.warning("classhub: shares of %s/%s not reconciled: %s", owner, server, e)
+
+    async def desired(self, owner: str, server: str) -> dict[tuple[str, str], frozenset[str]]:
+        """(user, name) -> the hub scopes the active records grant them on this server.
+
+        A group share becomes a user share for each member (but the owner): JupyterHub (6.1)
+        counts a user's own shares in their tokens' permissions, not their groups' shares, so a
+        hub group share would not open the server to a member's browser or API token.
+        """
+        now = _now()
+        want: dict[tuple[str, str], set[str]] = {}
+        with self.sessions() as session:
+            records = [(s.kind, s.path, s.target_kind, s.target, [a.user for a in s.acceptances])
+                       for s in self._query(session, owner=owner, server=server, ended_at=None)
+                       if self._active(s, now)]
+        for kind, path, target_kind, target, accepted in records:
+            scopes = sharing.share_scopes(kind, owner, server, one_path=path is not None)
+            if target_kind == "link":
+                names = accepted
+            elif target_kind == "group":
+                group = await self.hub.group(target)
+                names = list((group or {}).get("users", []))
+            else:
+                names = [target]
+            for name in names:
+                if name != owner:
+                    want.setdefault(("user", name), set()).update(scopes)
+        return {k: frozenset(v) for k, v in want.items()}
+
+    async def hub_shares(self, owner: str, server: str) -> dict[tuple[str, str], frozenset[str]]:
+        """(user|group, name) -> scopes of the hub's shares of this server."""
+        found: dict[tuple[str, str], frozenset[str]] = {}
+        offset = 0
+        while True:
+            try:
+                page = await self.hub.get(f"shares/{_server_path(owner, server)}?offset={offset}&limit=200")
+            except HubAPIError as e:
+                if e.status == 404:
+                    return found  # no such server (yet, or any more): nothing shared
+                raise
+            items = page.get("items", []) if isinstance(page, dict) else page
+            for item in items:
+                key = ("user", item["user"]["name"]) if item.get("user") else ("group", item["group"]["name"])
+                found[key] = frozenset(item.get("scopes", []))
+            nxt = (page.get("_pagination") or {}).get("next") if isinstance(page, dict) else None
+            if not nxt or not items:
+                return found
+            offset = nxt.get("offset", offset + len(items))
+
+    async def reconcile(self, owner: str, server: str) -> None:
+        """Grant and revoke hub shares of `owner`/`server` until they match the records."""
+        lock = self._locks.setdefault((owner, server), asyncio.Lock())
+        async with lock:
+            want = await self.desired(owner, server)
+            have = await self.hub_shares(owner, server)
+            path = f"shares/{_server_path(owner, server)}"
+            limit = asyncio.Semaphore(8)  # a broadcast to a class: many members at once, gently
+
+            async def fix(key: tuple[str, str]) -> None:
+                kind, name = key
+                async with limit:
+                    if key in have:
+                        await self.hub.request("PATCH", path, {kind: name})  # no scopes: revoke all
+                    if want.get(key):
+                        await self.hub.request("POST", path, {kind: name, "scopes": sorted(want[key])})
+
+            changes = [k for k in sorted(set(want) | set(have)) if want.get(k) != have.get(k)]
+            await asyncio.gather(*(fix(k) for k in changes))
+
+    async def accept_link(self, share_id: int, code: str, user: str) -> None:
+        with self.sessions() as session, session.begin():
+            share = session.get(Share, share_id)
+            if share is None or share.code_sha256 is None or not hmac.compare_digest(
+                    share.code_sha256, _digest(code)):
+                raise web.HTTPError(403, "This link's code is not valid; ask the owner for the link again.")
+            if share.owner == user:
+                return
+            if not any(a.user == user for a in share.acceptances):
+                now = _now()
+                session.add(ShareAcceptance(share_id=share.id, user=user, accepted_at=now))
+                store.record(session, user, "share_link_accepted", now, share=share.id, owner=share.owner,
+                             server=share.server)
+            owner, server = share.owner, share.server
+        await self.reconcile(owner, server)
+
+    # -- questions ---------------------------------------------------------------------------
+    def mine(self, owner: str, include_ended: bool = False) -> list[dict[str, Any]]:
+        with self.sessions() as session:
+            now = _now()
+            return [self.model(s) for s in self._query(session, owner=owner)
+                    if include_ended or self._active(s, now)]
+
+    def with_me(self, user: str, groups: list[str]) -> list[dict[str, Any]]:
+        now = _now()
+        with self.sessions() as session:
+            result = []
+            for s in self._query(session, ended_at=None):
+                if not self._active(s, now):
+                    continue
+                if ((s.target_kind == "user" and s.target == user)
+                        or (s.target_kind == "group" and s.target in groups)
+                        or (s.target_kind == "link" and any(a.user == user for a in s.acceptances))):
+                    result.append(self.model(s))
+            return result
+
+    def get(self, share_id: int | str) -> Share:
+        try:
+            share_id = int(share_id)
+        except ValueError:
+            raise web.HTTPError(404, "No share %s.", share_id) from None
+        with self.sessions() as session:
+            found = self._query(session, id=share_id)
+            if not found:
+                raise web.HTTPError(404, "No share %s.", share_id)
+            share = found[0]
+            session.expunge(share)
+            return share
+
+    def paths_for(self, owner: str, server: str, viewer: str, groups: list[str]) -> list[str]:
+        """The paths of the viewer's active one-path shares of this server."""
+        return sorted({m["path"] for m in self.with_me(viewer, groups)
+                       if m["owner"] == owner and m["server"] == server and m["path"]})
+
+    def audit(self, actor: str, action: str, **details: Any) -> None:
+        with self.sessions() as session, session.begin():
+            store.record(session, actor, action, _now(), **details)
+
+
+async def expire_forever(shares: Shares, interval: float, group_every: float = 60) -> None:
+    """End shares whose time is up, every `interval` seconds (a broadcast ends by itself); every
+    `group_every` seconds, follow group shares to the groups' current members."""
+    last_groups = asyncio.get_running_loop().time()
+    while True:
+        try:
+            await shares.expire_due()
+            if asyncio.get_running_loop().time() - last_groups >= group_every:
+                last_groups = asyncio.get_running_loop().time()
+                await shares.reconcile_groups()
+        except Exception:  # the hub restarting: try again next round
+            log.exception("classhub: expiring shares failed")
+        await asyncio.sleep(interval)
+
+
+# -- handlers (thin) -------------------------------------------------------------------------------
+
+class _ShareHandler(APIHandler):
+    @property
+    def shares(self) -> Shares:
+        return self.settings["shares"]
+
+    async def _caller(self) -> dict[str, Any]:
+        model = self.require_user()
+        if model.get("kind", "user") != "user":
+            raise web.HTTPError(403, "Shares belong to users; ask with a user's token.")
+        return await self.hub.user(model["name"])
+
+
+class SharesHandler(_ShareHandler):
+    """``GET /api/shares``: my shares (``?ended=1`` with ended ones); ``POST``: share my server."""
+
+    async def get(self) -> None:
+        user = await self._caller()
+        self.write_json({"shares": self.shares.mine(user["name"], self.get_argument("ended", "") == "1")})
+
+    async def post(self) -> None:
+        user = await self._caller()
+        try:
+            spec = sharing.parse_share_request(self.json_body(), user["name"])
+        except ValueError as e:
+            raise web.HTTPError(400, str(e)) from None
+        verdict = sharing.may_share(user["name"], bool(user.get("admin")), spec.owner)
+        if not verdict:
+            raise web.HTTPError(403, verdict.message)
+        in_group = spec.target in user.get("groups", [])
+        if spec.target_kind == "group" and not user.get("admin") and not in_group:
+            raise web.HTTPError(403, f"You can share with groups you belong to; you are not in "
+                                     f"{spec.target}.")
+        self.write_json(await self.shares.create(spec, user["name"]), 201)
+
+
+class SharedWithMeHandler(_ShareHandler):
+    """``GET /api/shares/with-me``: active shares I can open (directly, through a group or a link)."""
+
+    async def get(self) -> None:
+        user = await self._caller()
+        self.write_json({"shares": self.shares.with_me(user["name"], user.get("groups", []))})
+
+
+class ShareHandler(_ShareHandler):
+    """``GET /api/shares/<id>``: one share; ``DELETE``: revoke it now (owner or admin)."""
+
+    async def _own(self, share_id: str) -> tuple[dict, Share]:
+        user = await self._caller()
+        share = self.shares.get(share_id)
+        verdict = sharing.may_share(user["name"], bool(user.get("admin")), share.owner)
+        if not verdict:
+            raise web.HTTPError(403, verdict.message)
+        return user, share
+
+    async def get(self, share_id: str) -> None:
+        _, share = await self._own(share_id)
+        with self.shares.sessions() as session:
+            self.write_json(self.shares.model(self.shares._query(session, id=share.id)[0]))
+
+    async def delete(self, share_id: str) -> None:
+        user, share = await self._own(share_id)
+        self.write_json(await self.shares.revoke(share.id, user["name"]))
+
+
+class SharePathsHandler(_ShareHandler):
+    """``GET /api/shares/paths?viewer=<name>&server=<name>``: asked by the owner's server (with its
+    token) for the paths a viewer's one-path shares allow."""
+
+    async def get(self) -> None:
+        owner = self.require_user()
+        viewer = self.get_argument("viewer")
+        server = self.get_argument("server", "")
+        try:
+            groups = (await self.hub.user(viewer)).get("groups", [])
+        except HubAPIError:
+            groups = []
+        self.write_json({"paths": self.shares.paths_for(owner["name"], server, viewer, groups)})
+
+
+class OpenShareHandler(_ShareHandler):
+    """``GET /shares/<id>/open[?code=...]``: a recipient follows a share (a link needs its code).
+
+    Lands in the owner's server (at the shared path); a stopped server is started first when the
+    owner allowed auto-start for this share, else a page says the owner must start it.
+    """
+
+    async def get(self, share_id: str) -> None:
+        user = await self._caller()
+        share = self.shares.get(share_id)
+        if not Shares._active(share, _now()):
+            ended = "expired" if share.end_reason in (None, "expired") else "been revoked"
+            raise web.HTTPError(410, f"This share has {ended}; ask {share.owner} to share again.")
+        name = user["name"]
+        if share.target_kind == "link":
+            await self.shares.accept_link(share.id, self.get_argument("code", ""), name)
+        elif not ((share.target_kind == "user" and share.target == name)
+                  or (share.target_kind == "group" and share.target in user.get("groups", []))
+                  or name == share.owner):
+            raise web.HTTPError(403, f"This share of {share.owner}'s server is not for you.")
+        self.shares.audit(name, "share_opened", share=share.id, owner=share.owner, server=share.server)
+        owner = await self.hub.user(share.owner)
+        server = (owner.get("servers") or {}).get(share.server)
+        started = False
+        if not (server and server.get("ready")):
+            if not share.auto_start:
+                raise web.HTTPError(409, f"{share.owner}'s server is not running; {share.owner} must "
+                                         "start it before you can open it.")
+            await self._start(share.owner, share.server)
+            started = True
+            self.shares.audit(name, "share_auto_started", share=share.id, owner=share.owner,
+                              server=share.server)
+        base = f"/user/{quote(share.owner, safe='')}/{quote(share.server, safe='')}"
+        url = base.rstrip("/") + "/" + (f"lab/tree/{quote(share.path)}" if share.path else "")
+        if "application/json" in self.request.headers.get("Accept", ""):
+            self.write_json({"url": url, "started": started})
+        else:
+            self.redirect(url)
+
+    async def _start(self, owner: str, server: str) -> None:
+        named = f"servers/{quote(server, safe='')}" if server else "server"
+        path = f"users/{quote(owner, safe='')}/{named}"
+        try:
+            await self.hub.request("POST", path)
+        except HubAPIError as e:
+            if e.status != 400:  # 400: already starting
+                raise
+        for _ in range(600):
+            model = await self.hub.user(owner)
+            s = (model.get("servers") or {}).get(server)
+            if s and s.get("ready"):
+                return
+            if s is None and _ > 20:
+                raise web.HTTPError(502, f"{owner}'s server did not start; ask {owner}.")
+            await asyncio.sleep(0.25)
+        raise web.HTTPError(504, f"{owner}'s server took too long to start; try again.")
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        if "application/json" in self.request.headers.get("Accept", "") or self.request.headers.get(
+                "Authorization"):
+            return super().write_error(status_code, **kwargs)
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        message = self._reason
+        if isinstance(exc, web.HTTPError) and exc.log_message:
+            message = exc.log_message % exc.args if exc.args else exc.log_message
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.finish(f"<!doctype html><title>Shared server</title><h1>{status_code}</h1>"
+                    f"<p>{html.escape(message)}</p><p><a href='/hub/home'>Back to the hub</a></p>")
+
+
+_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>classhub: sharing</title>
+<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}
+td,th{padding:.2em .6em;text-align:left}</style>
+</head><body><h1>Share my server</h1>
+<form id="f">Kind <select name="kind"><option>read-only</option><option>edit</option></select>
+ with <select name="to"><option value="user">user</option><option value="group">group</option>
+ <option value="link">link</option></select> <input name="name" placeholder="user or group">
+ path <input name="path" placeholder="(whole server)"> minutes <input name="minutes" size="5">
+ <label><input type="checkbox" name="auto_start"> auto-start</label> <button>Share</button></form>
+<p id="msg"></p><h2>My shares</h2><table id="mine"></table><h2>Shared with me</h2><table id="withme"></table>
+<script>
+const api = PREFIX + "api/shares";
+const xsrf = (document.cookie.match(/_xsrf=([^;]+)/) || [])[1] || "";
+const esc = s => String(s ?? "").replace(/[&<>"']/g, c => "&#" + c.charCodeAt(0) + ";");
+async function call(method, url, body) {
+  const r = await fetch(url, {method, headers: {"Content-Type": "application/json", "X-XSRFToken": xsrf},
+                              body: body && JSON.stringify(body)});
+  const j = await r.json(); if (!r.ok) throw new Error(j.message); return j;
+}
+async function load() {
+  const mine = (await call("GET", api)).shares, withme = (await call("GET", api + "/with-me")).shares;
+  document.getElementById("mine").innerHTML = mine.map(s => `<tr><td>${esc(s.kind)}</td>
+    <td>${esc(s.target_kind)} ${esc(s.target)}</td><td>${esc(s.path)}</td><td>${esc(s.expires_at)}</td>
+    <td><button data-id="${s.id}">Revoke</button></td></tr>`).join("");
+  document.getElementById("withme").innerHTML = withme.map(s => `<tr><td>${esc(s.owner)}</td>
+    <td>${esc(s.kind)}</td><td>${esc(s.path)}</td>
+    <td><a href="${esc(s.open_url)}">open</a></td></tr>`).join("");
+}
+document.getElementById("mine").onclick = async e => {
+  if (e.target.dataset.id) { await call("DELETE", api + "/" + e.target.dataset.id); load(); } };
+document.getElementById("f").onsubmit = async e => {
+  e.preventDefault(); const f = new FormData(e.target); const body = {kind: f.get("kind")};
+  if (f.get("to") === "link") body.link = true; else body[f.get("to")] = f.get("name");
+  if (f.get("path")) body.path = f.get("path"); if (f.get("minutes")) body.minutes = +f.get("minutes");
+  body.auto_start = f.get("auto_start") === "on";
+  try { const s = await call("POST", api, body);
+        document.getElementById("msg").textContent = "Shared: " + location.origin + s.open_url; load(); }
+  catch (err) { document.getElementById("msg").textContent = err.message; } };
+load();
+</script></body></html>"""
+
+
+class SharePageHandler(_ShareHandler):
+    """``GET /shares``: a small page to share, list and revoke (uses the API above)."""
+
+    async def get(self) -> None:
+        await self._caller()
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.finish(_PAGE.replace("PREFIX", json.dumps(self.shares.prefix)))
+
+
+ROUTES: list[tuple[str, type]] = [
+    ("api/shares", SharesHandler),
+    ("api/shares/with-me", SharedWithMeHandler),
+    ("api/shares/paths", SharePathsHandler),
+    (r"api/shares/([^/]+)", ShareHandler),
+    (r"shares/([^/]+)/open", OpenShareHandler),
+    ("shares", SharePageHandler),
+]
+
+def _openapi_paths() -> dict[str, Any]:
+    from hub_ext.service.openapi import _json_body, _ok, _op
+
+    owner = "the server's owner and hub admins"
+    user = "any logged-in user"
+    share = {"type": "object", "description": "A share: id, owner, server, kind, target_kind, target, "
+             "path, auto_start, created_at, expires_at, active, ended_at, end_reason, open_url (with "
+             "the code, for a link, only in the answer that made it), accepted_by (links)"}
+    shares = {"type": "object", "properties": {"shares": {"type": "array", "items": share}}}
+    body = _json_body({"type": "object", "properties": {
+        "kind": {"type": "string", "enum": ["read-only", "edit"]},
+        "user": {"type": "string"}, "group": {"type": "string"}, "link": {"type": "boolean"},
+        "path": {"type": "string", "description": "one file, relative to the server's root"},
+        "minutes": {"type": "integer"}, "expires_in": {"type": "integer", "description": "seconds"},
+        "auto_start": {"type": "boolean"}, "owner": {"type": "string"}, "server": {"type": "string"},
+    }, "example": {"kind": "read-only", "group": "cs101", "minutes": 90}})
+    return {
+        "/api/shares": {
+            "get": _op("My shares (?ended=1 includes ended ones)", user, _ok("Shares", shares)),
+            "post": _op("Share my server read-only or editable with a user, a group (broadcast) or as "
+                        "an expiring link", owner, _ok("The share", share, "201"),
+                        errors=("400", "401", "403"), body=body),
+        },
+        "/api/shares/with-me": {"get": _op("Active shares I can open", user, _ok("Shares", shares))},
+        "/api/shares/paths": {"get": _op(
+            "Paths of a viewer's one-path shares of the caller's server (asked by that server)",
+            "the server's owner (its server token)", _ok("Paths", {"type": "object"}))},
+        "/api/shares/{share}": {
+            "get": _op("One of my shares", owner, _ok("The share", share), errors=("401", "403", "404"),
+                       params=("share",)),
+            "delete": _op("Revoke a share now: the next request of its recipients is refused", owner,
+                          _ok("The ended share", share), errors=("401", "403", "404"), params=("share",)),
+        },
+        "/shares/{share}/open": {"get": _op(
+            "Follow a share into the owner's server (started first when the share allows auto-start)",
+            "the share's recipients (a link: anyone with its code)",
+            {"302": {"description": "Into the server"}, "409": {"description": "Server not running"},
+             "410": {"description": "Share ended"}}, errors=("401", "403", "404"), params=("share",))},
+        "/shares": {"get": _op("The sharing page (HTML)", user, _ok("HTML page"))},
+    }
+
+
+OPENAPI_PATHS: dict[str, Any] = _openapi_paths()

@@ -91,7 +91,8 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
         model = await self._fresh_model(handler)
         if model is None or not self.hub_auth.check_scopes(self.hub_auth.access_scopes, model):
             return sharing.Verdict(False, "Your access to this server was revoked or has expired.")
-        grant = sharing.grant_from_scopes(model.get("scopes", []), self.owner, self.server_name,
+        scopes = [*model.get("scopes", []), *await self._share_scopes(model)]
+        grant = sharing.grant_from_scopes(scopes, self.owner, self.server_name,
                                           caller=model.get("name"), caller_kind=model.get("kind", "user"))
         try:
             path = sharing.request_path(resource, self._url_path(handler))
@@ -139,6 +140,40 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
                 cache[key] = (time.monotonic(), model)
         handler._classhub_model = model
         return model
+
+    async def _share_scopes(self, model: dict) -> list[str]:
+        """The scopes the hub's shares of this server give the caller (directly or through a group).
+
+        Why not only the token's scopes: JupyterHub issues a browser's OAuth token with the
+        scopes of the viewer's roles, not of their shares, so the share's kind (read-only or
+        editable) never reaches a cookie-authenticated request. The hub's share list does; this
+        server reads it with its own token (``read:shares!server``, see configure()).
+        """
+        if model.get("kind", "user") != "user":
+            return []
+        name, groups = model.get("name"), set(model.get("groups") or [])
+        server = f"{quote(self.owner, safe='')}/{quote(self.server_name, safe='')}"
+        url = f"{self.hub_auth.api_url}/shares/{server}"
+        found: list[str] = []
+        offset = 0
+        while True:
+            try:
+                response = await AsyncHTTPClient().fetch(
+                    f"{url}?offset={offset}&limit=200", request_timeout=10,
+                    headers={"Authorization": f"token {self.hub_auth.api_token}"})
+            except Exception as e:  # the token's scopes alone decide then (fail closed)
+                self.log.error("classhub: cannot read this server's shares from the hub: %s", e)
+                return found
+            page = json.loads(response.body)
+            items = page.get("items", [])
+            for item in items:
+                user, group = item.get("user") or {}, item.get("group") or {}
+                if user.get("name") == name or group.get("name") in groups:
+                    found.extend(item.get("scopes", []))
+            nxt = (page.get("_pagination") or {}).get("next")
+            if not nxt or not items:
+                return found
+            offset = nxt.get("offset", offset + len(items))
 
     async def _shared_paths(self, viewer: str) -> frozenset[str]:
         """The paths classhub recorded for `viewer`'s one-path shares of this server (asked from
