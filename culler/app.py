@@ -6,9 +6,12 @@ One cycle, with as few hub requests as the job allows:
 2. the store (one read): quota reservations (which devices a server holds and for which course),
    persistent marks, course policies, no-cull windows, pending warnings, capacity shortfalls;
 3. optionally one Prometheus query (GPU utilisation per pod, Kubernetes with a DCGM exporter);
-4. `decide` on those facts; only the servers it would warn, cull or reclaim are then asked for
-   their own activity report (busy kernels, GPU use; hub_ext.singleuser.activity), through the
-   proxy's routing table (one ``GET /hub/api/proxy``), and decided again with the answers;
+4. `decide` on those facts; of the servers it would warn, cull or reclaim, those whose hub
+   ``last_activity`` cannot settle the question (see ``ask_servers``) are asked for their own
+   activity report (busy kernels, GPU use; hub_ext.singleuser.activity) through the proxy's
+   routing table (one ``GET /hub/api/proxy``), and decided again with the answers. Each ask costs
+   the server one hub token check, which is why the hub's own activity (kept fresh by classhub's
+   server extension while kernels or GPUs are busy) is trusted where it is precise enough;
 5. culls are ``DELETE /hub/api/users/<u>/server[s/<name>]``, each written to the audit log
    (action ``server_culled``) with its reason; warnings are stored for the hub page and the API.
 
@@ -37,7 +40,18 @@ from traitlets.config import Application, Config
 
 from culler import facts as F
 from hub_ext import __version__, store
-from hub_ext.core.culling import CULL, WARN, CullPolicy, Decision, ServerFacts, Window, decide
+from hub_ext.core.culling import (
+    CULL,
+    DEFAULT_POLICY,
+    RECLAIM_FOR_PRESSURE,
+    TOO_OLD,
+    WARN,
+    CullPolicy,
+    Decision,
+    ServerFacts,
+    Window,
+    decide,
+)
 from hub_ext.store import culler_models as cm
 
 ACTION = "server_culled"
@@ -103,10 +117,19 @@ class ClasshubCuller(Application):
         5.0, config=True, help="GPU utilisation (percent) at or above which a server's GPU is busy.",
     )
     ask_servers = Enum(
-        ["candidates", "never"], "candidates", config=True,
-        help="'candidates': ask the servers that would be warned or culled for their activity report "
-        "(busy kernels, GPU use) before acting; 'never': trust the hub's last_activity, which "
-        "classhub's server extension keeps fresh while kernels or GPUs are busy.",
+        ["auto", "candidates", "never"], "auto", config=True,
+        help="Which servers are asked for their activity report (busy kernels, GPU use; one hub "
+        "token check each) before they are warned or culled. 'candidates': all of them. 'never': "
+        "none; trust the hub's last_activity, which classhub's server extension keeps fresh while "
+        "a kernel or the GPU is busy (at most `activity_lag` late). 'auto' (default): only where "
+        "the hub's last_activity cannot tell: an idle timeout shorter than `activity_lag`, a "
+        "server over its maximum age (busy or just used?) and pressure reclaims.",
+    )
+    activity_lag = Float(
+        330.0, config=True,
+        help="How late the hub's last_activity may be for a server that runs classhub's extension: "
+        "JupyterHub's activity interval (JUPYTERHUB_ACTIVITY_INTERVAL, 300 s, +10% jitter) plus "
+        "the extension's busy check (CLASSHUB_BUSY_CHECK_INTERVAL). Used by ask_servers='auto'.",
     )
     server_timeout = Float(5.0, config=True, help="Seconds to wait for a server's activity report.")
     concurrency = Int(20, config=True, help="Servers asked, or stopped, at the same time.")
@@ -179,7 +202,10 @@ class ClasshubCuller(Application):
         self.requests += 1
         response = await self.client.fetch(HTTPRequest(
             f"{self.hub_api_url.rstrip('/')}/{path}", method=method,
-            headers={"Authorization": f"token {self.api_token}"}, request_timeout=60,
+            headers={"Authorization": f"token {self.api_token}",
+                     # paginated lists come with their "next" page (JupyterHub >= 2)
+                     "Accept": "application/jupyterhub-pagination+json"},
+            request_timeout=60,
         ))
         return json.loads(response.body) if response.body else None
 
@@ -197,12 +223,28 @@ class ClasshubCuller(Application):
                 return out
             offset = nxt.get("offset", offset + len(items))
 
-    async def routes(self) -> dict[str, str]:
-        """Proxy routes: server URL prefix -> target (how to reach each server directly)."""
-        table = await self.hub("GET", "proxy")
-        if isinstance(table, dict) and "routes" in table:  # a paginated form
-            table = table["routes"]
-        return {spec: (route or {}).get("target", "") for spec, route in (table or {}).items()}
+    async def routes(self, wanted: set[str]) -> dict[str, str]:
+        """Proxy targets (how to reach a server directly) of the route specs ``wanted``.
+
+        The hub's ``GET /proxy`` is paginated (at most 200 routes a page) in route order, so the
+        pages are read in order until every wanted route was seen or passed.
+        """
+        found: dict[str, str] = {}
+        if not wanted:
+            return found
+        offset = 0
+        while True:
+            page = await self.hub("GET", f"proxy?{urlencode({'offset': offset, 'limit': 200})}")
+            table = page.get("items", page) if isinstance(page, dict) and "_pagination" in page else page
+            table = table or {}
+            for spec, route in table.items():
+                if spec in wanted:
+                    found[spec] = (route or {}).get("target", "")
+            nxt = page.get("_pagination", {}).get("next") if isinstance(page, dict) else None
+            last = max(table, default="")
+            if not nxt or not table or set(found) >= wanted or all(w <= last for w in wanted - set(found)):
+                return found
+            offset = nxt.get("offset", offset + len(table))
 
     async def ask(self, target: str, url: str) -> dict[str, Any] | None:
         """The server's activity report; None when it does not answer (then hub facts decide)."""
@@ -277,7 +319,7 @@ class ClasshubCuller(Application):
     async def cycle(self) -> CycleReport:
         started = time.monotonic()
         before = self.requests
-        now = datetime.now(timezone.utc)
+        now = self.now()
         report = CycleReport()
         users = await self.users()
         servers = F.running_servers(users)
@@ -290,6 +332,8 @@ class ClasshubCuller(Application):
         for user, name, server in servers:
             key = (user["name"], name)
             warning = known["warnings"].get(key)
+            if warning is not None and warning.warned_at < F.parse_time(server["started"]):
+                warning = None  # a warning of an earlier run of this server
             state = server.get("state")
             pod = state.get("pod_name") if isinstance(state, dict) else None
             facts[key] = F.server_facts(
@@ -310,19 +354,19 @@ class ClasshubCuller(Application):
         semaphore = asyncio.Semaphore(self.concurrency)
 
         async def one(key: tuple[str, str]) -> tuple[tuple[str, str], dict | None]:
-            target = targets.get(urls[key]) or targets.get(urls[key].rstrip("/"))
+            target = targets.get(urls[key])
             if not target:
                 return key, None
             async with semaphore:
                 return key, await self.ask(target, urls[key])
 
-        while self.ask_servers == "candidates":
+        while self.ask_servers != "never":
             todo = [(d.user, d.server_name) for d in decisions
-                    if d.action in (CULL, WARN) and (d.user, d.server_name) not in asked]
+                    if d.action in (CULL, WARN) and (d.user, d.server_name) not in asked
+                    and self.needs_asking(d, facts[(d.user, d.server_name)], known["policies"], now)]
             if not todo:
                 break
-            if not asked:
-                targets.update(await self.routes())
+            targets.update(await self.routes({urls[k] for k in todo} - set(targets)))
 
             for key, answer in await asyncio.gather(*(one(k) for k in todo)):
                 facts[key] = F.with_report(facts[key], answer)
@@ -339,6 +383,19 @@ class ClasshubCuller(Application):
             report.hub_requests, report.seconds,
         )
         return report
+
+    def now(self) -> datetime:
+        """The time a cycle decides at (bench/culler.py shifts it for both cullers alike)."""
+        return datetime.now(timezone.utc)
+
+    def needs_asking(self, d: Decision, f: ServerFacts, policies: Mapping, now: datetime) -> bool:
+        """Whether the server must be asked before ``d`` is carried out (see ask_servers)."""
+        if self.ask_servers == "candidates":
+            return True
+        policy = policies.get(d.policy_key) or DEFAULT_POLICY
+        if d.reason in (TOO_OLD, RECLAIM_FOR_PRESSURE) or policy.idle_timeout < self.activity_lag:
+            return True
+        return policy.max_age is not None and (now - f.started_at).total_seconds() >= policy.max_age
 
     async def act(self, decisions: list[Decision], facts: Mapping[tuple[str, str], ServerFacts],
                   now: datetime, report: CycleReport) -> None:
