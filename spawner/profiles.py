@@ -231,7 +231,7 @@ class ProfilesMixin(HasTraits):
         try:
             self.template_job = await asyncio.to_thread(
                 templates_spawn.resolve, self.classhub_db_url, self.user.name, bool(self.user.admin),
-                option, self.template_seeded_from())
+                option, self.template_seeded_from)
         except templates_spawn.TemplateDenied as e:
             raise web.HTTPError(e.status, e.message) from None
         job = self.template_job

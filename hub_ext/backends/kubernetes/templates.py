@@ -143,8 +143,11 @@ async def publish_with_pod(api: Any, settings: ClasshubTemplates, *, url: str, t
             if phase == "Succeeded":
                 return
             if phase == "Failed":
-                log = await api.read_namespaced_pod_log(name, namespace)
-                last = [line for line in str(log).splitlines() if line.strip()][-1:] or [phase]
+                try:  # the reason is the log's last line (needs pods/log; else the pod's status)
+                    log = str(await api.read_namespaced_pod_log(name, namespace))
+                except Exception:
+                    log = (pod.status.message or pod.status.reason or "") if pod.status else ""
+                last = [line for line in log.splitlines() if line.strip()][-1:] or ["it exited with an error"]
                 raise PublishFailed(last[0].removeprefix("classhub: "))
             if asyncio.get_running_loop().time() > deadline:
                 raise PublishFailed(f"the publisher pod did not finish in {settings.publish_timeout:.0f}s "

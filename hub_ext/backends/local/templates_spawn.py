@@ -13,6 +13,7 @@ hub_ext.backends.kubernetes.templates).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -72,11 +73,12 @@ def _sessions(url: str) -> sessionmaker[Session]:
 
 
 def resolve(db_url: str, username: str, admin: bool, option: Any,
-            seeded_from: tuple[str, str] | None) -> SeedJob | None:
+            home_marker: Callable[[], tuple[str, str] | None] | None = None) -> SeedJob | None:
     """The seeding this start does, or None; :class:`TemplateDenied` for an option not allowed.
 
-    ``option``: the ``template`` entry of user_options (None when absent). ``seeded_from``: the
-    (template key, version tag) the home was seeded from, if the spawner can tell.
+    ``option``: the ``template`` entry of user_options (None when absent). ``home_marker``: reads the
+    (template key, version tag) the home was seeded from, when the spawner can read the home
+    (called only for an ``on_start`` course; otherwise the audit log's last seeding is used).
     """
     choice = None
     if option is not None:
@@ -90,8 +92,17 @@ def resolve(db_url: str, username: str, admin: bool, option: Any,
             verdict = rules.may_use(Caller(name=username, admin=admin, courses=courses), choice.course)
             if not verdict:
                 raise TemplateDenied(verdict.status, f"Cannot start this server: {verdict.message}")
-        if seeded_from is None and choice is None:
-            seeded_from = last_seeded(session, username)
+        reseed = {
+            course: mode for course, mode in session.execute(
+                select(Course.name, TemplateSettings.reseed).join(
+                    TemplateSettings, TemplateSettings.course_id == Course.id)
+            ) if course in courses
+        }
+        seeded_from = None
+        if choice is None:
+            if rules.ON_START not in reseed.values():
+                return None  # nothing to re-seed at a plain start: no need to look at the home
+            seeded_from = (home_marker() if home_marker else None) or last_seeded(session, username)
         keys = {k for k in ((choice.key if choice else None), seeded_from[0] if seeded_from else None) if k}
         latest: dict[str, int] = {}
         for key in keys:
@@ -102,12 +113,6 @@ def resolve(db_url: str, username: str, admin: bool, option: Any,
         if choice is not None and choice.key not in latest:
             raise TemplateDenied(
                 404, f"Cannot start this server: {choice.course} has no template {choice.name}.")
-        reseed = {
-            course: mode for course, mode in session.execute(
-                select(Course.name, TemplateSettings.reseed).join(
-                    TemplateSettings, TemplateSettings.course_id == Course.id)
-            ) if course in courses
-        }
         decided = rules.version_on_start(choice, seeded_from, latest, reseed)
         if decided is None:
             return None
