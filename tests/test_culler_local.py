@@ -15,6 +15,7 @@ import uuid
 from datetime import datetime, timezone
 from pathlib import Path
 
+import psutil
 import pytest
 import requests
 import websocket
@@ -79,6 +80,18 @@ def audit_culls(hub: LocalHub) -> list[dict]:
     return out
 
 
+def culler_processes(hub: LocalHub) -> list[psutil.Process]:
+    """The hub's ``python -m culler`` service processes."""
+    found = []
+    for p in hub.descendants():
+        try:
+            if p.cmdline()[1:3] == ["-m", "culler"] and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
 def metrics(hub: LocalHub, admin_token: str) -> str:
     r = requests.get(f"{hub.url}/services/classhub/metrics",
                      headers={"Authorization": f"token {admin_token}"}, timeout=30)
@@ -113,6 +126,14 @@ def test_idle_gpu_server_is_warned_then_culled_and_persistent_server_is_kept(cul
     home = student.get("/hub/home")
     if server(hub, "student1", token) is not None:  # still warned (a slow machine may be past it)
         assert "will be stopped in about" in home.text and "classhub-cull-warning" in home.text
+
+    # The culler dies (the hub starts it again): the warning, kept in the store, still stands.
+    (culler,) = culler_processes(hub)
+    culler.kill()
+    wait_for(lambda: [p for p in culler_processes(hub) if p.pid != culler.pid], 30,
+             "the hub to restart the culler")
+    again = api(hub, "GET", "culling/me", token).json()["warnings"]
+    assert not again or again[0]["warned_at"] == warning["warned_at"]
 
     # Then the cull, no earlier than the 4 s warning time after the warning.
     wait_for(lambda: server(hub, "student1", token) is None, 30, "student1's idle GPU server to be culled")

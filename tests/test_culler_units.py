@@ -1,0 +1,201 @@
+"""The culler's pieces without a hub: facts from hub models and the store, course policy merging,
+the Prometheus query (against a tiny real HTTP server), the server extension's GPU and kernel
+reports (NVML and the kernel manager replaced by plain objects: no GPU on the test machines).
+
+What an admin would notice when these fail: a course's longer timeout ignored for GPU servers,
+a GPU pod culled because Prometheus answered NaN or was down, a server's activity endpoint that
+crashes on a machine without NVIDIA drivers.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from datetime import datetime, timedelta, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
+
+import pytest
+
+from culler import facts as F
+from culler.app import ClasshubCuller
+from hub_ext.core.culling import CullPolicy, resolve_policy
+from hub_ext.singleuser.activity import gpu_activity, kernel_activity
+from tests.hubproc import free_port
+
+NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize("resources, kind", [
+    ({"cpu": "1", "memory": "2Gi"}, "cpu"),
+    ({"cpu": "1", "nvidia.com/gpu": "2"}, "gpu"),
+    ({"nvidia.com/mig-1g.18gb": "1"}, "mig"),
+    ({"nvidia.com/gpu.shared": "1"}, "shared"),
+])
+def test_kind_from_the_devices_a_server_holds(resources, kind):
+    assert F.kind_of(F.device_units(resources)) == kind
+
+
+def test_facts_from_a_hub_model_and_a_reservation():
+    user = {"name": "ann", "servers": {}}
+    server = {"started": "2026-11-30T10:00:00.000000Z", "last_activity": "2026-11-30T11:00:00Z",
+              "ready": True, "pending": None}
+    f = F.server_facts(user, "", server, reservation=({"cpu": "1", "nvidia.com/gpu": "1"}, "cs101"),
+                       persistent=False, warned_at=None, gpu_utilization=42.0)
+    assert (f.profile, f.course, f.gpu_utilization) == ("gpu", "cs101", 42.0)
+    assert f.resources == (("nvidia.com/gpu", 1),)
+    assert f.started_at == NOW - timedelta(hours=2)
+    reported = F.with_report(f, {"kernels": {"total": 2, "busy": 1}, "last_kernel_activity":
+                                 "2026-11-30T11:59:00+00:00", "gpu": {"status": "ok", "utilization": 80}})
+    assert reported.busy_kernels == 1 and reported.gpu_utilization == 80.0
+    assert reported.last_kernel_activity == NOW - timedelta(minutes=1)
+    assert F.with_report(f, None) is f
+    assert F.with_report(f, {"kernels": {"busy": -3}, "gpu": {"status": "unknown"}}).busy_kernels == 0
+
+
+def test_only_ready_servers_are_considered():
+    users = [{"name": "a", "servers": {"": {"ready": True, "pending": None, "started": "x"},
+                                       "lab": {"ready": False, "pending": "spawn", "started": None}}},
+             {"name": "b", "servers": {"": {"ready": True, "pending": "stop", "started": "x"}}}]
+    assert [(u["name"], n) for u, n, _ in F.running_servers(users)] == [("a", "")]
+
+
+def row(course, kind="", **fields):
+    values = dict.fromkeys(("idle_timeout", "max_age", "never_cull", "warn_before", "pressure_min_idle"))
+    values.update(fields)
+    return SimpleNamespace(course=course, kind=kind, **values)
+
+
+def test_course_policies_override_the_site_defaults_per_kind():
+    site = {k: CullPolicy(idle_timeout=t, warn_before=300) for k, t in
+            {"gpu": 1800, "mig": 3600, "shared": 3600, "cpu": 7200}.items()}
+    policies = F.policies(site, [
+        row("thesis", idle_timeout=4 * 3600),                 # every kind of the course
+        row("thesis", "gpu", warn_before=900),                # and more warning for whole GPUs
+        row("exam", "cpu", never_cull=True),
+    ])
+
+    def facts(kind, course=None):
+        return SimpleNamespace(profile=kind, course=course)
+
+    gpu_thesis = resolve_policy(facts("gpu", "thesis"), policies)
+    assert (gpu_thesis.idle_timeout, gpu_thesis.warn_before) == (4 * 3600, 900)
+    assert resolve_policy(facts("mig", "thesis"), policies).idle_timeout == 4 * 3600
+    assert resolve_policy(facts("gpu"), policies).idle_timeout == 1800
+    assert resolve_policy(facts("gpu", "exam"), policies).never_cull is False
+    assert resolve_policy(facts("cpu", "exam"), policies).never_cull is True
+    assert resolve_policy(facts("cpu", "exam"), policies).idle_timeout == 7200
+
+
+class Prometheus:
+    def __init__(self, payload) -> None:
+        self.payload = payload
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = json.dumps(outer.payload).encode()
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def culler(tmp_path, **traits) -> ClasshubCuller:
+    app = ClasshubCuller(db_url=f"sqlite:///{tmp_path / 'c.sqlite'}", **traits)
+    app.initialize([])
+    return app
+
+
+async def test_gpu_utilisation_per_pod_from_prometheus(tmp_path):
+    prom = Prometheus({"status": "success", "data": {"resultType": "vector", "result": [
+        {"metric": {"pod": "jupyter-ann"}, "value": [1, "87.5"]},
+        {"metric": {"pod": "jupyter-ann"}, "value": [1, "12"]},     # a second GPU: the busiest counts
+        {"metric": {"pod": "jupyter-bob"}, "value": [1, "NaN"]},    # no sample yet: unknown
+        {"metric": {"pod": "jupyter-cy"}, "value": [1, "150"]},     # clamped to 100
+        {"metric": {"pod": "jupyter-dee"}, "value": [1, "busy"]},   # garbage: unknown
+        {"metric": {}, "value": [1, "50"]},                         # no pod label: ignored
+    ]}})
+    try:
+        assert await culler(tmp_path, prometheus_url=prom.url).gpu_by_pod() == {
+            "jupyter-ann": 87.5, "jupyter-cy": 100.0}
+    finally:
+        prom.server.shutdown()
+    # Prometheus down or not configured: nothing known, no exception
+    assert await culler(tmp_path, prometheus_url=f"http://127.0.0.1:{free_port()}").gpu_by_pod() == {}
+    assert await culler(tmp_path).gpu_by_pod() == {}
+
+
+def test_unknown_kind_in_idle_timeouts_is_refused(tmp_path):
+    with pytest.raises(Exception, match="unknown kinds"):
+        ClasshubCuller(idle_timeouts={"tpu": 60})
+    assert ClasshubCuller(idle_timeouts={"gpu": 60}).idle_timeouts["cpu"] == 7200
+
+
+class FakeNVML:
+    """pynvml's surface used by gpu_activity: devices with processes and a utilisation."""
+
+    def __init__(self, devices, fail_init=False) -> None:
+        self.devices = devices
+        self.fail_init = fail_init
+
+    def nvmlInit(self) -> None:
+        if self.fail_init:
+            raise RuntimeError("NVML Shared Library Not Found")
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.devices)
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return self.devices[i]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        return [SimpleNamespace(pid=p) for p in handle["pids"]]
+
+    def nvmlDeviceGetUtilizationRates(self, handle):
+        return SimpleNamespace(gpu=handle["util"])
+
+
+def test_gpu_activity_of_the_servers_own_processes():
+    nvml = FakeNVML([{"pids": [10, 11], "util": 93}, {"pids": [99], "util": 100}, {"pids": [], "util": 0}])
+    assert gpu_activity({10, 12}, nvml) == {"status": "ok", "utilization": 93.0, "devices": 1, "processes": 1}
+    assert gpu_activity({12}, nvml)["status"] == "none"
+    unknown = gpu_activity({10}, FakeNVML([], fail_init=True))
+    assert unknown["status"] == "unknown" and "Not Found" in unknown["reason"]
+    broken = FakeNVML([{"pids": [10], "util": 1}])
+    broken.nvmlDeviceGetUtilizationRates = lambda h: 1 / 0
+    assert gpu_activity({10}, broken)["status"] == "unknown"
+
+
+def test_gpu_activity_without_pynvml_installed():
+    report = gpu_activity({1})
+    assert report["status"] in ("unknown", "none", "ok")  # never raises, whatever the machine has
+
+
+def test_kernel_activity_counts_busy_kernels_and_latest_activity():
+    kernels = {
+        "a": SimpleNamespace(execution_state="busy", last_activity=NOW - timedelta(minutes=5)),
+        # jupyter-server's kernel times are naive UTC
+        "b": SimpleNamespace(execution_state="idle",
+                             last_activity=(NOW - timedelta(minutes=1)).replace(tzinfo=None)),
+    }
+
+    class Manager:
+        def list_kernel_ids(self):
+            return [*kernels, "gone"]
+
+        def get_kernel(self, kid):
+            return kernels[kid]
+
+    report = kernel_activity(Manager())
+    assert report == {"kernels": {"total": 2, "busy": 1},
+                      "last_kernel_activity": (NOW - timedelta(minutes=1)).isoformat()}
