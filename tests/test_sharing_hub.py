@@ -109,6 +109,25 @@ async def _kernel_ws(hub: LocalHub, owner: str, kernel_id: str, token: str, code
         ws.close()
 
 
+async def _open_ws(hub: LocalHub, owner: str, kernel_id: str, token: str):
+    url = f"ws://127.0.0.1:{hub.port}/user/{owner}/api/kernels/{kernel_id}/channels?session_id={uuid.uuid4()}"
+    return await websocket_connect(HTTPRequest(url, headers={"Authorization": f"token {token}"},
+                                               connect_timeout=20))
+
+
+async def _closed_within(ws, seconds: float) -> bool:
+    """Whether the server closes `ws` within `seconds` (messages before that are skipped)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while loop.time() < deadline:
+        try:
+            if await asyncio.wait_for(ws.read_message(), deadline - loop.time()) is None:
+                return True
+        except asyncio.TimeoutError:
+            return False
+    return False
+
+
 def kernel_ws(hub: LocalHub, owner: str, kernel_id: str, token: str, code: str | None = None) -> str:
     return asyncio.run(_kernel_ws(hub, owner, kernel_id, token, code))
 
@@ -205,7 +224,15 @@ def test_editable_share_edits_and_runs_until_revoked(hub, tokens, student1) -> N
     # warm every cache the server has for this token, then revoke
     assert server(hub, "student1", "GET", "api/contents/week1.ipynb", ta).status_code == 200
 
-    ended = revoke(hub, owner, made["id"])
+
+    async def revoke_while_connected() -> dict:
+        ws = await _open_ws(hub, "student1", kernel, ta)
+        assert not await _closed_within(ws, 3)  # an open connection stays open while shared
+        ended = await asyncio.get_running_loop().run_in_executor(None, revoke, hub, owner, made["id"])
+        assert await _closed_within(ws, 15), "the open kernel websocket was not closed"
+        return ended
+
+    ended = asyncio.run(revoke_while_connected())
     assert not ended["active"] and ended["end_reason"] == "revoked"
     assert server(hub, "student1", "GET", "api/contents/week1.ipynb", ta).status_code == 403
     assert server(hub, "student1", "PUT", "api/contents/from-ta.txt", ta,

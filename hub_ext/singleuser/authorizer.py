@@ -22,11 +22,13 @@ in `setup`.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import inspect
 import json
 import os
 import time
+import weakref
 from typing import Any
 from urllib.parse import quote
 
@@ -34,6 +36,7 @@ from jupyter_core.utils import ensure_async
 from jupyterhub.singleuser.extension import JupyterHubAuthorizer
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient
+from tornado.websocket import WebSocketHandler
 from traitlets import Float, Unicode, default
 
 from hub_ext.core import sharing
@@ -60,6 +63,13 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
     def _service_api_url(self) -> str:
         return os.environ.get("CLASSHUB_SERVICE_API_URL", "")
 
+    watch_seconds = Float(
+        2.0,
+        config=True,
+        help="How often the open websockets of non-owners (kernels, terminals) are checked again: "
+        "a connection whose share was revoked or expired is closed (0 turns the check off).",
+    )
+
     _fresh: dict[str, tuple[float, dict | None]]
     _paths: dict[str, tuple[float, frozenset[str]]]
 
@@ -85,7 +95,39 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
         else:
             self.log.info("classhub: %s %s by %s (shared access)", handler.request.method,
                           handler.request.path, hub_user.get("name"))
+            if isinstance(handler, WebSocketHandler):
+                self._watch(handler, action, resource)
         return bool(verdict)
+
+    def _watch(self, handler: Any, action: str, resource: str) -> None:
+        """Keep checking a non-owner's open websocket: a revocation also ends open connections."""
+        if self.watch_seconds <= 0:
+            return
+        watched = self.__dict__.setdefault("_watched", weakref.WeakKeyDictionary())
+        watched[handler] = (action, resource, time.monotonic())
+        if self.__dict__.get("_watch_task") is None:
+            self._watch_task = asyncio.ensure_future(self._watch_loop())
+
+    async def _watch_loop(self) -> None:
+        watched: weakref.WeakKeyDictionary = self.__dict__["_watched"]
+        while True:
+            await asyncio.sleep(self.watch_seconds)
+            for handler, (action, resource, since) in list(watched.items()):
+                if handler.ws_connection is None:  # closed, or not upgraded yet
+                    if time.monotonic() - since > 30:
+                        watched.pop(handler, None)
+                    continue
+                try:
+                    handler.__dict__.pop("_classhub_model", None)
+                    verdict = await self._decide(handler, action, resource)
+                except Exception as e:  # the hub restarting: check again next round
+                    self.log.warning("classhub: cannot re-check an open websocket: %s", e)
+                    continue
+                if not verdict:
+                    self.log.warning("classhub: closing %s of %s: %s", handler.request.path,
+                                     (handler._classhub_model or {}).get("name"), verdict.message)
+                    watched.pop(handler, None)
+                    handler.close(1008, "access to this server was revoked")
 
     async def _decide(self, handler: Any, action: str, resource: str) -> sharing.Verdict:
         model = await self._fresh_model(handler)
