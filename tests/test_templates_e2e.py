@@ -9,6 +9,7 @@ a malicious archive is refused with a sentence and nothing is stored.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import tarfile
@@ -67,6 +68,12 @@ def read_text(hub: LocalHub, user: str, token: str, path: str) -> str:
     return r.json()["content"]
 
 
+def raw(hub: LocalHub, user: str, token: str, path: str) -> bytes:
+    r = contents(hub, user, token, "GET", path, params={"content": "1", "type": "file", "format": "base64"})
+    assert r.status_code == 200, (path, r.text)
+    return base64.b64decode(r.json()["content"])
+
+
 def names(hub: LocalHub, user: str, token: str, path: str = "") -> set[str]:
     r = contents(hub, user, token, "GET", path, params={"content": "1"})
     assert r.status_code == 200, r.text
@@ -87,22 +94,28 @@ def test_publish_start_reseed_end_to_end(hub: LocalHub, tokens: dict[str, str]):
     put_text(hub, "teacher1", teacher, "lab1/README.md", README_V1)
     put_text(hub, "teacher1", teacher, f"lab1/{CAFE}", "crème brûlée\n")
     put_text(hub, "teacher1", teacher, "lab1/data/values.csv", "x,y\n1,2\n")
+    notebook = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": "# Étude 1"}], "metadata": {},
+                "nbformat": 4, "nbformat_minor": 5}
+    r = contents(hub, "teacher1", teacher, "PUT", "lab1/étude.ipynb",
+                 json={"type": "notebook", "content": notebook})
+    assert r.status_code == 201, r.text
 
     r = api(hub, "POST", f"courses/{COURSE}/templates/lab1/versions", teacher,
             json={"source": {"server_path": "lab1"}, "profile": "cpu", "description": "First lab"})
     assert r.status_code == 201, r.text
     v1 = r.json()
-    assert (v1["version"], v1["files"], v1["profile"]) == (1, 4, "cpu")  # 3 files + 1 folder
+    assert (v1["version"], v1["files"], v1["profile"]) == (1, 5, "cpu")  # 4 files + 1 folder
 
     # the student sees it and starts from it in one call
     listed = api(hub, "GET", f"courses/{COURSE}/templates", student).json()
     assert [(t["name"], t["latest"]["version"]) for t in listed] == [("lab1", 1)]
     r = api(hub, "POST", f"courses/{COURSE}/templates/lab1/start", student)
     assert r.status_code == 200, r.text
-    assert r.json()["server"]["ready"] and r.json()["seeded"]["summary"] == {"added": 4}
+    assert r.json()["server"]["ready"] and r.json()["seeded"]["summary"] == {"added": 5}
     assert {"README.md", CAFE, "data"} <= names(hub, "student1", student)
     assert read_text(hub, "student1", student, CAFE) == "crème brûlée\n"
     assert read_text(hub, "student1", student, "data/values.csv") == "x,y\n1,2\n"
+    assert raw(hub, "student1", student, "étude.ipynb") == raw(hub, "teacher1", teacher, "lab1/étude.ipynb")
     seeded = marker(hub, "student1")
     assert (seeded["template"], seeded["version"]) == (f"{COURSE}/lab1", "1")
 
@@ -126,7 +139,7 @@ def test_publish_start_reseed_end_to_end(hub: LocalHub, tokens: dict[str, str]):
     assert marker(hub, "student1")["version"] == "2"
     # the publishes are in the audit log, v1 is unchanged on disk
     versions = api(hub, "GET", f"courses/{COURSE}/templates/lab1", student).json()["versions"]
-    assert [v["version"] for v in versions] == [1, 2] and versions[0]["files"] == 4
+    assert [v["version"] for v in versions] == [1, 2] and versions[0]["files"] == 5
 
 
 def test_a_student_cannot_publish_or_change_settings(hub: LocalHub, tokens: dict[str, str]):

@@ -124,6 +124,9 @@ def test_publish_from_a_pod_and_seed_in_the_student_pod(hub: KubeHub, cluster, f
     assert r.status_code == 201, r.text
     # written by a short-lived publisher pod (gone now) onto the template volume
     assert list(folders["templates"].glob("c*/t*/v1-*/files/README.md"))
+    started = [e for e in cluster.list("events", "default")
+               if e["involvedObject"]["name"].startswith("classhub-publish") and e["reason"] == "Started"]
+    assert started, "no publisher pod ran"
     pods = [p["metadata"]["name"] for p in cluster.list("pods", "default")]
     assert not [name for name in pods if name.startswith("classhub-publish")], pods
 

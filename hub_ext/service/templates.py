@@ -389,7 +389,7 @@ class PublishHandler(TemplatesBase):
         from hub_ext.backends.kubernetes.templates import PublishFailed, publish_with_pod
 
         course_id, template_id, expected = await self.db(self._ensure_template, course, name)
-        location = f"c{course_id}/t{template_id}/v{expected}-{secrets.token_hex(4)}"
+        location = version_location(course_id, template_id, expected)
         staged = self._staged
         assert staged is not None
         await asyncio.to_thread(_tar_files, staged)

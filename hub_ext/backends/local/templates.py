@@ -4,8 +4,8 @@ Why one module for both run modes: a template version is a folder of files plus 
 whether that folder is under the local data dir or on the Kubernetes template volume (which the
 publisher pod and the user pods' seeding containers mount). The layout is::
 
-    <root>/c<course id>/t<template id>/v<N>/files/...      the template's files, read-only
-    <root>/c<course id>/t<template id>/v<N>/manifest.json  its manifest (sha256 kept in the store)
+    <root>/c<course id>/t<template id>/v<N>-<random>/files/...      the files, read-only
+    <root>/c<course id>/t<template id>/v<N>-<random>/manifest.json  the manifest (sha256 in the store)
     <root>/.staging/<random>/                               uploads being checked
 
 Names users choose never reach a path here: folders are named by database ids and numbers; the
@@ -190,8 +190,13 @@ def manifest_digest(data: bytes) -> str:
 
 
 def version_location(course_id: int, template_id: int, version: int) -> str:
-    """Where a version lives, relative to the storage root (ids only: no user-chosen names)."""
-    return f"c{int(course_id)}/t{int(template_id)}/v{int(version)}"
+    """Where a version lives, relative to the storage root (ids only: no user-chosen names).
+
+    The random tail makes every location new: a publish that failed after storing its files
+    (the database refused the version) never blocks the next one, and the store maps numbers to
+    locations.
+    """
+    return f"c{int(course_id)}/t{int(template_id)}/v{int(version)}-{secrets.token_hex(4)}"
 
 
 class TemplateStorage:
