@@ -239,3 +239,25 @@ def test_template_settings_and_the_page(hub: LocalHub, tokens: dict[str, str]):
     page = requests.get(f"{hub.url}/services/classhub/templates", timeout=30,
                         headers={"Authorization": f"token {student}"})
     assert page.status_code == 200 and "Start</button>" in page.text and "lab1" in page.text
+
+
+def test_a_teacher_publishes_from_the_browser_with_their_own_login(hub: LocalHub, tokens: dict[str, str]):
+    """No API token: the browser's OAuth login to classhub may read the teacher's own server
+    (the service's oauth_client_allowed_scopes include access:servers!user), nobody else's."""
+    teacher = tokens["teacher1"]
+    model = requests.get(f"{hub.url}/hub/api/users/teacher1", headers={"Authorization": f"token {teacher}"},
+                         timeout=10).json()
+    if not (model["servers"].get("") or {}).get("ready"):
+        start_server(hub, "teacher1", teacher)
+    assert contents(hub, "teacher1", teacher, "PUT", "browser", json={"type": "directory"}).status_code in (
+        201, 200)
+    put_text(hub, "teacher1", teacher, "browser/hello.py", "print('hi')\n")
+    browser = HubSession(hub, "teacher1")
+    page = browser.get("/services/classhub/templates", headers={"Accept": "text/html"})  # OAuth dance
+    assert page.status_code == 200, page.text
+    xsrf = json.loads(page.text.split('"X-XSRFToken": ', 1)[1].split(",", 1)[0])
+    r = browser.http.post(f"{hub.url}/services/classhub/api/courses/{COURSE}/templates/browser/versions",
+                          json={"source": {"server_path": "browser"}}, headers={"X-XSRFToken": xsrf},
+                          timeout=60)
+    assert r.status_code == 201, r.text
+    assert r.json()["files"] == 1 and r.json()["created_by"] == "teacher1"
