@@ -172,17 +172,20 @@ def _add_course_roles(c: Any, db_url: str, ta_server_access: bool) -> None:
     hub restart (its teachers can use classhub's API for it at once).
     """
     from hub_ext import store
+    from hub_ext.store.share_models import ta_access_by_course
 
     try:
         sessions = store.connect(db_url)
         with sessions() as session:
             members = store.all_members(session)
+            ta_access = ta_access_by_course(session)  # per-course choices (sharing settings)
     except Exception as e:  # an unreachable database must not keep the hub from starting
         log.warning("classhub: no course roles (cannot read %s: %s)", db_url, e)
         return
     existing = {r["name"]: r for r in _configured(c, "load_roles")}
-    for role in roles.hub_roles(members, ta_server_access):
-        existing[role["name"]] = role
+    for course, people in members.items():
+        for role in roles.hub_roles({course: people}, ta_access.get(course, ta_server_access)):
+            existing[role["name"]] = role
     c.JupyterHub.load_roles = list(existing.values())
 
 

@@ -426,3 +426,32 @@ def audit(hub: LocalHub) -> list[tuple[str, str]]:
     with sessions() as session:
         return [(e.actor, e.action) for e in session.query(AuditLog).order_by(AuditLog.id)]
 
+
+
+# -- course setting (last: it restarts the hub) ----------------------------------------------------
+
+def test_course_can_require_shares_for_tas(hub, tokens, student1) -> None:
+    """TAs open students' servers through the course's TA role unless the course turns that off
+    (applies from the next hub start); then the TA needs the student's share."""
+    assert api(hub, "GET", "courses/demo101/sharing", tokens["ta1"]).json()["ta_server_access"] is None
+    r = api(hub, "PUT", "courses/demo101/sharing", tokens["student2"], json={"ta_server_access": False})
+    assert r.status_code == 403
+    r = api(hub, "PUT", "courses/demo101/sharing", tokens["teacher1"], json={"ta_server_access": "no"})
+    assert r.status_code == 400 and "ta_server_access" in r.json()["message"]
+    r = api(hub, "PUT", "courses/demo101/sharing", tokens["teacher1"], json={"ta_server_access": False})
+    assert r.status_code == 200 and r.json()["ta_server_access"] is False
+    ta = tokens["ta1"]
+    assert server(hub, "student1", "GET", "api/contents/week1.ipynb", ta).status_code == 200  # not yet
+
+    hub.stop()
+    hub.start()
+    if not requests.get(f"{hub.url}/hub/api/users/student1", timeout=10,
+                        headers={"Authorization": f"token {tokens['student1']}"}).json()["servers"]:
+        start_server(hub, "student1", tokens["student1"])
+    assert server(hub, "student1", "GET", "api/contents/week1.ipynb", ta).status_code == 403
+    made = share(hub, tokens["student1"], kind="edit", user="ta1")
+    saved = server(hub, "student1", "PUT", "api/contents/ta-help.txt", ta,  # refused a moment ago
+                   json={"type": "file", "format": "text", "content": "try this\n"})
+    assert saved.status_code == 201, saved.text
+    revoke(hub, tokens["student1"], made["id"])
+    assert server(hub, "student1", "GET", "api/contents/ta-help.txt", ta).status_code == 403

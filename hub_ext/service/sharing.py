@@ -34,10 +34,11 @@ from sqlalchemy.orm import Session, selectinload
 from tornado import web
 
 from hub_ext import store
-from hub_ext.core import sharing
+from hub_ext.core import authz, sharing
 from hub_ext.service.handlers import APIHandler
 from hub_ext.service.hubapi import HubAPI, HubAPIError
-from hub_ext.store.share_models import Share, ShareAcceptance
+from hub_ext.store.models import Course
+from hub_ext.store.share_models import Share, ShareAcceptance, SharingSettings, ta_access_by_course
 
 log = logging.getLogger(__name__)
 
@@ -467,6 +468,41 @@ class OpenShareHandler(_ShareHandler):
                     f"<p>{html.escape(message)}</p><p><a href='/hub/home'>Back to the hub</a></p>")
 
 
+class CourseSharingHandler(_ShareHandler):
+    """``/api/courses/<course>/sharing``: GET (members) and PUT (teachers, admins) the course's
+    sharing settings: ``{"ta_server_access": bool}`` (its TAs may open its students' servers
+    without a share). Course roles are JupyterHub roles, made when the hub starts: a change
+    applies from the next hub start."""
+
+    async def get(self, course: str) -> None:
+        await self.authorize(authz.READ_COURSE, course=course)
+        self.write_json(self._settings(course))
+
+    async def put(self, course: str) -> None:
+        caller = await self.authorize(authz.EDIT_MEMBERS, course=course)
+        body = self.json_body()
+        if not isinstance(body, dict) or set(body) != {"ta_server_access"} or not isinstance(
+                body["ta_server_access"], bool):
+            raise web.HTTPError(400, 'Send {"ta_server_access": true} or {"ta_server_access": false}.')
+        with self.shares.sessions() as session, session.begin():
+            found = session.scalars(select(Course).filter_by(name=course)).one_or_none()
+            if found is None:
+                raise web.HTTPError(404, f"No course {course}.")
+            row = session.get(SharingSettings, found.id) or SharingSettings(course_id=found.id)
+            row.ta_server_access = body["ta_server_access"]
+            session.add(row)
+            store.record(session, caller.name, "course_sharing_set", _now(), course=course,
+                         ta_server_access=row.ta_server_access)
+        self.write_json(self._settings(course))
+
+    def _settings(self, course: str) -> dict[str, Any]:
+        with self.shares.sessions() as session:
+            chosen = ta_access_by_course(session).get(course)
+        return {"course": course, "ta_server_access": chosen,
+                "applies": "from the next hub start (JupyterHub makes course roles when it starts); "
+                           "null: the hub-wide default"}
+
+
 _PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>classhub: sharing</title>
 <style>body{font-family:sans-serif;max-width:60em;margin:2em auto}
 td,th{padding:.2em .6em;text-align:left}</style>
@@ -525,6 +561,7 @@ ROUTES: list[tuple[str, type]] = [
     (r"api/shares/([^/]+)", ShareHandler),
     (r"shares/([^/]+)/open", OpenShareHandler),
     ("shares", SharePageHandler),
+    (r"api/courses/([^/]+)/sharing", CourseSharingHandler),
 ]
 
 def _openapi_paths() -> dict[str, Any]:
@@ -536,6 +573,8 @@ def _openapi_paths() -> dict[str, Any]:
              "path, auto_start, created_at, expires_at, active, ended_at, end_reason, open_url (with "
              "the code, for a link, only in the answer that made it), accepted_by (links)"}
     shares = {"type": "object", "properties": {"shares": {"type": "array", "items": share}}}
+    settings = {"type": "object", "properties": {"course": {"type": "string"},
+                                                 "ta_server_access": {"type": ["boolean", "null"]}}}
     body = _json_body({"type": "object", "properties": {
         "kind": {"type": "string", "enum": ["read-only", "edit"]},
         "user": {"type": "string"}, "group": {"type": "string"}, "link": {"type": "boolean"},
@@ -566,6 +605,15 @@ def _openapi_paths() -> dict[str, Any]:
             {"302": {"description": "Into the server"}, "409": {"description": "Server not running"},
              "410": {"description": "Share ended"}}, errors=("401", "403", "404"), params=("share",))},
         "/shares": {"get": _op("The sharing page (HTML)", user, _ok("HTML page"))},
+        "/api/courses/{course}/sharing": {
+            "get": _op("The course's sharing settings", "members of the course and hub admins",
+                       _ok("Settings", settings), params=("course",)),
+            "put": _op("Let the course's TAs open its students' servers without a share (applies "
+                       "from the next hub start)", "teachers of the course and hub admins",
+                       _ok("Settings", settings), errors=("400", "401", "403", "404"), params=("course",),
+                       body=_json_body({"type": "object", "properties": {
+                           "ta_server_access": {"type": "boolean"}}})),
+        },
     }
 
 

@@ -247,12 +247,36 @@ def link(serverapp: Any) -> None:
     serverapp.authorizer_class = ClasshubAuthorizer
 
 
+def _no_cached_refusals(hub_auth: Any) -> None:
+    """Never let HubAuth's cache keep someone out: a cached answer without access to this server
+    is asked again (a share granted a moment after a refusal works at once). Cached answers *with*
+    access are kept for the owner; non-owners are re-checked by ClasshubAuthorizer anyway."""
+    original = hub_auth.user_for_token
+
+    async def checked(token: str, use_cache: bool, session_id: str) -> dict | None:
+        model = await original(token, use_cache=use_cache, session_id=session_id, sync=False)
+        if model is not None and use_cache and not hub_auth.check_scopes(hub_auth.access_scopes, model):
+            model = await original(token, use_cache=False, session_id=session_id, sync=False)
+            if model is not None:
+                key = f"token:{session_id}:{hashlib.sha256(token.encode('utf8', 'replace')).hexdigest()}"
+                hub_auth.cache[key] = model  # the cache keeps the fresh answer, as HubAuth would
+        return model
+
+    def user_for_token(token: str, use_cache: bool = True, session_id: str = "", *, sync: bool = True):
+        if sync:
+            return hub_auth._call_coroutine(True, checked, token, use_cache, session_id)
+        return checked(token, use_cache, session_id)
+
+    hub_auth.user_for_token = user_for_token
+
+
 def setup(serverapp: Any) -> None:
     """Check state-changing requests of handlers that skip jupyter-server's ``@authorized``."""
     if not isinstance(serverapp.authorizer, ClasshubAuthorizer):
         serverapp.log.warning("classhub: share enforcement is off (authorizer is %s)",
                               type(serverapp.authorizer).__name__)
         return
+    _no_cached_refusals(serverapp.authorizer.hub_auth)
     from jupyter_server.base.handlers import JupyterHandler
 
     if getattr(JupyterHandler.prepare, "_classhub", False):

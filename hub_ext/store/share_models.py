@@ -14,12 +14,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Boolean, CheckConstraint, ForeignKey, Index, String, UniqueConstraint
-from sqlalchemy.orm import Mapped, mapped_column, relationship
+from sqlalchemy import Boolean, CheckConstraint, ForeignKey, Index, String, UniqueConstraint, select
+from sqlalchemy.orm import Mapped, Session, mapped_column, relationship
 
-from hub_ext.store.models import Base
+from hub_ext.store.models import Base, Course
 
-__all__ = ["SHARE_KINDS", "SHARE_TARGETS", "Share", "ShareAcceptance"]
+__all__ = [
+    "SHARE_KINDS", "SHARE_TARGETS", "Share", "ShareAcceptance", "SharingSettings", "ta_access_by_course",
+]
 
 SHARE_KINDS = ("read-only", "edit")
 #: ``user`` and ``group`` become hub shares at once; a ``link`` becomes a user share for each
@@ -72,3 +74,22 @@ class ShareAcceptance(Base):
     accepted_at: Mapped[datetime]
 
     share: Mapped[Share] = relationship(back_populates="acceptances")
+
+
+class SharingSettings(Base):
+    """A course's sharing choices. ``ta_server_access``: its TAs may open its students' servers
+    without a share (through the course's TA role, made at hub start). No row: the hub-wide
+    default (``configure(ta_server_access=...)``)."""
+
+    __tablename__ = "classhub_sharing_settings"
+
+    course_id: Mapped[int] = mapped_column(ForeignKey("classhub_courses.id", ondelete="CASCADE"),
+                                           primary_key=True)
+    ta_server_access: Mapped[bool] = mapped_column(Boolean)
+
+
+def ta_access_by_course(session: Session) -> dict[str, bool]:
+    """course name -> its ta_server_access, for the courses that chose one."""
+    rows = session.execute(select(Course.name, SharingSettings.ta_server_access)
+                           .join(SharingSettings, SharingSettings.course_id == Course.id))
+    return {name: bool(value) for name, value in rows}

@@ -1,4 +1,5 @@
-"""Sharing: classhub's records of shares (kind, path, expiry, auto-start) and link acceptances.
+"""Sharing: classhub's records of shares (kind, path, expiry, auto-start), link acceptances, and
+per-course sharing settings.
 
 Revision ID: 0003
 Revises: 0002
@@ -59,9 +60,20 @@ def upgrade() -> None:
         ),
         sa.UniqueConstraint("share_id", "user", name="uq_classhub_share_acceptances_share_id"),
     )
+    op.create_table(
+        "classhub_sharing_settings",
+        sa.Column("course_id", sa.Integer(), nullable=False),
+        sa.Column("ta_server_access", sa.Boolean(), nullable=False),
+        sa.PrimaryKeyConstraint("course_id", name="pk_classhub_sharing_settings"),
+        sa.ForeignKeyConstraint(
+            ["course_id"], ["classhub_courses.id"], ondelete="CASCADE",
+            name="fk_classhub_sharing_settings_course_id_classhub_courses",
+        ),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("classhub_sharing_settings")
     op.drop_table("classhub_share_acceptances")
     op.drop_index("ix_classhub_shares_ended_at", table_name="classhub_shares")
     op.drop_index("ix_classhub_shares_owner_server", table_name="classhub_shares")
