@@ -55,6 +55,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import jupyterhub  # noqa: E402
 import jupyterhub_idle_culler  # noqa: E402
 from tornado import web  # noqa: E402
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest  # noqa: E402
@@ -174,6 +175,7 @@ class StandIn:
 
         class Server(web.RequestHandler):
             async def get(self, user: str, rest: str) -> None:
+                self.set_header("X-JupyterHub-Version", jupyterhub.__version__)  # as singleuser does
                 if rest.rstrip("/") != "api/classhub/activity":
                     self.finish("ok")
                     return
