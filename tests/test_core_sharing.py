@@ -222,3 +222,48 @@ def test_property_no_scope_gives_more_than_it_says(scopes: list[str], action: st
     # A path-limited grant never reaches another file.
     if grant.paths is not None and resource in sharing.PATH_RESOURCES and path not in ONE:
         assert not verdict
+
+
+# -- share requests ----------------------------------------------------------------------------------
+
+def test_parse_share_request_defaults_and_fields() -> None:
+    spec = sharing.parse_share_request({"user": "ta1"}, "student1")
+    assert spec == sharing.ShareSpec("student1", "", READ_ONLY, "user", "ta1", None, None, False)
+    spec = sharing.parse_share_request({"kind": "edit", "group": "cs101", "minutes": 90, "auto_start": True,
+                                        "path": "/lecture//week1.ipynb", "server": "gpu"}, "teacher1")
+    got = (spec.kind, spec.target_kind, spec.target, spec.seconds, spec.path, spec.server, spec.auto_start)
+    assert got == (EDIT, "group", "cs101", 5400, "lecture/week1.ipynb", "gpu", True)
+    link = sharing.parse_share_request({"link": True, "expires_in": 30}, "s")
+    assert (link.target_kind, link.target, link.seconds) == ("link", "", 30)
+
+
+@pytest.mark.parametrize("body,needle", [
+    ([], "JSON object"),
+    ({"user": "a", "colour": "red"}, "Unknown field"),
+    ({"kind": "admin", "user": "a"}, "kind"),
+    ({}, "exactly one"),
+    ({"user": "a", "group": "g"}, "exactly one"),
+    ({"user": "a", "link": True}, "exactly one"),
+    ({"user": 5}, "name"),
+    ({"user": "a", "path": "../x"}, "path"),
+    ({"user": "a", "path": "/"}, "whole server"),
+    ({"user": "a", "minutes": 0}, "minutes"),
+    ({"user": "a", "minutes": True}, "minutes"),
+    ({"user": "a", "minutes": 1.5}, "minutes"),
+    ({"user": "a", "expires_in": 1}, "expires_in"),
+    ({"user": "a", "minutes": 1, "expires_in": 60}, "either"),
+    ({"link": True}, "must expire"),
+    ({"user": "a", "auto_start": "yes"}, "auto_start"),
+    ({"user": "a", "owner": 3}, "names"),
+    ({"user": "me"}, "owner"),
+])
+def test_parse_share_request_refusals_say_what_to_change(body: object, needle: str) -> None:
+    with pytest.raises(ValueError, match=needle):
+        sharing.parse_share_request(body, "me")
+
+
+def test_only_owner_or_admin_shares() -> None:
+    assert sharing.may_share("student1", False, "student1")
+    assert sharing.may_share("admin", True, "student1")
+    verdict = sharing.may_share("student2", False, "student1")
+    assert not verdict and "Only student1" in verdict.message
