@@ -199,3 +199,39 @@ def test_kernel_activity_counts_busy_kernels_and_latest_activity():
     report = kernel_activity(Manager())
     assert report == {"kernels": {"total": 2, "busy": 1},
                       "last_kernel_activity": (NOW - timedelta(minutes=1)).isoformat()}
+
+
+def test_hub_page_announcement_escapes_and_counts_down(tmp_path):
+    from hub_ext import store
+    from hub_ext.service.culling import Announcement
+    from hub_ext.store import culler_models as cm
+
+    url = f"sqlite:///{tmp_path / 'a.sqlite'}"
+    now = datetime.now(timezone.utc)
+    with store.connect(url).begin() as session:
+        session.add(cm.CullWarning(username="ann", server_name="<b>lab</b>", warned_at=now,
+                                   cull_at=now + timedelta(minutes=5, seconds=30), message="idle"))
+    announce = Announcement(url)
+    html = announce(SimpleNamespace(name="ann"))
+    assert "will be stopped in about 5 min" in html and "&lt;b&gt;lab&lt;/b&gt;" in html and "<b>" not in html
+    assert announce(SimpleNamespace(name="bob")) == ""
+    assert announce(None) == ""
+    assert Announcement(f"sqlite:///{tmp_path}/missing/dir/x.sqlite")(SimpleNamespace(name="ann")) == ""
+
+
+def test_shortfalls_count_each_waiting_user_once_and_expire(tmp_path):
+    from hub_ext import store
+    from hub_ext.store import culler_models as cm
+
+    sessions = store.connect(f"sqlite:///{tmp_path / 's.sqlite'}")
+    gpu, mig = "nvidia.com/gpu", "nvidia.com/mig-1g.18gb"
+    with sessions.begin() as session:
+        for user, resource, units, age in [("ann", gpu, 1, 10), ("ann", gpu, 1, 5), ("bob", gpu, 2, 5),
+                                           ("cy", mig, 1, 5), ("dee", gpu, 1, 4000)]:
+            cm.record_shortfall(session, resource, units, user, NOW - timedelta(seconds=age))
+    with sessions() as session:
+        assert cm.open_shortfalls(session, NOW - timedelta(seconds=900)) == {gpu: 3, mig: 1}
+    with sessions.begin() as session:
+        cm.close_shortfalls(session, NOW)
+    with sessions() as session:
+        assert cm.open_shortfalls(session, NOW - timedelta(seconds=900)) == {}
