@@ -278,6 +278,9 @@ def test_a_student_cannot_share_another_students_server(hub, tokens, student1) -
                                                                "kind": "edit"})
     assert r.status_code == 403 and "student1" in r.json()["message"]
     assert server(hub, "student1", "GET", "api/contents", tokens["student2"]).status_code == 403
+    r = api(hub, "POST", "shares", tokens["student1"], json={"user": "nobody-here"})
+    assert r.status_code == 400 and "hub refused" in r.json()["message"]
+    assert api(hub, "GET", "shares", tokens["student1"]).json()["shares"] == []
 
 
 @pytest.mark.parametrize("path", ["../student2/x.ipynb", "%2e%2e/x", "a/%2E%2E/%2e%2e/x", "~/x"])
@@ -401,6 +404,13 @@ def test_auto_start_link_starts_the_server_only_when_allowed(hub, tokens) -> Non
     r = requests.get(f"{hub.url}/services/classhub/shares/{manual['id']}/open", headers=ta,
                      allow_redirects=False, timeout=30)
     assert r.status_code == 409 and "must start" in r.json()["message"]
+    browser = HubSession(hub, "student1")  # a browser gets a page saying so
+    html_page = {"Accept": "text/html,application/xhtml+xml"}
+    page = browser.get(f"/services/classhub/shares/{manual['id']}/open", headers=html_page)
+    assert page.status_code == 409 and "must start it" in page.text
+    assert "text/html" in page.headers["Content-Type"]
+    page = browser.get("/services/classhub/shares", headers=html_page)  # the sharing page
+    assert page.status_code == 200 and "Share my server" in page.text
     assert not requests.get(f"{hub.url}/hub/api/users/student2", headers={"Authorization": f"token {owner}"},
                             timeout=10).json()["servers"]
     auto = share(hub, owner, kind="read-only", link=True, minutes=30, auto_start=True)
