@@ -375,9 +375,12 @@ class Announcement:
         for w in warnings:
             which = f"Your server {w.server_name!r}" if w.server_name else "Your server"
             left = format_duration(max(0.0, (w.cull_at - now).total_seconds()))
+            why = ("because it reached its maximum running time. Save your work."
+                   if "maximum age" in w.message else
+                   "because it is idle. Use it (open it, run a cell) to keep it.")
             parts.append(
                 f'<span class="classhub-cull-warning">{html.escape(which)} will be stopped in about '
-                f"{html.escape(left)} because it is idle. Use it (open it, run a cell) to keep it.</span>"
+                f"{html.escape(left)} {why}</span>"
             )
         return "<br>".join(parts)
 
