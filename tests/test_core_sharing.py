@@ -126,6 +126,13 @@ def test_one_path(level: str) -> None:
     assert bool(save) is (level == EDIT)
     for method in ("PATCH", "POST", "DELETE"):
         assert not decide(grant, Request("write", "contents", method, "lecture/week1.ipynb"))
+        # its checkpoints (JupyterLab makes one on save) follow the file's own rights
+        cp = decide(grant, Request("write", "contents", method, "lecture/week1.ipynb", checkpoint=True))
+        assert bool(cp) is (level == EDIT)
+    assert sharing.is_checkpoint_url("contents", "api/contents/lecture/week1.ipynb/checkpoints")
+    assert sharing.is_checkpoint_url("contents", "api/contents/a.ipynb/checkpoints/checkpoint")
+    assert not sharing.is_checkpoint_url("contents", "api/contents/checkpoints/a.ipynb")
+    assert not sharing.is_checkpoint_url("files", "files/a/checkpoints")
     run = decide(grant, Request("execute", "kernels"))
     assert bool(run) is (level == EDIT)
     assert bool(decide(grant, Request("read", "sessions"))) is (level == EDIT)
@@ -163,6 +170,7 @@ def test_normalise_refuses(raw: str) -> None:
     ("contents", "api/contents/a/b.ipynb", "a/b.ipynb"),
     ("contents", "api/contents/a/b.ipynb/checkpoints", "a/b.ipynb"),
     ("contents", "api/contents/a/b.ipynb/checkpoints/checkpoint", "a/b.ipynb"),
+    ("contents", "api/contents/checkpoints/a.ipynb", "checkpoints/a.ipynb"),  # a folder named so
     ("files", "files/a%20b.txt", "a b.txt"),
     ("nbconvert", "nbconvert/html/a/b.ipynb", "a/b.ipynb"),
     ("view", "view/x.pdf", "x.pdf"),

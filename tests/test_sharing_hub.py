@@ -298,6 +298,12 @@ def test_one_notebook_share(hub, tokens, student1) -> None:
         link.symlink_to(outside)
     made = share(hub, owner, kind="edit", user="student2", path="week1.ipynb")
     assert server(hub, "student1", "GET", "api/contents/week1.ipynb", ta).status_code == 200
+    # save it as JupyterLab does (the file, then a checkpoint)
+    assert server(hub, "student1", "PUT", "api/contents/week1.ipynb", ta,
+                  json={"type": "notebook", "content": NOTEBOOK}).status_code == 200
+    assert server(hub, "student1", "POST", "api/contents/week1.ipynb/checkpoints", ta).status_code == 201
+    assert server(hub, "student1", "PATCH", "api/contents/week1.ipynb", ta,
+                  json={"path": "moved.ipynb"}).status_code == 403
     for other in ("api/contents/secret.txt", "files/secret.txt", "api/contents",
                   "api/contents/sub%2F..%2Fsecret.txt", "api/contents/.%2Fsecret.txt"):
         assert server(hub, "student1", "GET", other, ta).status_code in (403, 404), other

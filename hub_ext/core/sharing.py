@@ -29,6 +29,7 @@ Pure: standard library only (DESIGN.md rule 1).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import unquote
@@ -107,6 +108,7 @@ class Request:
     resource: str
     method: str = "GET"
     path: str | None = None
+    checkpoint: bool = False  # a file's checkpoints (``.../checkpoints[/<id>]``), not the file
 
 
 @dataclass(frozen=True)
@@ -214,15 +216,19 @@ def request_path(resource: str, url_path: str) -> str | None:
     rest = rest[len(prefix):].strip("/")
     if resource == "nbconvert":
         rest = rest.partition("/")[2]  # nbconvert/<format>/<path>
-    path = normalise_path(rest)
     if resource == "contents":
-        parts = path.split("/")
-        if len(parts) >= 2 and parts[-2] == "checkpoints":
-            parts = parts[:-2]  # .../checkpoints/<id>
-        elif parts and parts[-1] == "checkpoints":
-            parts = parts[:-1]
-        path = "/".join(parts)
-    return path
+        rest = _CHECKPOINT.sub("", rest)  # a file's checkpoints belong to the file
+    return normalise_path(rest)
+
+
+#: jupyter-server's checkpoint routes: ``<path>/checkpoints`` and ``<path>/checkpoints/<id>``.
+_CHECKPOINT = re.compile(r"(?:^|/)checkpoints(?:/[\w-]+)?$")
+
+
+def is_checkpoint_url(resource: str, url_path: str) -> bool:
+    """Whether a contents request is about a file's checkpoints (save points JupyterLab makes
+    on save), e.g. ``api/contents/a.ipynb/checkpoints/checkpoint``."""
+    return resource == "contents" and bool(_CHECKPOINT.search(url_path.strip("/")))
 
 
 def _deny(message: str) -> Verdict:
@@ -257,7 +263,8 @@ def _decide_path(grant: Grant, request: Request) -> Verdict:
     if resource in PATH_RESOURCES:
         if request.path is None or request.path not in grant.paths:
             return _deny(f"Only {shared} is shared with you on this server.")
-        if resource == "contents" and request.method in ("PATCH", "POST", "DELETE"):
+        changes_files = request.method in ("PATCH", "POST", "DELETE") and not request.checkpoint
+        if resource == "contents" and changes_files:
             return _deny(f"Only {shared} is shared with you: you may save it, not rename, copy, "
                          "create or delete files.")
         return ALLOW

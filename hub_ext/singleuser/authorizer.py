@@ -146,7 +146,9 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
             grant = sharing.Grant(grant.level, resolved)
             if path is not None:
                 path = self._resolve(path)
-        return sharing.decide(grant, sharing.Request(action, resource, handler.request.method.upper(), path))
+        checkpoint = sharing.is_checkpoint_url(resource, self._url_path(handler))
+        return sharing.decide(grant, sharing.Request(action, resource, handler.request.method.upper(), path,
+                                                     checkpoint))
 
     def _url_path(self, handler: Any) -> str:
         base = handler.settings.get("base_url", "/")
