@@ -195,6 +195,7 @@ def test_read_only_viewer_reads_and_cannot_change_or_run(hub, tokens, student1) 
     assert ws_refused(hub, "student1", f"api/kernels/{kernel}/channels", viewer) == 403
     assert ws_refused(hub, "student1", f"terminals/websocket/{term.json()['name']}", viewer) == 403
     assert snapshot(student1) == before  # nothing changed on disk
+    wait_for(lambda: ("student2", "share_accessed") in audit(hub), 10, "the viewer's access in the audit log")
     assert server(hub, "student1", "GET", "api/kernels", owner).json()[0]["id"] == kernel
     # the owner still does everything
     assert kernel_ws(hub, "student1", kernel, owner, "print(6 * 7)") == "42\n"

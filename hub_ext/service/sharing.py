@@ -398,6 +398,23 @@ class SharePathsHandler(_ShareHandler):
         self.write_json({"paths": self.shares.paths_for(owner["name"], server, viewer, groups)})
 
 
+class ShareAccessHandler(_ShareHandler):
+    """``POST /api/shares/accessed`` ``{"viewer": name, "server": ""}``: the owner's server reports
+    (with its token) that a non-owner used it; written to the audit log as ``share_accessed``."""
+
+    async def post(self) -> None:
+        owner = self.require_user()
+        body = self.json_body()
+        if not isinstance(body, dict) or not isinstance(body.get("viewer"), str) or not isinstance(
+                body.get("server", ""), str):
+            raise web.HTTPError(400, 'Send {"viewer": "<name>", "server": "<server name>"}.')
+        if owner.get("kind", "user") != "user" or body["viewer"] == owner["name"]:
+            raise web.HTTPError(400, "Only a server's owner reports other people's access to it.")
+        self.shares.audit(body["viewer"], "share_accessed", owner=owner["name"],
+                          server=body.get("server", ""))
+        self.write_json({"recorded": True}, 201)
+
+
 class OpenShareHandler(_ShareHandler):
     """``GET /shares/<id>/open[?code=...]``: a recipient follows a share (a link needs its code).
 
@@ -558,6 +575,7 @@ ROUTES: list[tuple[str, type]] = [
     ("api/shares", SharesHandler),
     ("api/shares/with-me", SharedWithMeHandler),
     ("api/shares/paths", SharePathsHandler),
+    ("api/shares/accessed", ShareAccessHandler),
     (r"api/shares/([^/]+)", ShareHandler),
     (r"shares/([^/]+)/open", OpenShareHandler),
     ("shares", SharePageHandler),
@@ -593,6 +611,12 @@ def _openapi_paths() -> dict[str, Any]:
         "/api/shares/paths": {"get": _op(
             "Paths of a viewer's one-path shares of the caller's server (asked by that server)",
             "the server's owner (its server token)", _ok("Paths", {"type": "object"}))},
+        "/api/shares/accessed": {"post": _op(
+            "Record in the audit log that a non-owner used the caller's server (sent by that server)",
+            "the server's owner (its server token)", _ok("Recorded", {"type": "object"}, "201"),
+            errors=("400", "401", "403"),
+            body=_json_body({"type": "object", "properties": {"viewer": {"type": "string"},
+                                                              "server": {"type": "string"}}}))},
         "/api/shares/{share}": {
             "get": _op("One of my shares", owner, _ok("The share", share), errors=("401", "403", "404"),
                        params=("share",)),

@@ -63,6 +63,12 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
     def _service_api_url(self) -> str:
         return os.environ.get("CLASSHUB_SERVICE_API_URL", "")
 
+    audit_seconds = Float(
+        600.0,
+        config=True,
+        help="A non-owner's access to this server is reported to classhub's audit log at most once "
+        "per this many seconds per person (0: never).",
+    )
     watch_seconds = Float(
         2.0,
         config=True,
@@ -97,7 +103,34 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
                           handler.request.path, hub_user.get("name"))
             if isinstance(handler, WebSocketHandler):
                 self._watch(handler, action, resource)
+            self._audit(hub_user.get("name", ""))
         return bool(verdict)
+
+    def _audit(self, viewer: str) -> None:
+        """Tell classhub (its audit log) that `viewer` used this server, once in a while."""
+        if self.audit_seconds <= 0 or not self.service_api_url:
+            return
+        last = self.__dict__.setdefault("_audited", {})
+        now = time.monotonic()
+        if now - last.get(viewer, -1e18) < self.audit_seconds:
+            return
+        last[viewer] = now
+
+        async def report() -> None:
+            try:
+                await AsyncHTTPClient().fetch(
+                    f"{self.service_api_url.rstrip('/')}/shares/accessed", method="POST",
+                    body=json.dumps({"viewer": viewer, "server": self.server_name}), request_timeout=10,
+                    headers={"Authorization": f"token {self.hub_auth.api_token}",
+                             "Content-Type": "application/json"})
+            except Exception as e:  # the audit must never break the request
+                last.pop(viewer, None)
+                self.log.warning("classhub: cannot report %s's access to the audit log: %s", viewer, e)
+
+        task = asyncio.ensure_future(report())
+        pending = self.__dict__.setdefault("_reports", set())
+        pending.add(task)  # keep a reference until it is done
+        task.add_done_callback(pending.discard)
 
     def _watch(self, handler: Any, action: str, resource: str) -> None:
         """Keep checking a non-owner's open websocket: a revocation also ends open connections."""
