@@ -4,7 +4,8 @@ fake Prometheus answering the DCGM GPU-utilisation query.
 
 What a user notices: an idle server is warned, then stopped; a GPU pod that DCGM reports busy is
 not stopped although nobody touches it, and is once its GPU goes quiet; an admin's persistent
-server stays.
+server stays; a GPU spawn refused on a full cluster succeeds once the culler reclaimed an idle
+holder.
 """
 
 from __future__ import annotations
@@ -87,7 +88,8 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def hub(cluster, prometheus, tmp_path_factory):
-    culler = {"interval": 1, "warn_before": 4, "reclaim_after": 3600, "prometheus_url": prometheus.url,
+    culler = {"interval": 1, "warn_before": 6, "reclaim_after": 2, "pressure_check_interval": 1,
+              "prometheus_url": prometheus.url,
               "idle_timeouts": {"gpu": 10, "mig": 10, "shared": 10, "cpu": 10}}
     hub = KubeHub(tmp_path_factory.mktemp("kubeculler"), cluster.kubeconfig_path, start_timeout=30,
                   extra_config=CONFIG)
@@ -146,3 +148,27 @@ def test_idle_pod_culled_busy_gpu_pod_and_persistent_pod_kept(hub, cluster, prom
     assert server_model(sessions["teacher1"])["ready"]
     assert sessions["teacher1"].hub_api("DELETE", "users/teacher1/server").status_code in (202, 204)
     wait_stopped(sessions["teacher1"], 30)
+
+
+def test_gpu_spawn_refused_on_a_full_cluster_succeeds_after_one_reclaim(hub, cluster, prometheus):
+    sessions = {u: hub.login(u) for u in ("student1", "student2", "ta1")}
+    # Both GPUs of the cluster are held by training runs (busy per DCGM) ...
+    prometheus.utilization = {"jupyter-student1": 90.0, "jupyter-student2": 90.0}
+    start(sessions["student1"], "gpu")
+    start(sessions["student2"], "gpu")
+    # ... which end; nobody comes back to the servers.
+    prometheus.utilization = {}
+    r = request_server(sessions["ta1"], {"user_options": {"profile": "gpu"}})
+    assert r.status_code == 409, r.text
+    assert "Capacity is being reclaimed" in r.json()["message"]
+
+    wait_stopped(sessions["student1"], 30)  # the longest idle holder, reclaimed
+    wait_for(lambda: cluster.get("pods", "jupyter-student1", "default") is None, 30, "student1's pod deleted")
+    start(sessions["ta1"], "gpu")
+    assert cluster.get("pods", "jupyter-ta1", "default")["spec"]["nodeName"] == "h200-0"
+    admin_token = HubSession(hub, "admin").new_token()
+    text = requests.get(f"{hub.url}/services/classhub/metrics",
+                        headers={"Authorization": f"token {admin_token}"}, timeout=30).text
+    assert 'classhub_culls_total{reason="reclaim_for_pressure",resource="nvidia.com/gpu"} 1.0' in text
+    for user in ("student2", "ta1"):
+        sessions[user].hub_api("DELETE", f"users/{user}/server")
