@@ -40,9 +40,9 @@ def make_hub(root: Path, name: str, culler: dict) -> LocalHub:
 
 @pytest.fixture(scope="module")
 def culled_hub(hub_root):
-    """Every kind idle after 10 s, warned 4 s before, a cycle every second."""
+    """Every kind idle after 10 s, warned 6 s before, a cycle every second."""
     hub = make_hub(hub_root, "culler-e2e", {
-        "interval": 1, "warn_before": 4, "reclaim_after": 3600,
+        "interval": 1, "warn_before": 6, "reclaim_after": 3600,
         "idle_timeouts": {"gpu": 10, "mig": 10, "shared": 10, "cpu": 10},
     })
     yield hub
@@ -121,11 +121,10 @@ def test_idle_gpu_server_is_warned_then_culled_and_persistent_server_is_kept(cul
     # The warning comes first: in the API (for JupyterLab) and on the hub's home page.
     warning = wait_for(lambda: api(hub, "GET", "culling/me", token).json()["warnings"], 30,
                        "a cull warning for student1")[0]
-    assert warning["server_name"] == "" and 0 <= warning["seconds_left"] <= 4
+    assert warning["server_name"] == "" and 0 <= warning["seconds_left"] <= 6
     assert "idle" in warning["message"]
     home = student.get("/hub/home")
-    if server(hub, "student1", token) is not None:  # still warned (a slow machine may be past it)
-        assert "will be stopped in about" in home.text and "classhub-cull-warning" in home.text
+    assert "will be stopped in about" in home.text and "classhub-cull-warning" in home.text
 
     # The culler dies (the hub starts it again): the warning, kept in the store, still stands.
     (culler,) = culler_processes(hub)
@@ -135,12 +134,12 @@ def test_idle_gpu_server_is_warned_then_culled_and_persistent_server_is_kept(cul
     again = api(hub, "GET", "culling/me", token).json()["warnings"]
     assert not again or again[0]["warned_at"] == warning["warned_at"]
 
-    # Then the cull, no earlier than the 4 s warning time after the warning.
+    # Then the cull, no earlier than the 6 s warning time after the warning.
     wait_for(lambda: server(hub, "student1", token) is None, 30, "student1's idle GPU server to be culled")
     assert api(hub, "GET", "culling/me", token).json()["warnings"] == []
     (cull,) = [c for c in audit_culls(hub) if c["user"] == "student1"]
     warned_at = datetime.fromisoformat(warning["warned_at"])
-    assert (cull["at"] - warned_at).total_seconds() >= 4
+    assert (cull["at"] - warned_at).total_seconds() >= 6
     assert cull["reason"] == "idle" and cull["resource"] == "nvidia.com/gpu" and cull["kind"] == "gpu"
     text = metrics(hub, admin_token)
     assert 'classhub_culls_total{reason="idle",resource="nvidia.com/gpu"} 1.0' in text
@@ -187,7 +186,7 @@ def test_busy_kernel_without_browser_is_not_culled_until_it_finishes(culled_hub)
     r = requests.post(f"{base}/api/kernels", headers=headers, json={"name": "python3"}, timeout=60)
     assert r.status_code == 201, r.text
     kernel = r.json()["id"]
-    execute(hub, "student2", token, kernel, "import time; time.sleep(20)")
+    execute(hub, "student2", token, kernel, "import time; time.sleep(22)")
     started = time.monotonic()
 
     # The server's own report says so (what the culler asks).
@@ -196,8 +195,8 @@ def test_busy_kernel_without_browser_is_not_culled_until_it_finishes(culled_hub)
     assert report["gpu"]["status"] == "unknown"  # no NVML on this machine: never an error
     assert requests.get(f"{base}/api/classhub/activity", timeout=10).status_code in (401, 403)
 
-    # Past the 10 s idle timeout + 4 s warning, with the browser gone: still running, no warning.
-    while time.monotonic() - started < 16:
+    # Past the 10 s idle timeout + 6 s warning, with the browser gone: still running, no warning.
+    while time.monotonic() - started < 18:
         assert server(hub, "student2", token) is not None, "a busy kernel's server was culled"
         assert api(hub, "GET", "culling/me", token).json()["warnings"] == []
         time.sleep(1)
