@@ -217,6 +217,13 @@ class _ServerScopes(list):
 OAUTH_CLIENT_SCOPES = _ServerScopes(f"{scope}!server" for scope in sharing.CUSTOM_SCOPES)
 
 
+def _spawner_setting(spawner: Any, key: str) -> Any:
+    """A setting a site already made on ``c.Spawner`` (None when unset)."""
+    if hasattr(spawner, "keys"):  # traitlets Config: unset keys would be lazy placeholders
+        return spawner.get(key, None)
+    return getattr(spawner, key, None)
+
+
 def _add_sharing(c: Any, service_url: str) -> None:
     """classhub's custom scopes (share enforcement in the servers, hub_ext.core.sharing) and
     what spawned servers need to enforce them."""
@@ -230,9 +237,15 @@ def _add_sharing(c: Any, service_url: str) -> None:
     service = next(s for s in c.JupyterHub.services if s.get("name") == SERVICE_NAME)
     if os.environ.get("CLASSHUB_SHARE_INTERVAL"):
         service["environment"]["CLASSHUB_SHARE_INTERVAL"] = os.environ["CLASSHUB_SHARE_INTERVAL"]
-    c.Spawner.server_token_scopes = list(SERVER_TOKEN_SCOPES)
-    c.Spawner.oauth_client_allowed_scopes = OAUTH_CLIENT_SCOPES
     spawner = c.Spawner
+    # a site's own lists are extended, not replaced (a callable of the site's is left alone)
+    site_token = _spawner_setting(spawner, "server_token_scopes")
+    if not callable(site_token):
+        c.Spawner.server_token_scopes = list(dict.fromkeys([*(site_token or []), *SERVER_TOKEN_SCOPES]))
+    site_oauth = _spawner_setting(spawner, "oauth_client_allowed_scopes")
+    if not callable(site_oauth):
+        c.Spawner.oauth_client_allowed_scopes = _ServerScopes(
+            dict.fromkeys([*(site_oauth or []), *OAUTH_CLIENT_SCOPES]))
     if hasattr(spawner, "keys"):
         env = dict(spawner["environment"]) if "environment" in spawner else {}
     else:
