@@ -304,7 +304,7 @@ class ClasshubCuller(Application):
                     select(store.Reservation.key, store.Reservation.resources, store.Course.name)
                     .outerjoin(store.Course, store.Reservation.course_id == store.Course.id)
                     .where(store.Reservation.released_at.is_(None))
-                ).tuples()
+                )
             }
             return {
                 "reservations": reservations,

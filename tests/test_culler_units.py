@@ -108,7 +108,8 @@ class Prometheus:
 
 
 def culler(tmp_path, **traits) -> ClasshubCuller:
-    app = ClasshubCuller(db_url=f"sqlite:///{tmp_path / 'c.sqlite'}", **traits)
+    traits.setdefault("db_url", f"sqlite:///{tmp_path / 'c.sqlite'}")
+    app = ClasshubCuller(**traits)
     app.initialize([])
     return app
 
@@ -235,3 +236,38 @@ def test_shortfalls_count_each_waiting_user_once_and_expire(tmp_path):
         cm.close_shortfalls(session, NOW)
     with sessions() as session:
         assert cm.open_shortfalls(session, NOW - timedelta(seconds=900)) == {}
+
+
+def test_what_the_culler_reads_from_the_store_after_a_restart(tmp_path):
+    """Everything an admin decided and the culler promised is in the store, so a new culler
+    process decides exactly as the old one would have."""
+    from hub_ext import store
+    from hub_ext.core.culling import Window
+    from hub_ext.store import culler_models as cm
+
+    url = f"sqlite:///{tmp_path / 'r.sqlite'}"
+    now = datetime.now(timezone.utc)
+    sessions = store.connect(url)
+    with sessions.begin() as session:
+        course = store.ensure_course(session, "cs101", now)
+        store.add_member(session, course, "ann", "student")
+        session.add(store.Reservation(key="server:ann/", username="ann", course=course, started_at=now,
+                                      resources={"cpu": "1", "nvidia.com/gpu": "1"}))
+        cm.set_persistent(session, "demo", "", True, "admin", now, "open day")
+        cm.set_course_policy(session, "cs101", "gpu", {"idle_timeout": 7200.0})
+        session.add(cm.NoCullWindow(course="cs101", starts_at=now, ends_at=now + timedelta(hours=2),
+                                    note="exam", created_by="teacher"))
+        session.add(cm.NoCullWindow(course="cs101", starts_at=now - timedelta(hours=3),
+                                    ends_at=now - timedelta(hours=1), created_by="teacher"))
+        session.add(cm.CullWarning(username="bob", server_name="", warned_at=now,
+                                   cull_at=now + timedelta(minutes=5)))
+        cm.record_shortfall(session, "nvidia.com/gpu", 1, "cy", now)
+
+    known = culler(tmp_path, db_url=url).read_store(now)
+    assert known["reservations"] == {"server:ann/": ({"cpu": "1", "nvidia.com/gpu": "1"}, "cs101")}
+    assert known["persistent"] == {("demo", "")}
+    assert known["policies"][("gpu", "cs101")].idle_timeout == 7200
+    assert known["policies"][("gpu", None)].idle_timeout == 1800
+    assert known["windows"] == [Window("cs101", now, now + timedelta(hours=2), "exam")]
+    assert known["warnings"][("bob", "")].warned_at == now
+    assert known["pressure"] == {"nvidia.com/gpu": 1}

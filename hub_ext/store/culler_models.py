@@ -108,7 +108,8 @@ class Shortfall(Base):
 
 def persistent_keys(session: Session) -> set[tuple[str, str]]:
     """(user, server name) of every server marked persistent."""
-    return set(session.execute(select(PersistentServer.username, PersistentServer.server_name)).tuples())
+    rows = session.execute(select(PersistentServer.username, PersistentServer.server_name))
+    return {(user, name) for user, name in rows}
 
 
 def set_persistent(session: Session, username: str, server_name: str, persistent: bool, by: str,
