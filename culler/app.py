@@ -418,7 +418,9 @@ class ClasshubCuller(Application):
         report.culled, report.warned = stopped, warns
         with self.sessions.begin() as session:
             current = {(w.username, w.server_name): w for w in cm.warnings_of(session)}
-            keep_warned = {(d.user, d.server_name) for d in warns}
+            failed = {(d.user, d.server_name) for d in culls} - {(d.user, d.server_name) for d in stopped}
+            # a cull the hub refused stays warned: the next cycle tries again without a new warning
+            keep_warned = {(d.user, d.server_name) for d in warns} | failed
             for key, row in current.items():
                 if key not in keep_warned:
                     session.delete(row)  # culled, used again, stopped, or now exempt
