@@ -21,7 +21,7 @@ from hub_ext.backends.local import accounts, processes, templates_spawn
 from hub_ext.backends.local.gpu_pool import GPUPool
 from hub_ext.backends.local.seeding import HomeError
 from hub_ext.backends.local.templates import ClasshubTemplates
-from hub_ext.core.devices import AssignmentError, cuda_visible_devices
+from hub_ext.core.devices import AssignmentError, DevicesUnavailable, cuda_visible_devices
 from hub_ext.core.profiles import Profile, Selection, propose_profiles
 from hub_ext.core.resources import format_quantity
 from hub_ext.core.seeding import TemplateRefused
@@ -141,8 +141,11 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
         self.cpu_limit = float(selection.cpu.limit)
         self.cpu_guarantee = float(selection.cpu.guarantee)
 
-    def _take_gpus(self) -> None:
-        """Hand this server its devices exclusively (or its share) before the process starts."""
+    async def _take_gpus(self) -> None:
+        """Hand this server its devices exclusively (or its share) before the process starts.
+
+        A spawn that lost the race for the last device (the form said one was free) is refused
+        like one that found none: the culler is asked to reclaim one and the user is told so."""
         profile = self.selection.profile if self.selection else None
         if profile is None or not profile.gpu_resource:
             self.gpu_uuids = []
@@ -152,7 +155,12 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
                 self.owner_key, profile.gpu_resource, profile.gpu_count
             )
         except AssignmentError as e:
-            raise web.HTTPError(409, f"Cannot start {profile.display_name}: {e}") from None
+            from culler.pressure import reclaim_notice
+
+            notice = ""
+            if isinstance(e, DevicesUnavailable) and e.capacity >= e.requested:
+                notice = await reclaim_notice(self.classhub_db_url, self.user.name, profile)
+            raise web.HTTPError(409, f"Cannot start {profile.display_name}: {e}.{notice}") from None
 
     def load_state(self, state: dict) -> None:
         super().load_state(state)
@@ -206,7 +214,7 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
                     "e.g. 'make PYTHON=/usr/bin/python3'"
                 )
         self._run_as = self._account()
-        self._take_gpus()
+        await self._take_gpus()
         home = accounts.prepare_home(
             Path(self.homes_dir or "homes").resolve(),
             accounts.safe_name(self.user.name),

@@ -162,3 +162,13 @@ def wait_ready(session: HubSession, timeout: float) -> dict[str, Any]:
 def wait_stopped(session: HubSession, timeout: float) -> bool:
     return wait_for(lambda: server_model(session) is None, timeout,
                     f"{session.username}'s server to stop", interval=0.2)
+
+
+def process_cluster(tmp_path_factory: Any, nodes: list[dict[str, Any]]) -> Iterator[Any]:
+    """Body of a module-scoped ``cluster`` fixture: a fake cluster whose kubelet runs the pods'
+    real commands (jupyterhub-singleuser, seeding containers), with a kubeconfig written for it."""
+    from tests.kubefake import FakeCluster
+
+    with FakeCluster(nodes=nodes, kubelet_mode="process") as fake:
+        fake.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
+        yield fake

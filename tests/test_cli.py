@@ -21,7 +21,7 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None):
     leftovers = [
         p for p in psutil.process_iter(["cmdline"])
         if p.pid not in before and any("configurable-http-proxy" in c or "hub_ext.service" in c
-                                       for c in (p.info["cmdline"] or []))
+                                       or c == "culler" for c in (p.info["cmdline"] or []))
     ]
     return result, leftovers
 

@@ -20,8 +20,7 @@ import pytest
 import requests
 
 from tests.hubproc import HubSession, api, free_port, wait_for
-from tests.kubefake import FakeCluster
-from tests.kubehub import KubeHub, request_server, server_model, wait_ready, wait_stopped
+from tests.kubehub import KubeHub, process_cluster, request_server, server_model, wait_ready, wait_stopped
 
 NODES = [
     {"name": "cpu-0", "allocatable": {"cpu": "16", "memory": "64Gi"}},
@@ -81,9 +80,7 @@ def prometheus():
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with FakeCluster(nodes=NODES, kubelet_mode="process") as fake:
-        fake.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
-        yield fake
+    yield from process_cluster(tmp_path_factory, NODES)
 
 
 @pytest.fixture(scope="module")

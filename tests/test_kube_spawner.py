@@ -18,6 +18,7 @@ from tests.hubproc import wait_for
 from tests.kubefake import FakeCluster
 from tests.kubehub import (
     KubeHub,
+    process_cluster,
     progress_events,
     request_server,
     server_model,
@@ -57,9 +58,7 @@ NO_GPU = (
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with FakeCluster(nodes=CPU_NODES, kubelet_mode="process") as fake:
-        fake.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
-        yield fake
+    yield from process_cluster(tmp_path_factory, CPU_NODES)
 
 
 @pytest.fixture(scope="module")

@@ -128,12 +128,13 @@ def test_sigkill_in_the_middle_of_spawns_then_restart_reconciles(quota_hub):
     for name in STUDENTS[:10]:
         pool.submit(requests.post, f"{hub.url}/hub/api/users/{name}/server", headers=headers,
                     timeout=30)
-    # Kill the hub and the service without warning as soon as spawns hold reservations.
+    # Kill the hub and its services (classhub, culler) without warning as soon as spawns hold
+    # reservations.
     wait_for(lambda: active(hub.db_url), 30, "the first reservation")
     procs = hub.descendants()
     os.kill(hub.proc.pid, signal.SIGKILL)
     for p in procs:
-        if "hub_ext.service" in cmdline(p):
+        if "hub_ext.service" in cmdline(p) or "-m culler" in cmdline(p):
             p.kill()
     hub.proc.wait()
     pool.shutdown(wait=True, cancel_futures=True)

@@ -14,8 +14,7 @@ import pytest
 import requests
 
 from tests.hubproc import api
-from tests.kubefake import FakeCluster
-from tests.kubehub import KubeHub, request_server, wait_ready
+from tests.kubehub import KubeHub, process_cluster, request_server, wait_ready
 
 ROOT = Path(__file__).resolve().parent.parent
 NODES = [{"name": "cpu-0", "allocatable": {"cpu": "8", "memory": "32Gi"}}]
@@ -23,9 +22,7 @@ NODES = [{"name": "cpu-0", "allocatable": {"cpu": "8", "memory": "32Gi"}}]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with FakeCluster(nodes=NODES, kubelet_mode="process") as fake:
-        fake.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
-        yield fake
+    yield from process_cluster(tmp_path_factory, NODES)
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,8 @@ import kubernetes_validate
 import pytest
 import requests
 
-from tests.kubefake import FakeCluster
 from tests.kubefake.waiting import wait_for
-from tests.kubehub import KubeHub, wait_ready
+from tests.kubehub import KubeHub, process_cluster, wait_ready
 
 NODES = [{"name": "cpu-0", "allocatable": {"cpu": "16", "memory": "64Gi"}}]
 CAFE = "café ü.txt"
@@ -31,9 +30,7 @@ CAFE = "café ü.txt"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    with FakeCluster(nodes=NODES, kubelet_mode="process") as fake:
-        fake.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
-        yield fake
+    yield from process_cluster(tmp_path_factory, NODES)
 
 
 @pytest.fixture(scope="module")
