@@ -8,8 +8,14 @@ from pathlib import Path
 
 import kubernetes
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.hubproc import HubSession, LocalHub, proxy_available
+
+# Property tests run beside hub processes on 2 shared cores: how fast examples are generated says
+# nothing about the code under test, so neither a deadline nor the "too slow" health check applies.
+settings.register_profile("classhub", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("classhub")
 
 IN_CI = bool(os.environ.get("CI"))
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,26 @@ class _QueuedWriterConnection(sqlite3.Connection):
             self.release_writer()
 
 
+def _use_wal(cursor: sqlite3.Cursor) -> None:
+    """Switch the database file to WAL, retrying while another connection holds it.
+
+    Why a loop: changing the journal mode answers "database is locked" at once, without sqlite's
+    busy handler, while another process or thread is creating or migrating the same new file.
+    """
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_S
+    delay = 0.01
+    while True:
+        try:
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+
 def _serialize_sqlite_writers(engine: Engine, *, in_memory: bool) -> None:
     """Take over transaction control from pysqlite and begin every transaction IMMEDIATE.
 
@@ -127,7 +148,7 @@ def _serialize_sqlite_writers(engine: Engine, *, in_memory: bool) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA foreign_keys = ON")
         if not in_memory:
-            cursor.execute("PRAGMA journal_mode = WAL")
+            _use_wal(cursor)
         cursor.close()
 
     @event.listens_for(engine, "begin")
