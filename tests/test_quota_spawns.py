@@ -23,7 +23,7 @@ from tests.pg import postgres_server  # noqa: F401 - fixture
 
 STUDENTS = [f"u{i:02d}" for i in range(50)]
 COURSE = "gpu101"
-ROUNDS = int(os.environ.get("CLASSHUB_QUOTA_ROUNDS", "5"))
+ROUNDS = int(os.environ.get("CLASSHUB_QUOTA_ROUNDS", "3"))
 INVENTORY = Path(__file__).parent / "data" / "nvidia-smi" / "h200-2gpu-7x1g.txt"
 MESSAGE = f"Course {COURSE} uses 4 of its 4 nvidia.com/gpu.shared"
 
@@ -153,7 +153,7 @@ def test_sigkill_in_the_middle_of_spawns_then_restart_reconciles(quota_hub):
     assert len(held) <= 4
     for key in running:
         name = key.removeprefix("server:").removesuffix("/")
-        wait_for(lambda n=name: (user_server(hub, token, n) or {}).get("ready"), 60, f"{name} ready")
+        wait_for(lambda n=name: (user_server(hub, token, n) or {}).get("ready"), 120, f"{name} ready")
         requests.delete(f"{hub.url}/hub/api/users/{name}/server",
                         headers={"Authorization": f"token {token}"}, timeout=60)
     wait_for(lambda: not active(hub.db_url), 60, "every reservation released")

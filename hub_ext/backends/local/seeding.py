@@ -138,6 +138,12 @@ class _Walker:
         os.close(self.root)
 
 
+def printable(name: str) -> str:
+    """`name` for a log line: readable where it is text, ``\\xNN`` for bytes that are not UTF-8
+    (names are kept byte-exact, as surrogate escapes, which log handlers cannot encode)."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def _split(path: str) -> tuple[list[str], str]:
     parts = path.split("/")
     return parts[:-1], parts[-1]
@@ -611,7 +617,7 @@ class _Applier:
         self.dst.close()
 
     def skip(self, action: Action, why: str) -> None:
-        log.warning("seeding: %s not done: %s", action.target, why)
+        log.warning("seeding: %s not done: %s", printable(action.target), printable(str(why)))
         self.result.skipped.append((action, why))
 
     def run(self, action: Action) -> None:
@@ -799,7 +805,8 @@ def read_marker(home: str | os.PathLike[str], known: Manifest | None = None) -> 
         try:
             return Marker.from_json(text, known)
         except ValueError as exc:
-            log.warning("seeding: marker in %s is damaged (%s); seeding as a first seed", home, exc)
+            log.warning("seeding: marker in %s is damaged (%s); seeding as a first seed", home,
+                        printable(str(exc)))
             return None
     finally:
         walker.close()
