@@ -66,6 +66,12 @@ def ready(hub: LocalHub, user: str, token: str) -> dict:
                     f"{user}'s server to be ready", interval=0.25)
 
 
+def idle_seconds(model: dict) -> float:
+    """How long the hub has seen no activity on a server (what the culler decides from)."""
+    last = datetime.fromisoformat(model["last_activity"].replace("Z", "+00:00"))
+    return (datetime.now(timezone.utc) - last).total_seconds()
+
+
 def audit_culls(hub: LocalHub) -> list[dict]:
     """The culls in the classhub store's audit log (what an admin's report reads)."""
     from sqlalchemy import select
@@ -225,7 +231,8 @@ def test_gpu_spawn_refused_for_capacity_succeeds_after_one_reclaim(pressure_hub)
     waiting = HubSession(hub, "student2").new_token()
     assert spawn(hub, "student1", holder, GPU).status_code in (201, 202)
     ready(hub, "student1", holder)
-    time.sleep(2.5)  # idle past the reclaim threshold
+    wait_for(lambda: idle_seconds(server(hub, "student1", holder)) > 2.5, 30,
+             "student1's server idle past the 2 s reclaim threshold", interval=0.25)
 
     r = spawn(hub, "student2", waiting, GPU)
     assert r.status_code == 409, r.text
