@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from hub_ext.core import roles, sharing
+from hub_ext.core import sharing
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,20 @@ SERVICE_SCOPES = [
     # sharing (issue 7): create, list and revoke shares and share codes for users' servers
     "shares", "read:shares", "users:shares", "groups:shares", "read:users:shares", "read:groups:shares",
     "read:users:name", "read:groups:name", "access:servers",
+    # security: which token reports a server's events (the server's own, see ShareAccessHandler)
+    "read:tokens",
     *sharing.CUSTOM_SCOPES,
+]
+
+
+#: What a browser's login to classhub may carry of its user's own powers. The hub gives each
+#: login the intersection of these with what the user holds, and classhub acts on the hub for
+#: a caller only where the caller's own token holds the matching scope (hub_ext.core.authz,
+#: "hub scopes"): a student's login carries their own servers and shares, an admin's the admin
+#: scopes, and a token narrowed by its owner stays narrow.
+SERVICE_OAUTH_SCOPES = [
+    "access:servers!user",  # templates: publish from the teacher's own server with their login
+    "servers", "shares", "admin:groups", "admin:users",
 ]
 
 
@@ -76,7 +89,7 @@ def configure(
         db_url = f"sqlite:///{base / 'classhub.sqlite'}"
     _add_service(c, service_url, bind_all=(mode == "kubernetes"), db_url=db_url)
     _add_template_settings(c, mode, data_dir)
-    _add_course_roles(c, db_url, ta_server_access)
+    _add_course_roles(c, ta_server_access)
     c.ClasshubLocalSpawner.classhub_db_url = db_url
     c.ClasshubKubeSpawner.classhub_db_url = db_url
     _add_roles(c)
@@ -134,7 +147,7 @@ def _add_template_settings(c: Any, mode: str, data_dir: str | Path | None) -> No
     """
     service = next(s for s in c.JupyterHub.services if s.get("name") == SERVICE_NAME)
     service["environment"]["CLASSHUB_MODE"] = mode
-    service["oauth_client_allowed_scopes"] = ["access:servers!user"]
+    service["oauth_client_allowed_scopes"] = list(SERVICE_OAUTH_SCOPES)
     prefixes = ("CLASSHUB_TEMPLATE", "CLASSHUB_PUBLISHER")
     passed = {k: v for k, v in os.environ.items() if k.startswith(prefixes)}
     if mode == "kubernetes":  # the publisher pod is created by the service, with the hub's credentials
@@ -158,35 +171,35 @@ def _add_roles(c: Any) -> None:
     }
     user_role = existing.get("user", {"name": "user", "scopes": ["self"]})
     scopes = list(user_role.get("scopes", ["self"]))
-    access = f"access:services!service={SERVICE_NAME}"
-    if access not in scopes:
-        scopes.append(access)
+    # classhub shares a user's servers through the hub only for a caller whose token may do so
+    # (no confused deputy), so users hold the hub's own scope to share their servers; a bare
+    # hub share made without classhub counts as read-only on the server (hub_ext.core.sharing)
+    for scope in (f"access:services!service={SERVICE_NAME}", "shares!user"):
+        if scope not in scopes:
+            scopes.append(scope)
     existing["user"] = {**user_role, "scopes": scopes}
     c.JupyterHub.load_roles = list(existing.values())
 
 
-def _add_course_roles(c: Any, db_url: str, ta_server_access: bool) -> None:
-    """Teacher/TA roles with ``!group=`` filters for every course in the store (at hub start).
+def _add_course_roles(c: Any, ta_server_access: bool) -> None:
+    """Course roles are applied by the hub while it runs, not at its start (hub_ext.hubside).
 
-    JupyterHub defines roles when it starts: a course created later gets its roles at the next
-    hub restart (its teachers can use classhub's API for it at once).
+    The classhub service pushes the teacher/TA roles of every course to the hub's endpoint
+    ``/hub/api/classhub/course-roles`` when it starts and right after every membership change, so
+    a new TA gets their powers and a removed one loses them at once, without a hub restart.
+    ``ta_server_access`` is the hub-wide default of the courses that chose none.
     """
-    from hub_ext import store
-    from hub_ext.store.share_models import ta_access_by_course
+    from hub_ext import hubside
 
-    try:
-        sessions = store.connect(db_url)
-        with sessions() as session:
-            members = store.all_members(session)
-            ta_access = ta_access_by_course(session)  # per-course choices (sharing settings)
-    except Exception as e:  # an unreachable database must not keep the hub from starting
-        log.warning("classhub: no course roles (cannot read %s: %s)", db_url, e)
-        return
-    existing = {r["name"]: r for r in _configured(c, "load_roles")}
-    for course, people in members.items():
-        for role in roles.hub_roles({course: people}, ta_access.get(course, ta_server_access)):
-            existing[role["name"]] = role
-    c.JupyterHub.load_roles = list(existing.values())
+    section = c.JupyterHub
+    if hasattr(section, "keys"):  # traitlets Config: unset keys would be lazy placeholders
+        handlers = list(section["extra_handlers"]) if "extra_handlers" in section else []
+    else:
+        handlers = list(getattr(section, "extra_handlers", None) or [])
+    handlers = [h for h in handlers if h[0] != hubside.PATH] + list(hubside.HANDLERS)
+    c.JupyterHub.extra_handlers = handlers
+    service = next(s for s in c.JupyterHub.services if s.get("name") == SERVICE_NAME)
+    service["environment"]["CLASSHUB_TA_SERVER_ACCESS"] = "1" if ta_server_access else "0"
 
 
 #: JupyterHub's default server-token scopes (the 'server' role), plus reading the server's shares

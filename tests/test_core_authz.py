@@ -12,13 +12,18 @@ from hub_ext.core import authz
 from hub_ext.core.authz import Caller, decide, may_change_member, visible_courses
 
 C = "cs101"
+#: What the hub reports for a hub admin's full token (expanded: admin:groups brings groups, ...).
+ADMIN_SCOPES = frozenset({"admin:groups", "groups", "admin:users", "users", "admin:servers", "servers",
+                          "shares", "read:metrics"})
 ANYONE_USER = Caller("nobody")
-STUDENT = Caller("sam", courses={C: "student"})
+STUDENT = Caller("sam", courses={C: "student"}, scopes=frozenset({"servers!user=sam"}))
 TA = Caller("tara", courses={C: "ta"})
 TEACHER = Caller("tom", courses={C: "teacher"})
 OTHER_STUDENT = Caller("olga", courses={"bio201": "student"})
 OTHER_TEACHER = Caller("otto", courses={"bio201": "teacher"})
-ADMIN = Caller("ada", admin=True)
+ADMIN = Caller("ada", admin=True, scopes=ADMIN_SCOPES)
+#: The same admin with a token narrowed to classhub access (the outside attack run's "narrowed token").
+NARROW_ADMIN = Caller("ada", admin=True)
 SERVICE = Caller("grader", kind="service", courses={C: "teacher"}, admin=True)
 METRICS_SERVICE = Caller("prometheus", kind="service", scopes=frozenset({"read:metrics"}))
 
@@ -164,3 +169,53 @@ def test_programming_errors_are_loud() -> None:
         decide(TEACHER, authz.READ_COURSE)
     with pytest.raises(ValueError, match="role must be"):
         may_change_member(ADMIN, C, None, "owner")
+
+
+def test_a_narrowed_admin_token_is_not_a_deputy_for_hub_actions() -> None:
+    """classhub acts on the hub for an admin only with the hub scopes the hub itself would ask for."""
+    for action, needs in ((authz.CREATE_COURSE, "admin:groups"), (authz.DELETE_COURSE, "admin:groups"),
+                          (authz.EDIT_MEMBERS, "groups!group=cs101"),
+                          (authz.IMPORT_ROSTER, "admin:users")):
+        verdict = decide(NARROW_ADMIN, action, course=C)
+        assert not verdict and verdict.status == 403 and needs in verdict.message
+        assert decide(ADMIN, action, course=C)
+    verdict = decide(NARROW_ADMIN, authz.CONTROL_SERVER, user="sam")
+    assert not verdict and "servers!user=sam" in verdict.message
+    # classhub's own data (a course ceiling) is not a hub action: the admin flag is enough
+    assert decide(NARROW_ADMIN, authz.SET_COURSE_QUOTA, course=C)
+    # an owner's own token narrowed to classhub access cannot restart their server either
+    assert not decide(Caller("sam", courses={C: "student"}), authz.CONTROL_SERVER, user="sam")
+    # a course role grants what it grants, whatever the token's hub scopes
+    assert decide(Caller("ada", admin=True, courses={C: "teacher"}), authz.EDIT_MEMBERS, course=C)
+    # and a narrowed admin who teaches the course is a teacher there, not an admin
+    assert not may_change_member(Caller("ada", admin=True, courses={C: "teacher"}), C, None, "teacher")
+
+
+def test_scopes_are_held_unfiltered_or_with_the_same_filter() -> None:
+    assert Caller("x", scopes=frozenset({"servers"})).holds("servers!user=y")
+    assert Caller("x", scopes=frozenset({"servers!user=y"})).holds("servers!user=y")
+    assert not Caller("x", scopes=frozenset({"servers!user=z"})).holds("servers!user=y")
+    assert not Caller("x", scopes=frozenset({"servers!group=g"})).holds("servers!user=y")
+
+
+@pytest.mark.parametrize(
+    ("caller", "hub_admin", "elsewhere", "expected"),
+    [
+        (TEACHER, False, [], authz.DIRECT),
+        (TEACHER, False, [C], authz.DIRECT),  # their own course is not "elsewhere"
+        (TEACHER, False, ["bio201"], authz.INVITE),
+        (TEACHER, True, [], None),
+        (ADMIN, True, ["bio201"], authz.DIRECT),
+        (ADMIN, False, ["bio201"], authz.DIRECT),
+        (NARROW_ADMIN, False, ["bio201"], None),  # EDIT_MEMBERS itself needs the hub scopes
+    ],
+)
+def test_enrolment_needs_consent(caller, hub_admin, elsewhere, expected) -> None:
+    if not decide(caller, authz.EDIT_MEMBERS, course=C):
+        assert expected is None
+        return
+    answer = authz.enrolment(caller, C, "kim", hub_admin=hub_admin, other_courses=elsewhere)
+    if expected is None:
+        assert not answer and answer.status == 403 and "hub admin" in answer.message
+    else:
+        assert answer == expected

@@ -1,4 +1,4 @@
-"""Teacher and TA powers are JupyterHub roles with ``!group=`` filters, enforced by the hub itself."""
+"""Teacher and TA powers are JupyterHub roles (per-member scopes), enforced by the hub itself."""
 
 from __future__ import annotations
 
@@ -13,16 +13,23 @@ def test_generated_roles():
                                  "Art & Design": {"ada": "teacher"}})
     by_name = {r["name"]: r for r in generated}
     assert by_name["classhub-teacher-cs101"]["users"] == ["tina"]
-    assert "admin:servers!group=cs101" in by_name["classhub-teacher-cs101"]["scopes"]
+    # server powers are per member, never a group filter (that would reach every member)
+    assert "admin:servers!user=sam" in by_name["classhub-teacher-cs101"]["scopes"]
+    assert not any("servers!group" in s for r in generated for s in r["scopes"])
     assert "access:servers!user=sam" in by_name["classhub-ta-cs101"]["scopes"]
     assert "access:servers!user=sam" in by_name["classhub-teacher-cs101"]["scopes"]
     assert "access:servers!user=tom" in by_name["classhub-teacher-cs101"]["scopes"]
     assert not any("admin:servers" in s for s in by_name["classhub-ta-cs101"]["scopes"])
     odd = next(r for r in generated if r["users"] == ["ada"])
     assert odd["name"].startswith("classhub-teacher-art-design-")
-    assert "admin:servers!group=Art & Design" in odd["scopes"]
-    no_ta_access = roles.hub_roles({"cs101": {"tom": "ta"}}, ta_server_access=False)
+    assert "read:users!group=Art & Design" in odd["scopes"]
+    no_ta_access = roles.hub_roles({"cs101": {"tom": "ta", "sam": "student"}}, ta_server_access=False)
     assert not any(s.startswith("access:servers") for s in no_ta_access[0]["scopes"])
+    # a hub admin in a course (an admin enrolled them) is in no server scope of any role
+    with_admin = roles.hub_roles({"cs101": {"tina": "teacher", "root": "student", "sam": "student"}},
+                                 hub_admins={"root"})
+    assert not any(s.endswith("=root") for r in with_admin for s in r["scopes"])
+    assert "access:servers!user=sam" in with_admin[0]["scopes"]
 
 
 def test_teacher_and_ta_reach_their_students_servers_through_the_hub(login, demo_hub):

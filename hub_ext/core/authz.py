@@ -18,6 +18,13 @@ Rules:
   a course. A service (or any token) with the hub scope ``read:metrics`` may read the metrics.
 - Access to classhub at all (the scope ``access:services!service=classhub``) is checked before
   this module by HubOAuth; this module decides within classhub.
+- No confused deputy: where classhub acts on the hub for the caller (creating a hub group,
+  adding hub users, restarting a server), the caller's own token must hold the hub scope that
+  the hub itself would ask for (`HUB_SCOPES`), unless a course role grants the action; a hub
+  admin's token narrowed to classhub access stays narrow.
+- Enrolment needs consent (`enrolment`): a teacher never enrols a hub admin, and enrols
+  directly only people who belong to no other course; anyone else is invited and joins when
+  they accept. Admins (with the hub scopes) enrol directly.
 
 Pure: standard library and hub_ext.core only (DESIGN.md rule 1).
 """
@@ -33,9 +40,14 @@ from hub_ext.core.roles import ADMIN, STUDENT, TA, TEACHER
 __all__ = [
     "ACTIONS",
     "ALLOW",
+    "DIRECT",
+    "HUB_SCOPES",
+    "INVITE",
     "Caller",
     "Verdict",
     "decide",
+    "enrolment",
+    "hub_scopes_for",
     "may_change_member",
     "visible_courses",
 ]
@@ -60,6 +72,18 @@ CONTROL_SERVER = "control_server"
 
 #: Scope that lets a token read the metrics (as for JupyterHub's own /hub/metrics).
 METRICS_SCOPE = "read:metrics"
+
+#: The hub scopes an action uses when classhub does it on the hub for the caller, as the hub's
+#: own API would ask for them ("course" and "user" filters are filled in by `hub_scopes_for`):
+#: creating or deleting a course creates or deletes a hub group; changing members adds hub
+#: users to the course group (and creates hub users); controlling a server stops and starts it.
+HUB_SCOPES: Mapping[str, tuple[tuple[str, str | None], ...]] = MappingProxyType({
+    CREATE_COURSE: (("admin:groups", None),),
+    DELETE_COURSE: (("admin:groups", None),),
+    EDIT_MEMBERS: (("groups", "group"), ("admin:users", None)),
+    IMPORT_ROSTER: (("groups", "group"), ("admin:users", None)),
+    CONTROL_SERVER: (("servers", "user"),),
+})
 
 
 @dataclass(frozen=True)
@@ -108,6 +132,16 @@ class Caller:
     def role_in(self, course: str) -> str | None:
         """The caller's role in `course`, or None when not a member (services never are)."""
         return self.courses.get(course) if self.is_user and self.access else None
+
+    def holds(self, scope: str) -> bool:
+        """Whether the caller's token holds `scope` (``base`` or ``base!kind=value``).
+
+        The hub reports a token's scopes expanded (``admin:servers`` brings ``servers``), so a
+        filtered scope is held when the token has it unfiltered or with the same filter. Group
+        filters are not resolved to their users (as JupyterHub's own ``check_scopes``).
+        """
+        base = scope.split("!", 1)[0]
+        return base in self.scopes or scope in self.scopes
 
 
 _MEMBERS = frozenset({STUDENT, TA, TEACHER})
@@ -165,6 +199,25 @@ def _deny(message: str) -> Verdict:
     return Verdict(False, 403, message)
 
 
+def hub_scopes_for(action: str, *, course: str | None = None, user: str | None = None) -> list[str]:
+    """The hub scopes `action` needs of the caller's token (empty: classhub's own data only)."""
+    values = {"group": course, "user": user}
+    return [base if kind is None else f"{base}!{kind}={values[kind]}"
+            for base, kind in HUB_SCOPES.get(action, ())]
+
+
+def _missing_scopes(caller: Caller, action: str, course: str | None, user: str | None) -> Verdict:
+    """ALLOW when the caller's token holds every hub scope of `action`; else 403 naming them."""
+    missing = [s for s in hub_scopes_for(action, course=course, user=user) if not caller.holds(s)]
+    if not missing:
+        return ALLOW
+    return _deny(
+        f"Your token does not hold the hub scope {', '.join(repr(m) for m in missing)}, which the "
+        "hub itself would require; classhub only does for you what your own token may do. Use a "
+        "token with that scope (or log in to classhub in the browser)."
+    )
+
+
 def decide(caller: Caller, action: str, *, course: str | None = None, user: str | None = None) -> Verdict:
     """May `caller` do `action` (on `course`, about `user`)?
 
@@ -188,11 +241,14 @@ def decide(caller: Caller, action: str, *, course: str | None = None, user: str 
     if action == CONTROL_SERVER:
         if user is None:
             raise ValueError("CONTROL_SERVER needs the server's owner")
-        if caller.is_admin or (caller.is_user and caller.name == user):
-            return ALLOW
+        if caller.is_admin or (caller.is_user and caller.access and caller.name == user):
+            return _missing_scopes(caller, action, course, user)
         return _deny("You can only change the profile of your own server.")
     if caller.is_admin:
-        return ALLOW
+        role = caller.role_in(course) if course is not None else None
+        if action in _COURSE_RULES and role in _COURSE_RULES[action]:
+            return ALLOW  # the course role grants it, whatever the token's hub scopes
+        return _missing_scopes(caller, action, course, user)
     if action == CREATE_COURSE:
         return _deny("Only hub admins can create courses; ask an admin to create it.")
     if action == READ_ALL_USAGE:
@@ -231,12 +287,44 @@ def may_change_member(caller: Caller, course: str, current: str | None, new: str
         return base
     if new is not None and new not in _MEMBERS:
         raise ValueError(f"role must be one of student, ta, teacher, not {new!r}")
-    if caller.is_admin or TEACHER not in (current, new):
+    if TEACHER not in (current, new) or _acting_admin(caller, EDIT_MEMBERS, course):
         return ALLOW
     if new == TEACHER and current != TEACHER:
         return _deny(f"Only hub admins can make someone a teacher of {course}; add them as 'ta' or "
                      "'student', or ask an admin.")
     return _deny(f"Only hub admins can change or remove a teacher of {course}; ask an admin.")
+
+
+def _acting_admin(caller: Caller, action: str, course: str | None) -> bool:
+    """A hub admin whose token holds the hub scopes of `action` (admin power, not a course role)."""
+    return caller.is_admin and bool(_missing_scopes(caller, action, course, None))
+
+
+#: `enrolment` answers: add the person now, or record an invitation they must accept.
+DIRECT = "direct"
+INVITE = "invite"
+
+
+def enrolment(caller: Caller, course: str, username: str, *, hub_admin: bool,
+              other_courses: Iterable[str]) -> Verdict | str:
+    """How `caller` may enrol `username` (not yet a member of `course`): DIRECT, INVITE, or a
+    refusal (a Verdict).
+
+    Membership gives the course's staff power over the member's server, so it needs consent:
+    - a hub admin is enrolled only by an admin (and even then no course role reaches their
+      server, see hub_ext.core.roles.hub_roles);
+    - someone who belongs to another course is invited by a teacher: their server serves that
+      course too, and only they (or an admin) may open it to this course's staff;
+    - everyone else, and anyone an admin enrols, joins at once.
+    Call it after `may_change_member` allowed the change.
+    """
+    admin = _acting_admin(caller, EDIT_MEMBERS, course)
+    if hub_admin and not admin:
+        return _deny(f"{username} is a hub admin; only a hub admin can enrol a hub admin in a "
+                     "course. Ask an admin.")
+    if admin or not [c for c in other_courses if c != course]:
+        return DIRECT
+    return INVITE
 
 
 def visible_courses(caller: Caller, courses: Iterable[str]) -> list[str]:

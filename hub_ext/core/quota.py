@@ -287,6 +287,11 @@ def _fraction_text(value: Fraction) -> str:
 # --------------------------------------------------------------------------- API validation
 
 _LIMIT_KEYS = ("resources", "servers", "gpu_hours_per_week")
+#: What the store's columns hold: ``servers`` is an Integer column (32 bits on PostgreSQL), GPU
+#: hours are exact text of at most 64 characters (a billion hours is beyond any cluster's week).
+MAX_SERVERS = 2**31 - 1
+MAX_GPU_HOURS = 10**9
+_HOURS_TEXT = 64
 
 
 def parse_limits(data: Mapping[str, Any]) -> Limits:
@@ -343,6 +348,8 @@ def _parse_servers(raw: object) -> int | None:
         raise ValueError(f"servers: {raw!r} is not a whole number")
     if raw < 0:
         raise ValueError(f"servers: {raw} must not be negative")
+    if raw > MAX_SERVERS:
+        raise ValueError(f"servers: {str(raw)[:24]} is out of range; allowed: 0 to {MAX_SERVERS}")
     return raw
 
 
@@ -351,16 +358,27 @@ def _parse_hours(raw: object) -> Fraction | None:
         return None
     if isinstance(raw, bool) or not isinstance(raw, (int, float, str, Fraction, Decimal)):
         raise ValueError(f"gpu_hours_per_week: {raw!r} is not a number")
+    shown = repr(raw) if len(repr(raw)) <= 40 else repr(raw)[:40] + "..."
+    if isinstance(raw, str) and len(raw) > _HOURS_TEXT:
+        raise ValueError(f"gpu_hours_per_week: {shown} is longer than {_HOURS_TEXT} characters")
     try:
         if isinstance(raw, Fraction) or (isinstance(raw, str) and "/" in raw):
             value = Fraction(raw)
         else:
             # repr() of a JSON float is its shortest decimal spelling: 0.1 means exactly 1/10.
-            value = Fraction(Decimal(repr(raw) if isinstance(raw, float) else str(raw)))
+            decimal = Decimal(repr(raw) if isinstance(raw, float) else str(raw))
+            if decimal.is_finite() and decimal and decimal.adjusted() > 12:  # before Fraction expands it
+                raise ValueError("too large")
+            value = Fraction(decimal)
     except (ValueError, ZeroDivisionError, InvalidOperation, OverflowError):
-        raise ValueError(f"gpu_hours_per_week: {raw!r} is not a number") from None
+        raise ValueError(f"gpu_hours_per_week: {shown} is not a number from 0 to {MAX_GPU_HOURS}") from None
     if value < 0:
-        raise ValueError(f"gpu_hours_per_week: {raw} must not be negative")
+        raise ValueError(f"gpu_hours_per_week: {shown} must not be negative")
+    if value > MAX_GPU_HOURS:
+        raise ValueError(f"gpu_hours_per_week: {shown} is out of range; allowed: 0 to {MAX_GPU_HOURS}")
+    if len(_fraction_text(value)) > _HOURS_TEXT:
+        raise ValueError(f"gpu_hours_per_week: {shown} is too precise; write it in at most "
+                         f"{_HOURS_TEXT} characters (e.g. 10.5 or 21/2)")
     return value
 
 

@@ -92,40 +92,56 @@ def _role_slug(course: str) -> str:
     return slug
 
 
-def hub_roles(members: Mapping[str, Mapping[str, str]], ta_server_access: bool = True) -> list[dict]:
+#: Name prefixes of the hub roles classhub generates; the hub-side sync owns every role named so.
+ROLE_PREFIXES = ("classhub-teacher-", "classhub-ta-")
+
+
+def hub_roles(
+    members: Mapping[str, Mapping[str, str]],
+    ta_server_access: bool | Mapping[str, bool] = True,
+    hub_admins: Iterable[str] = (),
+) -> list[dict]:
     """JupyterHub roles that give teachers and TAs their powers over their course's servers.
 
-    ``members`` maps course (JupyterHub group) -> username -> role. Teachers may start and stop
-    the servers of their course (``admin:servers!group=``) and open them; TAs may open them (when
-    ``ta_server_access``); both may read the course's users. The hub enforces these itself.
+    ``members`` maps course (JupyterHub group) -> username -> role. Teachers may start, stop and
+    open the servers of the course's students and TAs (``admin:servers!user=<member>``,
+    ``access:servers!user=<member>``); TAs may open the students' servers (when
+    ``ta_server_access``, a bool or a per-course mapping); both may read the course's users.
+    The hub enforces these itself.
 
-    Opening a server is granted per member (``access:servers!user=<member>``), not with
-    ``!group=``: a single-user server checks scopes without the hub's database and cannot tell
-    that a user is in a group (JupyterHub's documented limit of ``check_scopes``).
+    Server powers are granted per member, never with ``!group=``: a group filter would also
+    reach members who must stay out of reach (hub admins, other teachers), and a single-user
+    server cannot resolve a group filter without the hub's database (JupyterHub's documented
+    limit of ``check_scopes``). ``hub_admins`` are left out of every server scope: no course role
+    reaches a hub admin's server (README, "Security model", rule 1).
     """
+    admins = frozenset(hub_admins)
     result = []
     for course in sorted(members):
         people = members[course]
         teachers = sorted(u for u, r in people.items() if r == TEACHER)
         tas = sorted(u for u, r in people.items() if r == TA)
-        learners = sorted(u for u, r in people.items() if r != TEACHER)
+        learners = sorted(u for u, r in people.items() if r != TEACHER and u not in admins)
+        students = [u for u in learners if people[u] == STUDENT]
         group = f"group={course}"
         slug = _role_slug(course)
-        access = [f"access:servers!user={u}" for u in learners]
         read = [f"read:users!{group}", f"read:groups!{group}"]
+        ta_access = (ta_server_access.get(course, True) if isinstance(ta_server_access, Mapping)
+                     else ta_server_access)
         if teachers:
             result.append({
                 "name": f"classhub-teacher-{slug}",
                 "description": f"Teachers of {course}: manage and open the course's servers",
-                "scopes": [f"admin:servers!{group}", *read, *access],
+                "scopes": [*read, *(f"admin:servers!user={u}" for u in learners),
+                           *(f"access:servers!user={u}" for u in learners)],
                 "users": teachers,
             })
         if tas:
             result.append({
                 "name": f"classhub-ta-{slug}",
                 "description": f"TAs of {course}: open the course's servers to help",
-                "scopes": [*read, *([a for a in access if a.split("=", 1)[1] not in tas]
-                                    if ta_server_access else [])],
+                "scopes": [*read, *((f"access:servers!user={u}" for u in students)
+                                    if ta_access else ())],
                 "users": tas,
             })
     return result

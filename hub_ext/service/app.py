@@ -22,7 +22,7 @@ from traitlets import Bool, Float, Integer, Unicode, default
 from traitlets.config import Application
 
 from hub_ext import __version__, store
-from hub_ext.service import culling, handlers, metrics, reconcile, sharing, templates
+from hub_ext.service import culling, handlers, invitations, metrics, reconcile, sharing, templates
 from hub_ext.service.courses import Courses
 from hub_ext.service.hubapi import HubAPI
 
@@ -48,6 +48,7 @@ ROUTES: list[tuple[str, type]] = [
     *templates.ROUTES,
     *sharing.ROUTES,
     *culling.ROUTES,
+    *invitations.ROUTES,
 ]
 
 

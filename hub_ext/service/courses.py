@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
@@ -33,15 +34,18 @@ from hub_ext.store import (
     AuditLog,
     Course,
     CourseQuota,
+    Invitation,
     Ledger,
     Membership,
     Reservation,
     UserQuota,
     add_member,
+    all_members,
     ensure_course,
     set_course_limits,
     set_user_limits,
 )
+from hub_ext.store.share_models import ta_access_by_course
 
 log = logging.getLogger("classhub.service")
 T = TypeVar("T")
@@ -133,6 +137,9 @@ class Courses:
         self.ledger = Ledger(sessions)
         self.normalize = normalize
         self._locks: dict[str, asyncio.Lock] = {}
+        self._roles_lock = asyncio.Lock()
+        #: TAs may open students' servers in courses that chose nothing (configure()'s default)
+        self.ta_server_access = os.environ.get("CLASSHUB_TA_SERVER_ACCESS", "1") != "0"
 
     async def _db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)
@@ -226,6 +233,8 @@ class Courses:
             else:
                 adopted = _group_roles(group)
             await self._db(self._create, actor, name, display_name, adopted)
+            if adopted:
+                await self.push_roles()
         course = await self.get(name)
         course["adopted"] = sorted(adopted)
         return course
@@ -247,6 +256,7 @@ class Courses:
         """Delete the course (members, quotas) and its hub group; 409 while servers hold quota."""
         async with self._lock(name):
             await self._db(self._delete, actor, name)
+            await self.push_roles()
             await self.hub.delete_group(name)
 
     def _delete(self, actor: str, name: str) -> None:
@@ -288,7 +298,12 @@ class Courses:
         return [{"username": u, "role": r} for u, r in sorted(current.items())]
 
     async def change_members(self, caller: authz.Caller, name: str, body: object) -> dict[str, Any]:
-        """Apply {"add": [{"username", "role"}], "remove": [username, ...]} all or nothing."""
+        """Apply {"add": [{"username", "role"}], "remove": [username, ...]} all or nothing.
+
+        New members who need consent (hub_ext.core.authz.enrolment) are invited instead of
+        added; naming a hub admin is refused for the whole change. Removing someone with a
+        pending invitation withdraws it.
+        """
         adds, removes = self._parse_member_change(body)
         async with self._lock(name):
             current = await self._db(self._members, name)
@@ -300,21 +315,64 @@ class Courses:
                 verdict = authz.may_change_member(caller, name, current.get(username), None)
                 if not verdict:
                     raise web.HTTPError(verdict.status, "%s: %s", username, verdict.message)
-            new = [u for u in adds if u not in current]
-            refused = await self.hub.create_users(new)
+            direct, invited, refused = await self._enrolments(
+                caller, name, {u: r for u, r in adds.items() if u not in current})
             if refused:
-                user, reason = next(iter(refused.items()))
+                user, reason = next(iter(sorted(refused.items())))
+                raise web.HTTPError(403, "%s Nothing was changed.", reason)
+            hub_refused = await self.hub.create_users(direct)
+            if hub_refused:
+                user, reason = next(iter(hub_refused.items()))
                 raise web.HTTPError(400, "The hub refused the username %r: %s. Nothing was changed.",
                                     user, reason)
+            set_roles = {u: r for u, r in adds.items() if u not in invited}
             result = {
-                "added": sorted(u for u in adds if u not in current),
+                "added": sorted(direct),
+                "invited": sorted(invited),
                 "changed": sorted(u for u, r in adds.items() if u in current and current[u] != r),
                 "unchanged": sorted(u for u, r in adds.items() if current.get(u) == r),
                 "removed": sorted(u for u in removes if u in current),
             }
-            await self._db(self._apply, caller.name, name, adds, result["removed"], "members.change")
-            await self._sync(name, created=new)
+            withdrawn = await self._db(self._apply, caller.name, name, set_roles, removes,
+                                       "members.change", invites=invited)
+            result["withdrawn"] = withdrawn
+            await self._sync(name, created=direct)
+            await self.push_roles()
         return result
+
+    async def _enrolments(self, caller: authz.Caller, name: str, wanted: Mapping[str, str]
+                          ) -> tuple[list[str], dict[str, str], dict[str, str]]:
+        """Split people who are not members yet into (added at once, invited {user: role},
+        refused {user: sentence}) by hub_ext.core.authz.enrolment."""
+        if not wanted:
+            return [], {}, {}
+        admins = await self.hub.admin_names()
+        elsewhere = await self._db(self._courses_of, list(wanted))
+        direct: list[str] = []
+        invited: dict[str, str] = {}
+        refused: dict[str, str] = {}
+        for username, role in wanted.items():
+            answer = authz.enrolment(caller, name, username, hub_admin=username in admins,
+                                     other_courses=elsewhere.get(username, ()))
+            if isinstance(answer, authz.Verdict):
+                refused[username] = answer.message
+            elif answer == authz.INVITE:
+                invited[username] = role
+            else:
+                direct.append(username)
+        return direct, invited, refused
+
+    def _courses_of(self, usernames: list[str]) -> dict[str, list[str]]:
+        found: dict[str, list[str]] = {}
+        with self.sessions() as session:
+            for i in range(0, len(usernames), 500):
+                for username, course in session.execute(
+                    select(Membership.username, Course.name)
+                    .join(Course, Membership.course_id == Course.id)
+                    .where(Membership.username.in_(usernames[i:i + 500]))
+                ):
+                    found.setdefault(username, []).append(course)
+        return found
 
     def _parse_member_change(self, body: object) -> tuple[dict[str, str], list[str]]:
         if not isinstance(body, Mapping) or not set(body) <= {"add", "remove"}:
@@ -354,9 +412,12 @@ class Courses:
         return username
 
     def _apply(self, actor: str, name: str, set_roles: Mapping[str, str], removes: Iterable[str],
-               action: str, **details: object) -> None:
+               action: str, invites: Mapping[str, str] | None = None, **details: object) -> list[str]:
+        """Set roles, remove members, record invitations, in one transaction; returns the
+        invitations withdrawn (people removed, or added at once, while invited)."""
         now = utcnow()
         removes = list(removes)
+        invites = dict(invites or {})
         with self.sessions.begin() as session:
             course = self._course(session, name)
             for username, role in set_roles.items():
@@ -367,17 +428,85 @@ class Courses:
                         Membership.course_id == course.id, Membership.username.in_(removes)
                     )
                 )
+            pending = {i.username: i for i in session.scalars(
+                select(Invitation).where(Invitation.course_id == course.id))}
+            withdrawn = sorted(u for u in pending if u in set_roles or u in removes)
+            for username in withdrawn:
+                session.delete(pending[username])
+            for username, role in invites.items():
+                row = pending.get(username) or Invitation(course_id=course.id, username=username)
+                row.role, row.invited_by, row.created_at = role, actor, now
+                session.add(row)
             session.add(AuditLog(at=now, actor=actor, action=action, details={
-                "course": name, "set": dict(set_roles), "removed": removes, **details}))
+                "course": name, "set": dict(set_roles), "removed": removes,
+                **({"invited": invites} if invites else {}),
+                **({"withdrawn": withdrawn} if withdrawn else {}), **details}))
+        return withdrawn
+
+    # ------------------------------------------------------------------ invitations
+
+    def _invitations(self, *, username: str | None = None, course: str | None = None
+                     ) -> list[dict[str, Any]]:
+        query = select(Invitation, Course.name).join(Course, Invitation.course_id == Course.id)
+        if username is not None:
+            query = query.where(Invitation.username == username)
+        if course is not None:
+            query = query.where(Course.name == course)
+        with self.sessions() as session:
+            if course is not None:
+                self._course(session, course)  # 404 for a missing course
+            return [{"course": c, "username": i.username, "role": i.role, "invited_by": i.invited_by,
+                     "created_at": i.created_at.isoformat()}
+                    for i, c in session.execute(query.order_by(Course.name, Invitation.username))]
+
+    async def invitations_of(self, username: str) -> list[dict[str, Any]]:
+        """The invitations waiting for `username`'s answer."""
+        return await self._db(self._invitations, username=username)
+
+    async def course_invitations(self, name: str) -> list[dict[str, Any]]:
+        """The invitations of course `name` nobody has answered yet."""
+        return await self._db(self._invitations, course=name)
+
+    async def answer_invitation(self, username: str, name: str, accept: bool) -> dict[str, Any]:
+        """Accept (join with the invited role) or decline the invitation to course `name`."""
+        async with self._lock(name):
+            role = await self._db(self._answer, username, name, accept)
+            if accept:
+                await self._sync(name)
+                await self.push_roles()
+        return {"course": name, "username": username, "role": role,
+                "answer": "accepted" if accept else "declined"}
+
+    def _answer(self, username: str, name: str, accept: bool) -> str:
+        with self.sessions.begin() as session:
+            found = session.execute(
+                select(Invitation).join(Course, Invitation.course_id == Course.id)
+                .where(Course.name == name, Invitation.username == username)
+            ).scalar_one_or_none()
+            if found is None:
+                raise web.HTTPError(404, "You have no invitation to %s; GET /api/invitations lists "
+                                         "yours.", name)
+            role, course = found.role, found.course
+            if accept:
+                add_member(session, course, username, role)
+            session.delete(found)
+            session.add(AuditLog(at=utcnow(), actor=username,
+                                 action="invitation.accept" if accept else "invitation.decline",
+                                 details={"course": name, "role": role}))
+            return role
 
     async def import_roster(
-        self, actor: str, name: str, data: bytes, remove_missing: bool
+        self, caller: authz.Caller, name: str, data: bytes, remove_missing: bool
     ) -> dict[str, Any]:
         """Import a roster CSV: valid rows join (or change role), bad rows are reported by line.
 
         Re-importing the same file changes nothing. Names the hub itself refuses (its
-        authenticator's username rules) are reported on their line too and not imported.
+        authenticator's username rules) are reported on their line too and not imported. The
+        enrolment rules of the members API apply line by line: people who belong to another
+        course are invited (listed under "invited"), hub admins are refused on their line
+        unless an admin imports.
         """
+        actor = caller.name
         parsed = roster.parse_roster(data, self.normalize)
         errors = [
             {"line": e.line, "value": e.value, "message": e.message, "code": e.code}
@@ -386,26 +515,34 @@ class Courses:
         async with self._lock(name):
             current = await self._db(self._members, name)
             plan = roster.diff_roster(current, parsed.rows, remove_missing)
-            refused = await self.hub.create_users([row.username for row in plan.adds])
-            adds = [row for row in plan.adds if row.username not in refused]
+            direct, invited, not_allowed = await self._enrolments(
+                caller, name, {row.username: row.role for row in plan.adds})
+            refused = await self.hub.create_users(direct)
+            adds = [row for row in plan.adds if row.username in direct and row.username not in refused]
             for row in plan.adds:
-                if row.username in refused:
+                reason = not_allowed.get(row.username) or refused.get(row.username)
+                if reason:
+                    hub_admin = row.username in not_allowed
                     errors.append({
-                        "line": row.line, "value": row.username, "code": "hub-refused",
-                        "message": f"the hub refused the username {row.username!r} "
-                                   f"({refused[row.username]}); fix or delete the line",
+                        "line": row.line, "value": row.username,
+                        "code": "hub-admin" if hub_admin else "hub-refused",
+                        "message": f"{reason[0].lower()}{reason[1:].rstrip('.')}; delete the line"
+                        if hub_admin else f"the hub refused the username {row.username!r} "
+                                          f"({reason}); fix or delete the line",
                     })
             set_roles = {row.username: row.role for row in adds}
             set_roles.update({change.username: change.new for change in plan.role_changes})
             removed = [r.username for r in plan.removals]
-            if set_roles or removed:
+            if set_roles or removed or invited:
                 await self._db(self._apply, actor, name, set_roles, removed, "roster.import",
-                               errors=len(errors))
+                               invites=invited, errors=len(errors))
             await self._sync(name, created=(row.username for row in adds))
+            await self.push_roles()
         errors.sort(key=lambda e: e["line"])
         return {
             "imported": len(set_roles),
             "added": len(adds),
+            "invited": sorted(invited),
             "changed": len(plan.role_changes),
             "unchanged": len(plan.unchanged),
             "removed": len(removed),
@@ -441,6 +578,21 @@ class Courses:
         await self.hub.remove_group_users(name, extra)
         return {"added": added, "removed": extra, "refused": sorted(refused)}
 
+    def _role_state(self) -> dict[str, Any]:
+        with self.sessions() as session:
+            members = all_members(session)
+            ta_access = ta_access_by_course(session)
+        return {course: {"members": people,
+                         "ta_server_access": ta_access.get(course, self.ta_server_access)}
+                for course, people in members.items()}
+
+    async def push_roles(self) -> None:
+        """Make the hub's course roles match the store now (hub_ext.hubside): a new TA gets
+        their powers and a removed one loses them without a hub restart. Serialised, so an
+        older state never lands after a newer one."""
+        async with self._roles_lock:
+            await self.hub.set_course_roles(await self._db(self._role_state))
+
     async def sync_group(self, name: str) -> dict[str, list[str]]:
         async with self._lock(name):
             return await self._sync(name)
@@ -462,6 +614,7 @@ class Courses:
             changed = await self.sync_group(name)
             if any(changed.values()):
                 log.info("synced hub group %s with the course: %s", name, changed)
+        await self.push_roles()
 
     def _course_names(self) -> list[str]:
         with self.sessions() as session:

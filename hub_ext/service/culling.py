@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from tornado import web
 
 from hub_ext import store
+from hub_ext.core import bodies
 from hub_ext.core.culling import format_duration
 from hub_ext.service import handlers
 from hub_ext.service.openapi import _json_body, _ok, _op
@@ -137,12 +138,19 @@ class PersistentHandler(CullingHandler):
         self.write_json({"user": user, "server_name": name, "persistent": persistent, "note": note})
 
 
+#: The longest timeout a policy may set: 100 years (the culler adds it to datetimes, which end
+#: in the year 9999; a float column would hold far more).
+MAX_SECONDS = 100 * 365 * 86400
+
+
 def _seconds(body: dict[str, Any], name: str) -> float | None:
     value = body.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise web.HTTPError(400, f"{name} must be a number of seconds >= 0 (or null for the site default).")
+    if (isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
+            or not 0 <= value <= MAX_SECONDS):
+        raise web.HTTPError(400, f"{name} must be a number of seconds >= 0 (or null for the site default), "
+                            f"at most {MAX_SECONDS} (100 years).")
     return float(value)
 
 
@@ -187,13 +195,19 @@ class CoursePolicyHandler(CullingHandler):
 def _time(body: dict[str, Any], name: str) -> datetime:
     value = body.get(name)
     try:
-        parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00")) if isinstance(value, str) else None
     except ValueError:
         parsed = None
-    if not isinstance(value, str) or parsed is None or parsed.tzinfo is None:
+    if parsed is None or parsed.tzinfo is None or parsed.utcoffset() is None:
         raise web.HTTPError(400, f"{name} must be an ISO 8601 time with a zone, e.g. "
                             "\"2026-12-14T09:00:00+01:00\".")
-    return parsed.astimezone(timezone.utc)
+    try:  # the year 9999 with a negative offset is past the last datetime in UTC
+        utc = parsed.astimezone(timezone.utc)
+    except OverflowError:
+        utc = None
+    if utc is None or not 1970 <= utc.year <= 9998:
+        raise web.HTTPError(400, f"{name} must be a time between the years 1970 and 9998.")
+    return utc
 
 
 class WindowsHandler(CullingHandler):
@@ -241,7 +255,8 @@ class WindowsHandler(CullingHandler):
         if isinstance(window_id, bool) or not isinstance(window_id, int):
             raise web.HTTPError(400, 'The body must be {"id": 3}, the id of the window to cancel.')
         with self.sessions.begin() as session:
-            row = session.get(cm.NoCullWindow, window_id)
+            # an id the column cannot hold names no window: the same 404 as a missing one
+            row = session.get(cm.NoCullWindow, window_id) if 1 <= window_id <= bodies.DB_INT_MAX else None
             if row is None or row.course != course:
                 raise web.HTTPError(404, f"No window {window_id} in course {course}; GET "
                                     f"/api/culling/courses/{course}/windows lists them.")

@@ -8,22 +8,76 @@ and the hub group sync.
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import json
 from typing import Any
 
 from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
 from prometheus_client import CONTENT_TYPE_LATEST
-from tornado import web
+from tornado import httputil, web
 
 from hub_ext import __version__
-from hub_ext.core import authz, roles
+from hub_ext.core import authz, bodies, roles
 from hub_ext.service import metrics, openapi, servers
 from hub_ext.service.courses import Courses, course_name_problem
-from hub_ext.service.hubapi import HubAPI
+from hub_ext.service.hubapi import HubAPI, HubAPIError
+
+#: The hub's answers passed on to the caller as they are rather than as a 502: the user, group or
+#: server named does not exist (404), the hub refused the input (400), or it conflicts (409).
+HUB_PASSED = (400, 404, 409)
+#: The largest request body an endpoint reads unless its handler says otherwise (bytes).
+MAX_BODY_BYTES = 1024 * 1024
+#: A refused or too large body up to this size is still read to its end (and dropped) before the
+#: answer: a connection closed with unread data is reset, and the hub's proxy then answers 502/503
+#: instead of passing the refusal on. A larger body gets the answer at once.
+DRAIN_BYTES = 64 * 1024 * 1024
+_UNSET = object()
+_BODY_TYPES = ("application/json", "application/x-www-form-urlencoded", "multipart/form-data")
 
 
+def _after_body(method):
+    """Run a handler method only once its body is complete and passed the checks of
+    `APIHandler.body_complete` (too large: 413, malformed JSON: 400, a refusal kept: raised)."""
+
+    @functools.wraps(method)
+    async def run(self: APIHandler, *args: Any, **kwargs: Any) -> None:
+        self.body_complete()
+        result = method(self, *args, **kwargs)
+        if inspect.isawaitable(result):
+            await result
+
+    return run
+
+
+@web.stream_request_body
 class APIHandler(HubOAuthenticated, web.RequestHandler):
-    """Base for API handlers: JSON errors, and 401/403 instead of redirects for API clients."""
+    """Base for API handlers: JSON errors, 401/403 instead of redirects for API clients, and one
+    guard for every request body.
+
+    The body is streamed (tornado's ``stream_request_body``) so that a body over
+    ``max_body_bytes`` gets a JSON 413 instead of a reset connection, and a refusal decided before
+    the body (see `refuse_after_body`) is answered after the body was read and dropped. Every
+    HTTP method a subclass defines runs after `body_complete`: a JSON body (Content-Type
+    application/json) that is not valid UTF-8, nests too deeply, or holds numbers no column can
+    store gets a 400 before the handler sees it.
+    """
+
+    #: The largest body this endpoint takes; larger ones are answered 413.
+    max_body_bytes = MAX_BODY_BYTES
+    _body_limit = MAX_BODY_BYTES
+    _body_buffer: bytearray | None = None
+    _body_received = 0
+    _body_too_large = False
+    _body_done = False
+    _refusal: web.HTTPError | None = None
+    _parsed_body: Any = _UNSET
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in ("get", "post", "put", "patch", "delete"):
+            if name in cls.__dict__:
+                setattr(cls, name, _after_body(cls.__dict__[name]))
 
     @property
     def hub(self) -> HubAPI:
@@ -33,12 +87,101 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
     def courses(self) -> Courses:
         return self.settings["courses"]
 
-    def json_body(self) -> Any:
-        """The JSON request body; 400 when it is not JSON."""
+    # -- the request body ---------------------------------------------------------------------
+    def prepare(self) -> Any:
+        self.start_body(self.max_body_bytes)
+
+    def start_body(self, limit: int) -> None:
+        """Get ready for a body of at most ``limit`` bytes (called from ``prepare``)."""
+        self._body_limit = limit
+        self._body_buffer = bytearray()
+        declared = self.request.headers.get("Content-Length", "")
+        size = int(declared) if declared.isdigit() else 0
+        if size > max(limit, DRAIN_BYTES):  # too much to drain: answer now, the connection closes
+            raise web.HTTPError(413, self._too_large_message())
+        self._body_too_large = size > limit
+        self.request.connection.set_max_body_size(max(limit, DRAIN_BYTES))
+
+    def refuse_after_body(self, error: web.HTTPError) -> None:
+        """Answer ``error`` once the body has been read and dropped (from ``prepare``): the
+        body is never kept, and the proxy sees a complete exchange rather than a reset."""
+        self._refusal = error
+        declared = self.request.headers.get("Content-Length", "")
+        if declared.isdigit() and int(declared) > DRAIN_BYTES:
+            raise error
+        self._body_buffer = None
+        self.request.connection.set_max_body_size(DRAIN_BYTES)
+
+    def accept_chunk(self, chunk: bytes) -> bool:
+        """Count a chunk of the body; False when it is to be dropped (refused, or over the limit)."""
+        if self._refusal is not None or self._body_too_large:
+            return False
+        self._body_received += len(chunk)
+        if self._body_received > self._body_limit:
+            self._body_too_large = True
+            self._body_buffer = None
+            return False
+        return True
+
+    def data_received(self, chunk: bytes) -> None:
+        if self.accept_chunk(chunk) and self._body_buffer is not None:
+            self._body_buffer.extend(chunk)
+
+    def _too_large_message(self) -> str:
+        return (f"The body is larger than {self._body_limit} bytes, the most this endpoint "
+                "takes; send less.")
+
+    def body_complete(self) -> None:
+        """The whole body has arrived: raise a kept refusal or a 413, else make it
+        ``request.body`` (form fields and files parsed, as tornado does) and check a JSON body."""
+        if self._body_done:
+            return
+        self._body_done = True
+        if self._refusal is not None:
+            raise self._refusal
+        if self._body_too_large:
+            raise web.HTTPError(413, self._too_large_message())
+        if self._body_buffer is not None:
+            self.request.body = bytes(self._body_buffer)
+            self._body_buffer = None
+        content_type = self.request.headers.get("Content-Type", "")
+        kind = content_type.split(";")[0].strip().lower()
+        if not self.request.body or kind not in _BODY_TYPES:
+            return
+        if kind == "application/json":
+            self._parsed_body = self._parse_json(self.request.body)
+            return
         try:
-            return json.loads(self.request.body or b"null")
-        except ValueError:
-            raise web.HTTPError(400, "The body must be JSON (Content-Type: application/json).") from None
+            httputil.parse_body_arguments(content_type, self.request.body, self.request.body_arguments,
+                                          self.request.files, self.request.headers)
+        except httputil.HTTPInputError as e:
+            raise web.HTTPError(400, "The form body cannot be read: %s.", str(e)) from None
+        for key, values in self.request.body_arguments.items():
+            self.request.arguments.setdefault(key, []).extend(values)
+
+    @staticmethod
+    def _parse_json(raw: bytes) -> Any:
+        try:
+            return bodies.parse_json(raw)
+        except bodies.BodyError as e:
+            raise web.HTTPError(400, str(e)) from None
+
+    def json_body(self) -> Any:
+        """The JSON request body (``null`` when empty); 400 with a sentence when it is not JSON,
+        not UTF-8, nested too deeply, or holds a number outside the 64-bit range or not finite."""
+        self.body_complete()
+        if self._parsed_body is _UNSET:
+            self._parsed_body = self._parse_json(self.request.body or b"null")
+        return self._parsed_body
+
+    def decode_argument(self, value: bytes, name: str | None = None) -> str:
+        """Path and query values; a NUL in one names nothing (404 in a path, 400 in a query)."""
+        text = super().decode_argument(value, name)
+        if "\x00" in text:
+            if name is None:
+                raise web.HTTPError(404, "No such classhub resource.")
+            raise web.HTTPError(400, "%s must not contain NUL characters.", name)
+        return text
 
     async def authorize(self, action: str, **about: str) -> authz.Caller:
         """Who asks (401/403 when nobody, or a token without access) and whether they may do
@@ -54,11 +197,29 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         self.set_header("Content-Type", "application/json; charset=utf-8")
         self.finish(json.dumps(payload))
 
+    def send_error(self, status_code: int = 500, **kwargs: Any) -> None:
+        """A refusal of the hub that the caller can act on is theirs, not a 502 (`HUB_PASSED`)."""
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, HubAPIError) and exc.status in HUB_PASSED:
+            status_code = exc.status
+        super().send_error(status_code, **kwargs)
+
     def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """Every error is JSON ``{"status", "message"}``; an unexpected exception is a 500 whose
+        message says nothing about the code (the service log has the traceback)."""
         message = self._reason
         exc = kwargs.get("exc_info", (None, None, None))[1]
-        if isinstance(exc, web.HTTPError) and exc.log_message:
-            message = exc.log_message % exc.args if exc.args else exc.log_message
+        if isinstance(exc, HubAPIError) and exc.status == status_code:
+            message = exc.hub_message or (f"The hub answered {status_code}: "
+                                          + ("no such user, group or server." if status_code == 404
+                                             else "it refused the request."))
+        elif isinstance(exc, web.HTTPError) and exc.log_message:
+            try:
+                message = exc.log_message % exc.args if exc.args else exc.log_message
+            except (TypeError, ValueError):
+                message = exc.log_message
+        elif status_code >= 500:
+            message = "classhub failed to answer this request; the service log has the details."
         self.set_header("Content-Type", "application/json; charset=utf-8")
         self.finish(json.dumps({"status": status_code, "message": message}))
 
@@ -195,6 +356,8 @@ class RosterHandler(APIHandler):
     ``?remove_missing=true`` also removes students and TAs who are not in the file.
     """
 
+    max_body_bytes = 8 * 1024 * 1024  # a CSV of tens of thousands of students
+
     async def post(self, course: str) -> None:
         caller = await self.authorize(authz.IMPORT_ROSTER, course=course)
         files = self.request.files.get("file")
@@ -210,7 +373,7 @@ class RosterHandler(APIHandler):
         if flag not in ("true", "false", "1", "0", "yes", "no"):
             raise web.HTTPError(400, "remove_missing must be true or false.")
         remove = flag in ("true", "1", "yes")
-        self.write_json(await self.courses.import_roster(caller.name, course, data, remove))
+        self.write_json(await self.courses.import_roster(caller, course, data, remove))
 
 
 class CourseQuotaHandler(APIHandler):
@@ -301,4 +464,9 @@ class NotFoundHandler(APIHandler):
     """Unknown API paths answer JSON 404 rather than an HTML page."""
 
     def prepare(self) -> None:
-        raise web.HTTPError(404, f"No such classhub API endpoint: {self.request.path}")
+        self.refuse_after_body(web.HTTPError(404, "No such classhub API endpoint: %s", self.request.path))
+
+    async def get(self) -> None:
+        """Never runs: the 404 kept by `prepare` is raised once the body was read."""
+
+    post = put = patch = delete = get

@@ -36,13 +36,14 @@ class HubAPI:
         self.api_url = api_url.rstrip("/")
         self.api_token = api_token
 
-    async def request(self, method: str, path: str, body: Any = None) -> Any:
+    async def request(self, method: str, path: str, body: Any = None,
+                      headers: dict[str, str] | None = None) -> Any:
         url = f"{self.api_url}/{path.lstrip('/')}"
         try:
             response = await AsyncHTTPClient().fetch(
                 url,
                 method=method,
-                headers={"Authorization": f"token {self.api_token}"},
+                headers={"Authorization": f"token {self.api_token}", **(headers or {})},
                 body=None if body is None and method in ("GET", "DELETE") else json.dumps(body or {}),
                 # The hub's group API takes a body with DELETE (which users to remove).
                 allow_nonstandard_methods=method == "DELETE" and body is not None,
@@ -80,6 +81,23 @@ class HubAPI:
             if not isinstance(page, dict) or not page.get("_pagination", {}).get("next"):
                 return groups
             offset += len(items)
+
+    async def admin_names(self) -> set[str]:
+        """The hub's admins now (follows the hub's pagination of the user list)."""
+        admins: set[str] = set()
+        offset = 0
+        while True:
+            page = await self.request("GET", f"users?offset={offset}&limit=200",
+                                      headers={"Accept": "application/jupyterhub-pagination+json"})
+            items = page["items"] if isinstance(page, dict) else page
+            admins.update(u["name"] for u in items if u.get("admin"))
+            if not isinstance(page, dict) or not page.get("_pagination", {}).get("next") or not items:
+                return admins
+            offset += len(items)
+
+    async def set_course_roles(self, courses: dict[str, Any]) -> dict[str, Any]:
+        """Replace the hub's course roles (the hub-side endpoint of hub_ext.hubside)."""
+        return await self.request("PUT", "classhub/course-roles", {"courses": courses})
 
     async def group(self, name: str) -> dict[str, Any] | None:
         """The group model (with ``users`` and ``properties``), or None when there is none."""

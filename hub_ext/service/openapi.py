@@ -32,8 +32,13 @@ def _ok(description: str, schema: dict[str, Any] | None = None, status: str = "2
 _ERRORS = {
     code: {"$ref": f"#/components/responses/{name}"}
     for code, name in (("400", "BadRequest"), ("401", "Unauthorized"), ("403", "Forbidden"),
-                       ("404", "NotFound"))
+                       ("404", "NotFound"), ("409", "Conflict"), ("413", "TooLarge"),
+                       ("502", "BadGateway"))
 }
+#: Every operation that takes a body (and every POST, PUT, PATCH, DELETE: the service reads any
+#: body it is sent) may answer these: a body that is not JSON, too deep, or holds numbers no column
+#: stores (400), and one over the endpoint's size limit (413). `document` adds them.
+_BODY_ERRORS = ("400", "413")
 
 
 def _op(summary: str, who: str, responses: dict[str, Any], *, errors: tuple[str, ...] = ("401", "403"),
@@ -165,8 +170,10 @@ _LIMITS = {
             "additionalProperties": {"oneOf": [{"type": "string"}, {"type": "number", "minimum": 0}]},
             "example": {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": 4, "nvidia.com/mig-1g.18gb": 14},
         },
-        "servers": {"type": ["integer", "null"], "minimum": 0},
-        "gpu_hours_per_week": {"oneOf": [{"type": "number", "minimum": 0}, {"type": "string"},
+        "servers": {"type": ["integer", "null"], "minimum": 0, "maximum": 2**31 - 1},
+        "gpu_hours_per_week": {"oneOf": [{"type": "number", "minimum": 0, "maximum": 10**9},
+                                         {"type": "string", "maxLength": 64,
+                                          "description": "a decimal or a fraction such as 21/2"},
                                          {"type": "null"}]},
     },
 }
@@ -207,11 +214,13 @@ SCHEMAS: dict[str, Any] = {
         "remove": {"type": "array", "items": {"type": "string"}}}},
     "MemberChanges": {"type": "object", "properties": {
         k: {"type": "array", "items": {"type": "string"}}
-        for k in ("added", "changed", "unchanged", "removed")}},
+        for k in ("added", "invited", "changed", "unchanged", "removed", "withdrawn")}},
     "RosterResult": {"type": "object", "properties": {
         "imported": {"type": "integer", "description": "added plus re-roled"},
         "added": {"type": "integer"}, "changed": {"type": "integer"}, "unchanged": {"type": "integer"},
         "removed": {"type": "integer"}, "protected": {"type": "array", "items": {"type": "string"}},
+        "invited": {"type": "array", "items": {"type": "string"},
+                    "description": "people of other courses, invited instead of added"},
         "encoding": {"type": "string"},
         "errors": {"type": "array", "items": {"type": "object", "properties": {
             "line": {"type": "integer", "description": "1-based; 0 for the file as a whole"},
@@ -233,15 +242,26 @@ SCHEMAS: dict[str, Any] = {
 }
 
 
+def _with_body_errors(method: str, op: dict[str, Any]) -> dict[str, Any]:
+    if method not in ("post", "put", "patch", "delete") and "requestBody" not in op:
+        return op
+    responses = {**op["responses"], **{code: _ERRORS[code] for code in _BODY_ERRORS
+                                       if code not in op["responses"]}}
+    return {**op, "responses": dict(sorted(responses.items()))}
+
+
 def _error(description: str) -> dict[str, Any]:
     return {"description": description, "content": {_JSON: {"schema": _ref("Error")}}}
 
 
 def document() -> dict[str, Any]:
     """The OpenAPI document (a fresh dict each call)."""
-    from hub_ext.service import culling, sharing, templates  # they build paths with this module
+    from hub_ext.service import culling, invitations, sharing, templates  # they use this module
 
-    paths = {**PATHS, **templates.OPENAPI_PATHS, **sharing.OPENAPI_PATHS, **culling.OPENAPI_PATHS}
+    paths = {**PATHS, **templates.OPENAPI_PATHS, **sharing.OPENAPI_PATHS, **culling.OPENAPI_PATHS,
+             **invitations.OPENAPI_PATHS}
+    paths = {path: {method: _with_body_errors(method, op) for method, op in ops.items()}
+             for path, ops in paths.items()}
     return {
         "openapi": "3.1.0",
         "info": {
@@ -279,7 +299,14 @@ def document() -> dict[str, Any]:
                 "BadRequest": _error("Invalid input; the message says what to change"),
                 "Unauthorized": _error("Not logged in, or an unknown token"),
                 "Forbidden": _error("Logged in, but not allowed; the message says who is"),
-                "NotFound": _error("No such course or member"),
+                "NotFound": _error("No such course, member, user, share, template, version or window "
+                                   "(or none the caller may see: the same answer)"),
+                "Conflict": _error("The request conflicts with the current state; the message says "
+                                   "what to do"),
+                "TooLarge": _error("The body is larger than this endpoint takes (1 MiB for JSON, 8 MiB "
+                                   "for a roster, the template limits for an archive)"),
+                "BadGateway": _error("The hub (or the caller's server) failed or refused classhub's "
+                                     "request; try again, or tell an admin"),
             },
             "schemas": SCHEMAS,
         },

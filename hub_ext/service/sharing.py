@@ -29,12 +29,13 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import quote
 
+from jupyterhub.services.auth import check_scopes
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 from tornado import web
 
 from hub_ext import store
-from hub_ext.core import authz, sharing
+from hub_ext.core import authz, bodies, sharing
 from hub_ext.service.handlers import APIHandler
 from hub_ext.service.hubapi import HubAPI, HubAPIError
 from hub_ext.store.models import Course
@@ -280,14 +281,14 @@ class Shares:
             return result
 
     def get(self, share_id: int | str) -> Share:
-        try:
-            share_id = int(share_id)
-        except ValueError:
-            raise web.HTTPError(404, "No share %s.", share_id) from None
+        """The share with this id; 404 (`no_share`) when there is none or the id cannot be one."""
+        number = share_id if isinstance(share_id, int) else bodies.path_id(share_id)
+        if number is None:
+            raise no_share(share_id)
         with self.sessions() as session:
-            found = self._query(session, id=share_id)
+            found = self._query(session, id=number)
             if not found:
-                raise web.HTTPError(404, "No share %s.", share_id)
+                raise no_share(share_id)
             share = found[0]
             session.expunge(share)
             return share
@@ -317,6 +318,12 @@ async def expire_forever(shares: Shares, interval: float, group_every: float = 6
         await asyncio.sleep(interval)
 
 
+def no_share(share_id: int | str | None = None) -> web.HTTPError:
+    """The one answer for a share that does not exist and for one that is not the caller's: the
+    two must not be told apart, or share ids (and their owners) could be enumerated."""
+    return web.HTTPError(404, "No such share among yours; GET /api/shares lists them.")
+
+
 # -- handlers (thin) -------------------------------------------------------------------------------
 
 class _ShareHandler(APIHandler):
@@ -329,6 +336,15 @@ class _ShareHandler(APIHandler):
         if model.get("kind", "user") != "user":
             raise web.HTTPError(403, "Shares belong to users; ask with a user's token.")
         return await self.hub.user(model["name"])
+
+    def _require_share_scope(self, owner: str) -> None:
+        """No confused deputy: classhub changes the hub's shares of `owner`'s servers only for a
+        caller whose own token holds ``shares!user=<owner>`` (README, "Security model", rule 2)."""
+        scope = f"shares!user={owner}"
+        if not check_scopes({scope}, set(self.require_user().get("scopes") or ())):
+            raise web.HTTPError(403, f"Your token does not hold the hub scope {scope!r}, which the "
+                                     "hub itself would require; use a token with that scope (or "
+                                     "classhub's pages in the browser).")
 
 
 class SharesHandler(_ShareHandler):
@@ -347,6 +363,7 @@ class SharesHandler(_ShareHandler):
         verdict = sharing.may_share(user["name"], bool(user.get("admin")), spec.owner)
         if not verdict:
             raise web.HTTPError(403, verdict.message)
+        self._require_share_scope(spec.owner)
         in_group = spec.target in user.get("groups", [])
         if spec.target_kind == "group" and not user.get("admin") and not in_group:
             raise web.HTTPError(403, f"You can share with groups you belong to; you are not in "
@@ -366,11 +383,12 @@ class ShareHandler(_ShareHandler):
     """``GET /api/shares/<id>``: one share; ``DELETE``: revoke it now (owner or admin)."""
 
     async def _own(self, share_id: str) -> tuple[dict, Share]:
+        """The caller's share (any share for hub admins); someone else's is a 404 like a
+        missing one."""
         user = await self._caller()
         share = self.shares.get(share_id)
-        verdict = sharing.may_share(user["name"], bool(user.get("admin")), share.owner)
-        if not verdict:
-            raise web.HTTPError(403, verdict.message)
+        if not sharing.may_share(user["name"], bool(user.get("admin")), share.owner):
+            raise no_share(share_id)
         return user, share
 
     async def get(self, share_id: str) -> None:
@@ -380,6 +398,7 @@ class ShareHandler(_ShareHandler):
 
     async def delete(self, share_id: str) -> None:
         user, share = await self._own(share_id)
+        self._require_share_scope(share.owner)
         self.write_json(await self.shares.revoke(share.id, user["name"]))
 
 
@@ -399,20 +418,46 @@ class SharePathsHandler(_ShareHandler):
 
 
 class ShareAccessHandler(_ShareHandler):
-    """``POST /api/shares/accessed`` ``{"viewer": name, "server": ""}``: the owner's server reports
-    (with its token) that a non-owner used it; written to the audit log as ``share_accessed``."""
+    """``POST /api/shares/accessed`` ``{"viewer_token": "...", "server": ""}``: the owner's server
+    reports that a non-owner used it; written to the audit log as ``share_accessed``.
+
+    Only a server may report, and only about itself: the request must carry the server's own
+    token (the one JupyterHub gave it at spawn, noted "Server at /user/<owner>/<server>/"). Who
+    used it comes from the hub, which is asked whom ``viewer_token`` (the viewer's token for
+    this server) belongs to and whether it may open this server; a name in the body is never
+    believed (README, "Security model", rule 3)."""
 
     async def post(self) -> None:
         owner = self.require_user()
         body = self.json_body()
-        if not isinstance(body, dict) or not isinstance(body.get("viewer"), str) or not isinstance(
-                body.get("server", ""), str):
-            raise web.HTTPError(400, 'Send {"viewer": "<name>", "server": "<server name>"}.')
-        if owner.get("kind", "user") != "user" or body["viewer"] == owner["name"]:
-            raise web.HTTPError(400, "Only a server's owner reports other people's access to it.")
-        self.shares.audit(body["viewer"], "share_accessed", owner=owner["name"],
-                          server=body.get("server", ""))
+        if not isinstance(body, dict) or not isinstance(body.get("viewer_token"), str) or not \
+                isinstance(body.get("server", ""), str) or not set(body) <= {"viewer_token", "server"}:
+            raise web.HTTPError(400, 'Send {"viewer_token": "<the viewer\'s token>", "server": '
+                                     '"<server name>"} with the server\'s own token.')
+        server = body.get("server", "")
+        if owner.get("kind", "user") != "user" or not await self._is_server_token(owner, server):
+            raise web.HTTPError(403, "Only a server reports access to itself, with its own token.")
+        viewer = await self.hub_auth.user_for_token(body["viewer_token"], use_cache=False, sync=False)
+        if not viewer or viewer.get("kind", "user") != "user" or viewer["name"] == owner["name"] or \
+                not check_scopes({f"access:servers!server={owner['name']}/{server}"},
+                                 set(viewer.get("scopes") or ())):
+            raise web.HTTPError(403, "viewer_token is not a token of someone else that may open "
+                                     "this server; nothing was recorded.")
+        self.shares.audit(viewer["name"], "share_accessed", owner=owner["name"], server=server)
         self.write_json({"recorded": True}, 201)
+
+    async def _is_server_token(self, owner: dict[str, Any], server: str) -> bool:
+        """Whether the caller's token is the one the hub made for `owner`'s `server` at spawn."""
+        token_id = owner.get("token_id")
+        if not token_id:
+            return False
+        try:
+            token = await self.hub.get(f"users/{quote(owner['name'], safe='')}/tokens/{token_id}")
+        except HubAPIError:
+            return False
+        where = "/user/" + quote(owner["name"], safe="@~") + "/" + (f"{server}/" if server else "")
+        note = (token or {}).get("note") or ""
+        return note.startswith("Server at ") and note.endswith(where)
 
 
 class OpenShareHandler(_ShareHandler):
@@ -425,16 +470,17 @@ class OpenShareHandler(_ShareHandler):
     async def get(self, share_id: str) -> None:
         user = await self._caller()
         share = self.shares.get(share_id)
+        name = user["name"]
+        if share.target_kind != "link" and not (
+                (share.target_kind == "user" and share.target == name)
+                or (share.target_kind == "group" and share.target in user.get("groups", []))
+                or name == share.owner):
+            raise no_share(share_id)  # not for you: told apart from a missing share by nothing
         if not Shares._active(share, _now()):
             ended = "expired" if share.end_reason in (None, "expired") else "been revoked"
             raise web.HTTPError(410, f"This share has {ended}; ask {share.owner} to share again.")
-        name = user["name"]
         if share.target_kind == "link":
             await self.shares.accept_link(share.id, self.get_argument("code", ""), name)
-        elif not ((share.target_kind == "user" and share.target == name)
-                  or (share.target_kind == "group" and share.target in user.get("groups", []))
-                  or name == share.owner):
-            raise web.HTTPError(403, f"This share of {share.owner}'s server is not for you.")
         self.shares.audit(name, "share_opened", share=share.id, owner=share.owner, server=share.server)
         owner = await self.hub.user(share.owner)
         server = (owner.get("servers") or {}).get(share.server)
@@ -488,8 +534,8 @@ class OpenShareHandler(_ShareHandler):
 class CourseSharingHandler(_ShareHandler):
     """``/api/courses/<course>/sharing``: GET (members) and PUT (teachers, admins) the course's
     sharing settings: ``{"ta_server_access": bool}`` (its TAs may open its students' servers
-    without a share). Course roles are JupyterHub roles, made when the hub starts: a change
-    applies from the next hub start."""
+    without a share). Course roles are JupyterHub roles that classhub replaces in the running
+    hub (hub_ext.hubside): a change applies at once."""
 
     async def get(self, course: str) -> None:
         await self.authorize(authz.READ_COURSE, course=course)
@@ -510,14 +556,14 @@ class CourseSharingHandler(_ShareHandler):
             session.add(row)
             store.record(session, caller.name, "course_sharing_set", _now(), course=course,
                          ta_server_access=row.ta_server_access)
+        await self.courses.push_roles()
         self.write_json(self._settings(course))
 
     def _settings(self, course: str) -> dict[str, Any]:
         with self.shares.sessions() as session:
             chosen = ta_access_by_course(session).get(course)
         return {"course": course, "ta_server_access": chosen,
-                "applies": "from the next hub start (JupyterHub makes course roles when it starts); "
-                           "null: the hub-wide default"}
+                "applies": "at once (null: the hub-wide default)"}
 
 
 _PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>classhub: sharing</title>

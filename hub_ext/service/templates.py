@@ -41,11 +41,13 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from hub_ext import store
 from hub_ext.backends.local.templates import (
+    FILES,
     ClasshubTemplates,
     Stager,
     TemplateStorage,
     version_location,
 )
+from hub_ext.core import authz, bodies
 from hub_ext.core import templates as rules
 from hub_ext.core.seeding import TemplateRefused
 from hub_ext.service.handlers import APIHandler
@@ -147,7 +149,11 @@ class ContentsReader:
             if e.code == 404:
                 raise web.HTTPError(404, f"No folder {path or '/'} in your server.") from None
             raise web.HTTPError(502, f"Your server answered {e.code} when classhub read {path!r}.") from None
-        return json.loads(response.body)
+        try:
+            return bodies.parse_json(response.body, max_depth=8)
+        except bodies.BodyError:
+            raise web.HTTPError(502, f"Your server's answer for {path!r} is not the JSON of its "
+                                     "contents API.") from None
 
     async def copy_into(self, folder: str, stager: Stager) -> None:
         """Copy ``folder`` recursively (hidden files are not listed by jupyter-server)."""
@@ -262,11 +268,11 @@ class VersionHandler(TemplatesBase):
         await self.check(rules.may_read, course)
         name = self._template_name(name)
         number = int(version.lstrip("v")) if re.fullmatch(r"v?[0-9]{1,7}", version) else None
-        if number is None:
-            raise web.HTTPError(400, "A version is a number like 2 (or v2).")
-        found = await self.db(self._get, course, name, number)
+        # what cannot be a version number names no version: the same 404 as a missing one
+        found = await self.db(self._get, course, name, number) if number else None
         if found is None:
-            raise web.HTTPError(404, f"No version {number} of template {name} in {course}.")
+            raise web.HTTPError(404, "No version %s of template %s in %s; versions are numbers like 2 "
+                                "(or v2).", version[:40], name, course)
         self.write_json(found)
 
     def _get(self, course: str, name: str, number: int) -> dict[str, Any] | None:
@@ -276,7 +282,6 @@ class VersionHandler(TemplatesBase):
             return version_json(course, name, v) if v is not None else None
 
 
-@web.stream_request_body
 class PublishHandler(TemplatesBase):
     """``POST /api/courses/<course>/templates/<name>/versions``: publish the next version.
 
@@ -284,16 +289,25 @@ class PublishHandler(TemplatesBase):
     "description"}`` copies a folder of the caller's running server; any other body is an
     archive (zip or tar, optionally compressed) with the same fields as query arguments
     (``start_command`` as a JSON list). Teachers of the course and admins.
+
+    Who may publish is decided before the body is read: a refused caller's archive is read and
+    dropped, never stored (see APIHandler.refuse_after_body); an archive over the size limit is
+    answered 413.
     """
 
     _staged = None
     _archive = None
-    _json: bytearray | None = None
-    _received = 0
 
     async def prepare(self) -> None:
         if self.request.method != "POST":
-            return
+            return super().prepare()
+        try:
+            await self._prepare_upload()
+        except web.HTTPError as e:
+            self._cleanup()
+            self.refuse_after_body(e)
+
+    async def _prepare_upload(self) -> None:
         course, name = self.path_args
         self.caller = await self.check(rules.may_publish, course)
         self._template_name(name)
@@ -301,23 +315,21 @@ class PublishHandler(TemplatesBase):
         limits = self.templates.limits
         kind = self.request.headers.get("Content-Type", "").split(";")[0].strip().lower()
         if kind == "application/json":
-            self._json = bytearray()
-            self.request.connection.set_max_body_size(_JSON_BODY_MAX)
+            self.start_body(_JSON_BODY_MAX)
             return
         if kind.startswith("multipart/"):
             raise web.HTTPError(400, "Send the archive itself as the body (Content-Type "
                                      "application/zip or application/x-tar), not a multipart form.")
         # Headers and padding of an archive take room too: allow them on top of the content limit.
-        self._body_limit = limits.max_bytes + 1024 * limits.max_files + 1024 * 1024
-        self.request.connection.set_max_body_size(self._body_limit)
+        self.start_body(limits.max_bytes + 1024 * limits.max_files + 1024 * 1024)
+        self._body_buffer = None  # the archive goes to a file, not to memory
         self._staged = self.templates.storage().staging()
         self._archive = open(self._staged / "upload", "wb")  # noqa: SIM115 - closed in post/on_finish
 
     def data_received(self, chunk: bytes) -> None:
-        self._received += len(chunk)
-        if self._json is not None:
-            self._json.extend(chunk)
-        elif self._archive is not None:
+        if self._archive is None:
+            super().data_received(chunk)
+        elif self.accept_chunk(chunk):
             self._archive.write(chunk)
 
     def on_finish(self) -> None:
@@ -341,11 +353,8 @@ class PublishHandler(TemplatesBase):
     async def post(self, course: str, name: str) -> None:
         storage = _staging_storage(self.templates)
         limits = self.templates.limits
-        if self._json is not None:
-            try:
-                data = json.loads(bytes(self._json) or b"null")
-            except ValueError:
-                raise web.HTTPError(400, "The body must be JSON.") from None
+        if self._archive is None:
+            data = self.json_body()
             if not isinstance(data, dict):
                 raise web.HTTPError(400, 'The body must be {"source": {"server_path": "lab1"}, ...}.')
             meta = _metadata(data)
@@ -355,7 +364,7 @@ class PublishHandler(TemplatesBase):
             try:
                 await reader.copy_into(folder, Stager(self._staged, limits))
             except TemplateRefused as e:
-                raise web.HTTPError(400, f"Not published: {e}. Nothing was stored.") from None
+                raise web.HTTPError(400, _not_published(e, self._staged)) from None
             finally:
                 reader.client.close()
             source = f"server:{self.caller.name}:/{folder}"
@@ -363,20 +372,20 @@ class PublishHandler(TemplatesBase):
             assert self._archive is not None and self._staged is not None
             self._archive.close()
             self._archive = None
-            if self._received == 0:
+            if self._body_received == 0:
                 raise web.HTTPError(400, 'The body is empty: send an archive, or JSON {"source": '
                                          '{"server_path": "..."}} with Content-Type application/json.')
             meta = _metadata(self._query_metadata())
             try:
                 await asyncio.to_thread(storage.extract, self._staged / "upload", self._staged, limits)
             except TemplateRefused as e:
-                raise web.HTTPError(400, f"Not published: {e}. Nothing was stored.") from None
+                raise web.HTTPError(400, _not_published(e, self._staged)) from None
             os.unlink(self._staged / "upload")
             source = "archive"
         try:
             manifest, digest = await asyncio.to_thread(storage.seal, self._staged, limits)
         except TemplateRefused as e:
-            raise web.HTTPError(400, f"Not published: {e}. Nothing was stored.") from None
+            raise web.HTTPError(400, _not_published(e, self._staged)) from None
         location = None
         if self.templates.writes_through_pods:
             location = await self._install_with_pod(course, name, digest)
@@ -428,8 +437,8 @@ class PublishHandler(TemplatesBase):
                 data[key] = value
         if "start_command" in data:
             try:
-                data["start_command"] = json.loads(data["start_command"])
-            except ValueError:
+                data["start_command"] = bodies.parse_json(data["start_command"])
+            except bodies.BodyError:
                 raise web.HTTPError(400, 'start_command must be a JSON list, e.g. ["jupyterhub-singleuser"].'
                                     ) from None
         return data
@@ -495,6 +504,19 @@ class PublishHandler(TemplatesBase):
         raise web.HTTPError(409, "Another version of this template was being published; publish again.")
 
 
+def _not_published(refusal: TemplateRefused, staged: Path | None) -> str:
+    """The refusal as a sentence without the service's own folders (where an upload is staged
+    is nobody's business): the archive and the template are named as such."""
+    text = str(refusal)
+    if staged is not None:
+        for path, name in ((staged / "upload", "the archive"), (staged / FILES, "the template"),
+                           (staged, "the upload")):
+            for kind in ("archive ", "template ", ""):
+                text = text.replace(f"{kind}{os.fspath(path)!r}", name)
+            text = text.replace(os.fspath(path), name)
+    return f"Not published: {text}. Nothing was stored."
+
+
 def _staging_storage(settings: ClasshubTemplates) -> TemplateStorage:
     """Where uploads are checked: the storage itself, or (publisher pods) a local scratch folder."""
     if settings.writes_through_pods:
@@ -540,6 +562,9 @@ class StartHandler(TemplatesBase):
 
     async def post(self, course: str, name: str) -> None:
         caller = await self.check(rules.may_use, course)
+        restart = authz.decide(caller, authz.CONTROL_SERVER, user=caller.name)  # no confused deputy
+        if not restart:
+            raise web.HTTPError(restart.status, restart.message)
         name = self._template_name(name)
         body = self.json_body() if self.request.body else {}
         if not isinstance(body, dict) or not set(body) <= {"version", "restore_deleted"}:

@@ -103,12 +103,17 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
                           handler.request.path, hub_user.get("name"))
             if isinstance(handler, WebSocketHandler):
                 self._watch(handler, action, resource)
-            self._audit(hub_user.get("name", ""))
+            self._audit(hub_user.get("name", ""), self.hub_auth.get_token(handler))
         return bool(verdict)
 
-    def _audit(self, viewer: str) -> None:
-        """Tell classhub (its audit log) that `viewer` used this server, once in a while."""
-        if self.audit_seconds <= 0 or not self.service_api_url:
+    def _audit(self, viewer: str, viewer_token: str | None) -> None:
+        """Tell classhub (its audit log) that `viewer` used this server, once in a while.
+
+        The report carries this server's own token (who reports) and the viewer's token for
+        this server (who used it): classhub asks the hub who that token belongs to and never
+        takes a viewer's name from a report (README, "Security model", rule 3).
+        """
+        if self.audit_seconds <= 0 or not self.service_api_url or not viewer_token:
             return
         last = self.__dict__.setdefault("_audited", {})
         now = time.monotonic()
@@ -120,7 +125,8 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
             try:
                 await AsyncHTTPClient().fetch(
                     f"{self.service_api_url.rstrip('/')}/shares/accessed", method="POST",
-                    body=json.dumps({"viewer": viewer, "server": self.server_name}), request_timeout=10,
+                    body=json.dumps({"viewer_token": viewer_token, "server": self.server_name}),
+                    request_timeout=10,
                     headers={"Authorization": f"token {self.hub_auth.api_token}",
                              "Content-Type": "application/json"})
             except Exception as e:  # the audit must never break the request

@@ -31,6 +31,7 @@ __all__ = [
     "Base",
     "Course",
     "CourseQuota",
+    "Invitation",
     "Membership",
     "Reservation",
     "UserQuota",
@@ -92,6 +93,30 @@ class Membership(Base):
     role: Mapped[str] = mapped_column(String(16), default=STUDENT)
 
     course: Mapped[Course] = relationship(back_populates="memberships")
+
+
+class Invitation(Base):
+    """A pending enrolment the invited person must accept (README, "Security model", rule 2).
+
+    Made when a teacher enrols someone who already belongs to another course: joining gives this
+    course's staff power over that person's server, so it waits for their consent. Accepting
+    turns it into a `Membership`; declining or a teacher's removal deletes it.
+    """
+
+    __tablename__ = "classhub_invitations"
+    __table_args__ = (
+        UniqueConstraint("course_id", "username"),
+        CheckConstraint(f"role IN {ROLES!r}", name="role"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    course_id: Mapped[int] = mapped_column(ForeignKey("classhub_courses.id", ondelete="CASCADE"))
+    username: Mapped[str]
+    role: Mapped[str] = mapped_column(String(16), default=STUDENT)
+    invited_by: Mapped[str]
+    created_at: Mapped[datetime]
+
+    course: Mapped[Course] = relationship()
 
 
 class _LimitColumns:

@@ -1,0 +1,81 @@
+"""Code that runs inside the hub process: applying course roles while the hub runs.
+
+Why: a course role is power over other people's servers (README, "Security model"). JupyterHub
+reads ``load_roles`` only when it starts and has no REST API for roles, so roles made from the
+configuration would apply to a new TA only after a hub restart and, worse, a removed TA would
+keep opening students' servers until then. This endpoint lets the classhub service replace the
+generated course roles in the hub's own database right after every membership change: the hub
+computes every request's scopes from its database, so a grant or a withdrawal applies to the
+next request.
+
+``PUT /hub/api/classhub/course-roles`` with ``{"courses": {"<course>": {"members": {"<user>":
+"student" | "ta" | "teacher"}, "ta_server_access": true}}}``: the complete desired state (the
+call is idempotent). Only the classhub service's own token may call it. Hub admins are read
+from the hub's database here, at the moment of the change, and left out of every server scope
+(hub_ext.core.roles.hub_roles), so no course role ever reaches a hub admin's server.
+
+It is registered with ``JupyterHub.extra_handlers`` by ``configure()``; JupyterHub 3.1+ logs
+that setting as deprecated, but it is the only way for an extension to change roles at run time
+in JupyterHub 5 and 6.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jupyterhub import orm
+from jupyterhub import roles as hub_roles_api
+from jupyterhub.apihandlers.base import APIHandler
+from tornado import web
+
+from hub_ext.core import roles
+
+SERVICE_NAME = "classhub"
+PATH = r"/api/classhub/course-roles"
+
+
+def _desired(body: Any) -> tuple[dict[str, dict[str, str]], dict[str, bool]]:
+    """Members and TA access per course from the request body; 400 for any other shape."""
+    courses = body.get("courses") if isinstance(body, dict) else None
+    if not isinstance(courses, dict):
+        raise web.HTTPError(400, 'Send {"courses": {"<course>": {"members": {...}}}}.')
+    members: dict[str, dict[str, str]] = {}
+    ta_access: dict[str, bool] = {}
+    for course, spec in courses.items():
+        people = spec.get("members") if isinstance(spec, dict) else None
+        if not isinstance(people, dict) or not all(
+                isinstance(u, str) and r in (roles.STUDENT, roles.TA, roles.TEACHER)
+                for u, r in people.items()):
+            raise web.HTTPError(400, f"courses[{course!r}].members must map user names to roles.")
+        members[course] = dict(people)
+        ta_access[course] = bool(spec.get("ta_server_access", True))
+    return members, ta_access
+
+
+class CourseRolesHandler(APIHandler):
+    """Replace the hub roles generated for classhub courses (see the module docstring)."""
+
+    def put(self) -> None:
+        caller = self.current_user
+        if not (isinstance(caller, orm.Service) and caller.name == SERVICE_NAME):
+            raise web.HTTPError(403, "Only the classhub service sets course roles.")
+        members, ta_access = _desired(self.get_json_body())
+        admins = {u.name for u in self.db.query(orm.User).filter(orm.User.admin.is_(True))}
+        wanted = roles.hub_roles(members, ta_access, hub_admins=admins)
+        names = {r["name"] for r in wanted}
+        for role in list(self.db.query(orm.Role)):
+            if role.name.startswith(roles.ROLE_PREFIXES) and role.name not in names:
+                self.db.delete(role)
+        for spec in wanted:
+            role = hub_roles_api.create_role(
+                self.db, {k: spec[k] for k in ("name", "description", "scopes")}, commit=False)
+            users = [orm.User.find(self.db, name) for name in spec["users"]]
+            role.users = [u for u in users if u is not None]
+        self.db.commit()
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"roles": sorted(names), "hub_admins_left_out": sorted(
+            admins & {u for people in members.values() for u in people})}))
+
+
+HANDLERS = [(PATH, CourseRolesHandler)]
