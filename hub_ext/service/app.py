@@ -157,6 +157,7 @@ class ClasshubService(Application):
             app.settings["hub_api"], store.Ledger(app.settings["sessions"]),
             self.reconcile_interval, self.reconcile_grace,
         ))
+        roles_task = asyncio.create_task(self._roles(app.settings["courses"]))
         server = app.listen(self.port or url.port or 10101, self.bind_ip or url.hostname)
         self.log.info("classhub service %s listening on %s", __version__, self.service_url)
         stop = asyncio.Event()
@@ -166,6 +167,7 @@ class ClasshubService(Application):
         await stop.wait()
         ledger_task.cancel()
         share_task.cancel()
+        roles_task.cancel()
         server.stop()
 
     async def _reconcile(self, courses: Courses, attempts: int = 20) -> None:
@@ -183,6 +185,17 @@ class ClasshubService(Application):
                 self.log.warning("reconciling course groups with the hub failed (%s); retrying", e)
                 await asyncio.sleep(min(0.25 * 2**attempt, 2))
         self.log.error("course groups were not reconciled with the hub; serving anyway")
+
+    async def _roles(self, courses: Courses) -> None:
+        """Re-apply the course roles every `reconcile_interval`: someone made a hub admin since
+        the last membership change leaves every course role at the latest here (README,
+        "Security model", rule 1), and a push that failed is retried."""
+        while True:
+            await asyncio.sleep(self.reconcile_interval)
+            try:
+                await courses.push_roles()
+            except Exception as e:  # the hub restarting: the next round retries
+                self.log.warning("applying course roles in the hub failed (%s); retrying", e)
 
     share_interval = Float(
         config=True,

@@ -360,6 +360,9 @@ class RosterHandler(APIHandler):
 
     async def post(self, course: str) -> None:
         caller = await self.authorize(authz.IMPORT_ROSTER, course=course)
+        if self.request.headers.get("Content-Type", "").split(";")[0].strip().lower() == "application/json":
+            raise web.HTTPError(400, "A roster is a CSV file (username,role); send it as the body "
+                                "(Content-Type text/csv) or in the multipart field \"file\", not JSON.")
         files = self.request.files.get("file")
         if files:
             data = files[0]["body"]
