@@ -51,7 +51,7 @@ SERVICE_SCOPES = [
 #: scopes, and a token narrowed by its owner stays narrow.
 SERVICE_OAUTH_SCOPES = [
     "access:servers!user",  # templates: publish from the teacher's own server with their login
-    "servers", "shares", "admin:groups", "admin:users",
+    "servers", "shares", "admin:groups", "admin:users", "read:metrics",
 ]
 
 

@@ -2,7 +2,9 @@
 
 Callers: anonymous, a student, a student of another course, a TA, a teacher of this course, a
 teacher of another course, a hub admin, a hub service's token (with access to classhub and
-read:metrics), and an admin's token limited to a scope that does not include classhub access.
+read:metrics), an admin's token limited to a scope that does not include classhub access, and an
+admin's token narrowed to classhub access only ("narrow": it reads classhub's data like an admin,
+but classhub does nothing on the hub for it that the hub would refuse it).
 The expected table is written out here, independently of hub_ext.core.authz.
 """
 
@@ -21,7 +23,7 @@ C, OTHER = "cs101", "bio201"
 USERS = ["t_cs", "a_cs", "s_cs", "t_bio", "s_bio"]
 ROLES = {C: {"t_cs": "teacher", "a_cs": "ta", "s_cs": "student"},
          OTHER: {"t_bio": "teacher", "s_bio": "student"}}
-CALLERS = ["anon", "s_cs", "s_bio", "a_cs", "t_cs", "t_bio", "admin", "svc", "limited"]
+CALLERS = ["anon", "s_cs", "s_bio", "a_cs", "t_cs", "t_bio", "admin", "svc", "limited", "narrow"]
 
 EXTRA_CONFIG = f"""
 c.DemoAuthenticator.accounts = ["admin", "teacher1", "ta1", "student1", "student2", *{USERS!r}]
@@ -54,7 +56,8 @@ def tokens(hub) -> dict[str, str | None]:
     """A token per caller; the two courses are created and filled through the API by the admin."""
     admin = HubSession(hub, "admin")
     tokens: dict[str, str | None] = {"anon": None, "admin": admin.new_token(), "svc": SERVICE_TOKEN,
-                                     "limited": admin.new_token(scopes=["read:hub"])}
+                                     "limited": admin.new_token(scopes=["read:hub"]),
+                                     "narrow": admin.new_token(scopes=["access:services!service=classhub"])}
     for course, members in ROLES.items():
         r = api(hub, "POST", "courses", tokens["admin"], json={"name": course})
         assert r.status_code == 201, r.text
@@ -69,10 +72,12 @@ def tokens(hub) -> dict[str, str | None]:
 ALL = set(CALLERS)
 AUTHENTICATED = ALL - {"anon", "limited"}
 USERS_ONLY = AUTHENTICATED - {"svc"}
-MEMBERS = {"admin", "t_cs", "a_cs", "s_cs"}
-STAFF = {"admin", "t_cs", "a_cs"}
+MEMBERS = {"admin", "narrow", "t_cs", "a_cs", "s_cs"}
+STAFF = {"admin", "narrow", "t_cs", "a_cs"}
 TEACHERS = {"admin", "t_cs"}
 ADMIN = {"admin"}
+#: admins' powers that are classhub's own data: the narrowed admin token keeps them
+ADMIN_DATA = {"admin", "narrow"}
 
 # (method, path, request kwargs, callers that succeed, status on success)
 # Everyone else gets 401 when anonymous and 403 otherwise. Paths may use {who}.
@@ -89,13 +94,13 @@ MATRIX = [
     ("POST", f"courses/{C}/roster", {"data": b"username,role\nnewbie2,student\n"}, TEACHERS, 200),
     ("GET", f"courses/{C}/quota", {}, MEMBERS, 200),
     ("PUT", f"courses/{C}/quota", {"json": {"resources": {"nvidia.com/gpu": 4}, "servers": 10}},
-     ADMIN, 200),
-    ("GET", f"courses/{C}/quota/users/s_cs", {}, TEACHERS | {"s_cs"}, 200),
+     ADMIN_DATA, 200),
+    ("GET", f"courses/{C}/quota/users/s_cs", {}, TEACHERS | {"s_cs", "narrow"}, 200),
     ("PUT", f"courses/{C}/quota/users/s_cs", {"json": {"resources": {"nvidia.com/gpu": 1}}},
-     TEACHERS, 200),
+     TEACHERS | {"narrow"}, 200),
     ("GET", f"courses/{C}/usage", {}, STAFF, 200),
     ("GET", "usage/me", {}, USERS_ONLY, 200),
-    ("GET", "usage", {}, ADMIN, 200),
+    ("GET", "usage", {}, ADMIN_DATA, 200),
     # authorized callers get past the check and then trip over the (deliberately) invalid body
     ("PUT", "users/s_cs/server/profile", {"data": b"not json"}, {"admin", "s_cs"}, 400),
     ("DELETE", "courses/{who}-target", {}, ADMIN, 204),

@@ -380,6 +380,9 @@ class Courses:
                 400, 'The body must be {"add": [{"username": ..., "role": "student"}], "remove": '
                 '["username", ...]}.'
             )
+        for key in ("add", "remove"):
+            if not isinstance(body.get(key, []), list):
+                raise web.HTTPError(400, '"%s" must be a list, e.g. {"%s": ["kim"]}.', key, key)
         adds: dict[str, str] = {}
         for i, entry in enumerate(body.get("add") or []):
             if isinstance(entry, str):
