@@ -18,7 +18,7 @@ from fractions import Fraction
 from typing import Any
 
 from sqlalchemy import CheckConstraint, ForeignKey, Index, MetaData, String, UniqueConstraint
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column, relationship
 
 from hub_ext.core.quota import Limits, parse_limits
 from hub_ext.core.resources import ResourceVector
@@ -78,25 +78,30 @@ class Course(Base):
     )
 
 
-class Membership(Base):
-    """One user's role in one course (student, ta or teacher)."""
+class _CourseRole:
+    """A user with a role in a course: the shape of a membership and of an invitation to one."""
 
-    __tablename__ = "classhub_memberships"
-    __table_args__ = (
-        UniqueConstraint("course_id", "username"),
-        CheckConstraint(f"role IN {ROLES!r}", name="role"),
-    )
+    @declared_attr.directive
+    def __table_args__(cls) -> tuple:
+        return (UniqueConstraint("course_id", "username"),
+                CheckConstraint(f"role IN {ROLES!r}", name="role"))
 
     id: Mapped[int] = mapped_column(primary_key=True)
     course_id: Mapped[int] = mapped_column(ForeignKey("classhub_courses.id", ondelete="CASCADE"))
     username: Mapped[str]
     role: Mapped[str] = mapped_column(String(16), default=STUDENT)
 
+
+class Membership(_CourseRole, Base):
+    """One user's role in one course (student, ta or teacher)."""
+
+    __tablename__ = "classhub_memberships"
+
     course: Mapped[Course] = relationship(back_populates="memberships")
 
 
-class Invitation(Base):
-    """A pending enrolment the invited person must accept (README, "Security model", rule 2).
+class Invitation(_CourseRole, Base):
+    """A pending enrolment the invited person must accept (README, "Security model", rule 1).
 
     Made when a teacher enrols someone who already belongs to another course: joining gives this
     course's staff power over that person's server, so it waits for their consent. Accepting
@@ -104,15 +109,7 @@ class Invitation(Base):
     """
 
     __tablename__ = "classhub_invitations"
-    __table_args__ = (
-        UniqueConstraint("course_id", "username"),
-        CheckConstraint(f"role IN {ROLES!r}", name="role"),
-    )
 
-    id: Mapped[int] = mapped_column(primary_key=True)
-    course_id: Mapped[int] = mapped_column(ForeignKey("classhub_courses.id", ondelete="CASCADE"))
-    username: Mapped[str]
-    role: Mapped[str] = mapped_column(String(16), default=STUDENT)
     invited_by: Mapped[str]
     created_at: Mapped[datetime]
 
