@@ -34,7 +34,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from sqlalchemy import select
-from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from traitlets import Bool, Dict, Enum, Float, Int, Unicode, default, validate
 from traitlets.config import Application, Config
 
@@ -52,6 +52,7 @@ from hub_ext.core.culling import (
     Window,
     decide,
 )
+from hub_ext.service.hubapi import HubAPI, HubAPIError
 from hub_ext.store import culler_models as cm
 
 ACTION = "server_culled"
@@ -181,8 +182,8 @@ class ClasshubCuller(Application):
         if raw:
             self.update_config(Config(json.loads(raw)))
         self.sessions = store.connect(self.db_url)
-        self.client = AsyncHTTPClient()
-        self.requests = 0
+        self.client = AsyncHTTPClient()  # servers' activity reports, Prometheus
+        self.api = HubAPI(self.hub_api_url, self.api_token)
 
     def site_policies(self) -> dict[str, CullPolicy]:
         return {
@@ -199,29 +200,11 @@ class ClasshubCuller(Application):
     # ---- HTTP --------------------------------------------------------------------------------
 
     async def hub(self, method: str, path: str) -> Any:
-        self.requests += 1
-        response = await self.client.fetch(HTTPRequest(
-            f"{self.hub_api_url.rstrip('/')}/{path}", method=method,
-            headers={"Authorization": f"token {self.api_token}",
-                     # paginated lists come with their "next" page (JupyterHub >= 2)
-                     "Accept": "application/jupyterhub-pagination+json"},
-            request_timeout=60,
-        ))
-        return json.loads(response.body) if response.body else None
+        return await self.api.request(method, path)
 
     async def users(self) -> list[dict[str, Any]]:
-        """Every user with an active server: one paginated request."""
-        out: list[dict[str, Any]] = []
-        offset = 0
-        while True:
-            query = urlencode({"state": "active", "offset": offset, "limit": self.page_size})
-            page = await self.hub("GET", f"users?{query}")
-            items = page["items"] if isinstance(page, dict) else page
-            out.extend(items)
-            nxt = page.get("_pagination", {}).get("next") if isinstance(page, dict) else None
-            if not nxt or not items:
-                return out
-            offset = nxt.get("offset", offset + len(items))
+        """Every user with an active server (every page of the hub's list)."""
+        return [u async for items in self.api.pages("users?state=active", self.page_size) for u in items]
 
     async def routes(self, wanted: set[str]) -> dict[str, str]:
         """Proxy targets (how to reach a server directly) of the route specs ``wanted``.
@@ -232,19 +215,14 @@ class ClasshubCuller(Application):
         found: dict[str, str] = {}
         if not wanted:
             return found
-        offset = 0
-        while True:
-            page = await self.hub("GET", f"proxy?{urlencode({'offset': offset, 'limit': 200})}")
-            table = page.get("items", page) if isinstance(page, dict) and "_pagination" in page else page
-            table = table or {}
-            for spec, route in table.items():
+        async for table in self.api.pages("proxy"):
+            for spec, route in (table or {}).items():
                 if spec in wanted:
                     found[spec] = (route or {}).get("target", "")
-            nxt = page.get("_pagination", {}).get("next") if isinstance(page, dict) else None
-            last = max(table, default="")
-            if not nxt or not table or set(found) >= wanted or all(w <= last for w in wanted - set(found)):
-                return found
-            offset = nxt.get("offset", offset + len(table))
+            last = max(table or {}, default="")
+            if set(found) >= wanted or all(w <= last for w in wanted - set(found)):
+                break
+        return found
 
     async def ask(self, target: str, url: str) -> dict[str, Any] | None:
         """The server's activity report; None when it does not answer (then hub facts decide)."""
@@ -288,8 +266,8 @@ class ClasshubCuller(Application):
         try:
             await self.hub("DELETE", path)
             return True
-        except HTTPClientError as e:
-            if e.code == 404:  # already gone
+        except HubAPIError as e:
+            if e.status == 404:  # already gone
                 return True
             self.log.error("could not stop %s/%s: %s", user, server_name, e)
             return False
@@ -318,7 +296,7 @@ class ClasshubCuller(Application):
 
     async def cycle(self) -> CycleReport:
         started = time.monotonic()
-        before = self.requests
+        before = self.api.sent
         now = self.now()
         report = CycleReport()
         users = await self.users()
@@ -375,7 +353,7 @@ class ClasshubCuller(Application):
             decisions = run()
 
         await self.act(decisions, facts, now, report)
-        report.hub_requests = self.requests - before
+        report.hub_requests = self.api.sent - before
         report.seconds = time.monotonic() - started
         self.log.info(
             "cycle: %d servers, %d asked, %d warned, %d culled, pressure %s, %d hub requests, %.2fs",

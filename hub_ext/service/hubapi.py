@@ -1,7 +1,11 @@
-"""A small client for the JupyterHub REST API, authenticated with the service's own token.
+"""A small client for the JupyterHub REST API, authenticated with a service's own token.
 
 The service asks the hub (the source of truth for users, groups and servers) instead of keeping
-copies, and starts or stops servers through the hub so every hub rule still applies.
+copies, and starts or stops servers through the hub so every hub rule still applies. The culler
+uses the same client. Lists are read page by page (`pages`): the hub caps a page at
+``api_page_max_limit`` (200 by default), so a list read without following ``_pagination.next``
+silently stops at the first page. Reads and idempotent writes are retried with backoff when the
+hub answers 429 or 5xx (a hub restarting, a busy proxy).
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote
 
@@ -32,13 +37,50 @@ class HubAPIError(HTTPError):
 class HubAPI:
     """Calls ``<api_url>/<path>`` with ``Authorization: token <api_token>``."""
 
-    def __init__(self, api_url: str, api_token: str) -> None:
+    #: Methods retried on 429/5xx: they mean the same when sent twice.
+    RETRIED = frozenset({"GET", "PUT"})
+
+    def __init__(self, api_url: str, api_token: str, retries: int = 4, backoff: float = 0.25) -> None:
         self.api_url = api_url.rstrip("/")
         self.api_token = api_token
+        self.retries = retries
+        self.backoff = backoff
+        #: requests sent (the culler reports it per cycle)
+        self.sent = 0
 
     async def request(self, method: str, path: str, body: Any = None,
                       headers: dict[str, str] | None = None) -> Any:
+        """One API call; its JSON answer (None when empty). HubAPIError for a refusal."""
+        attempt = 0
+        while True:
+            try:
+                return await self._request(method, path, body, headers)
+            except HubAPIError as e:
+                if method not in self.RETRIED or attempt >= self.retries or not (
+                        e.status == 429 or 500 <= e.status < 600):
+                    raise
+            await asyncio.sleep(self.backoff * 2**attempt)
+            attempt += 1
+
+    async def pages(self, path: str, limit: int = 200) -> AsyncIterator[Any]:
+        """The items of every page of the hub list at `path` (a path with or without a query),
+        following ``_pagination.next``; a hub that answers a bare list gives one page."""
+        offset = 0
+        sep = "&" if "?" in path else "?"
+        while True:
+            page = await self.request("GET", f"{path}{sep}offset={offset}&limit={limit}",
+                                      headers={"Accept": "application/jupyterhub-pagination+json"})
+            paginated = isinstance(page, dict) and "_pagination" in page
+            items = page["items"] if paginated else page
+            yield items
+            following = page["_pagination"].get("next") if paginated else None
+            if not following or not items:
+                return
+            offset = following.get("offset", offset + len(items))
+
+    async def _request(self, method: str, path: str, body: Any, headers: dict[str, str] | None) -> Any:
         url = f"{self.api_url}/{path.lstrip('/')}"
+        self.sent += 1
         try:
             response = await AsyncHTTPClient().fetch(
                 url,
@@ -71,29 +113,17 @@ class HubAPI:
         return await self.get(f"users/{quote(name, safe='')}")
 
     async def groups(self) -> list[dict[str, Any]]:
-        """All groups with their properties (follows the hub's pagination)."""
-        groups: list[dict[str, Any]] = []
-        offset = 0
-        while True:
-            page = await self.get(f"groups?offset={offset}&limit=200")
-            items = page["items"] if isinstance(page, dict) else page
-            groups.extend(items)
-            if not isinstance(page, dict) or not page.get("_pagination", {}).get("next"):
-                return groups
-            offset += len(items)
+        """All groups with their properties."""
+        return [group async for items in self.pages("groups") for group in items]
+
+    async def users(self, state: str = "") -> list[dict[str, Any]]:
+        """All users (``state="active"``: those with a running or starting server)."""
+        query = f"users?state={state}" if state else "users"
+        return [user async for items in self.pages(query) for user in items]
 
     async def admin_names(self) -> set[str]:
-        """The hub's admins now (follows the hub's pagination of the user list)."""
-        admins: set[str] = set()
-        offset = 0
-        while True:
-            page = await self.request("GET", f"users?offset={offset}&limit=200",
-                                      headers={"Accept": "application/jupyterhub-pagination+json"})
-            items = page["items"] if isinstance(page, dict) else page
-            admins.update(u["name"] for u in items if u.get("admin"))
-            if not isinstance(page, dict) or not page.get("_pagination", {}).get("next") or not items:
-                return admins
-            offset += len(items)
+        """The hub's admins now."""
+        return {user["name"] for user in await self.users() if user.get("admin")}
 
     async def set_course_roles(self, courses: dict[str, Any]) -> dict[str, Any]:
         """Replace the hub's course roles (the hub-side endpoint of hub_ext.hubside)."""

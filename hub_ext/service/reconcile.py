@@ -22,17 +22,8 @@ log = logging.getLogger(__name__)
 
 async def running_server_keys(hub: HubAPI) -> set[str]:
     """Ledger keys ("server:<user>/<name>") of every server the hub runs or is starting."""
-    keys: set[str] = set()
-    offset = 0
-    while True:
-        page = await hub.get(f"users?state=active&offset={offset}&limit=200")
-        items = page["items"] if isinstance(page, dict) else page
-        for user in items:
-            for name in (user.get("servers") or {}):
-                keys.add(f"server:{user['name']}/{name}")
-        if not isinstance(page, dict) or not page.get("_pagination", {}).get("next"):
-            return keys
-        offset += len(items)
+    return {f"server:{user['name']}/{name}" for user in await hub.users(state="active")
+            for name in (user.get("servers") or {})}
 
 
 async def reconcile_once(hub: HubAPI, ledger: store.Ledger, grace: timedelta) -> store.ReconcileReport:
