@@ -52,6 +52,7 @@ from hub_ext.core.culling import (
     Window,
     decide,
 )
+from hub_ext.logs import route_module_logs
 from hub_ext.service.hubapi import HubAPI, HubAPIError
 from hub_ext.store import culler_models as cm
 
@@ -470,4 +471,5 @@ def _main_resource(f: ServerFacts) -> str:
 def main(argv: list[str] | None = None) -> None:
     app = ClasshubCuller.instance()
     app.initialize(argv)
+    route_module_logs(app)
     app.start()

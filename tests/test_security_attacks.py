@@ -129,6 +129,8 @@ def test_a_student_of_another_course_is_invited_and_joins_only_by_accepting(hub,
     assert r.status_code == 200 and r.json()["answer"] == "accepted", r.text
     assert members(hub, tokens)["s_bio"] == "student"
     assert "admin:servers!user=s_bio" in hub_scopes(hub, t)  # applied without a hub restart
+    # the service's own log lines reach the hub's log (not only its warnings)
+    assert "members.change in cs101 by t_cs" in hub.log_path.read_text(errors="replace")
     assert api(hub, "GET", "invitations", tokens["s_bio"]).json()["invitations"] == []
     assert ("s_bio", "invitation.accept") in [(a, b) for a, b, _ in audit(hub)]
 

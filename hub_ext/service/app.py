@@ -22,6 +22,7 @@ from traitlets import Bool, Float, Integer, Unicode, default
 from traitlets.config import Application
 
 from hub_ext import __version__, store
+from hub_ext.logs import route_module_logs
 from hub_ext.service import culling, handlers, invitations, metrics, reconcile, sharing, templates
 from hub_ext.service.courses import Courses
 from hub_ext.service.hubapi import HubAPI
@@ -222,4 +223,5 @@ class ClasshubService(Application):
 def main(argv: list[str] | None = None) -> None:
     app = ClasshubService.instance()
     app.initialize(argv)
+    route_module_logs(app)
     app.start()

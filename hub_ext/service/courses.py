@@ -47,7 +47,7 @@ from hub_ext.store import (
 )
 from hub_ext.store.share_models import ta_access_by_course
 
-log = logging.getLogger("classhub.service")
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 #: Course names: usable as a JupyterHub group name, in a ``!group=`` scope filter, as a Kubernetes
@@ -444,6 +444,8 @@ class Courses:
                 "course": name, "set": dict(set_roles), "removed": removes,
                 **({"invited": invites} if invites else {}),
                 **({"withdrawn": withdrawn} if withdrawn else {}), **details}))
+        log.info("%s in %s by %s: set %s, removed %s, invited %s, withdrew %s", action, name, actor,
+                 dict(set_roles), removes, invites, withdrawn)
         return withdrawn
 
     # ------------------------------------------------------------------ invitations
