@@ -825,7 +825,7 @@ def test_pod_requests_ignore_container_order(requests):
 
 
 def test_core_modules_import_only_the_standard_library():
-    """DESIGN.md rule 1: hub_ext/core imports nothing outside the stdlib and itself."""
+    """docs/architecture.md, rule 1: hub_ext/core imports nothing outside the stdlib and itself."""
     import ast
     import sys
     from pathlib import Path

@@ -26,7 +26,7 @@ Rules:
   directly only people who belong to no other course; anyone else is invited and joins when
   they accept. Admins (with the hub scopes) enrol directly.
 
-Pure: standard library and hub_ext.core only (DESIGN.md rule 1).
+Pure: standard library and hub_ext.core only (docs/architecture.md, rule 1).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ reads ``10**400`` as an int and ``1e400`` as infinity, and accepts ``NaN``; a da
 far less than that. `parse_json` refuses all of these with a `BodyError` whose message names the
 field, and `path_id` turns an id from a URL into an int or None ("no such thing": a 404).
 
-Pure: standard library only (DESIGN.md rule 1).
+Pure: standard library only (docs/architecture.md, rule 1).
 """
 
 from __future__ import annotations

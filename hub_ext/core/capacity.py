@@ -4,7 +4,7 @@ Why this module exists: the profile list shows "N free now", quota admission and
 decide whether a request can start, and the admin dashboard shows over-commit. All of them need
 the same figure the Kubernetes scheduler uses: a node's free capacity is its allocatable minus the
 requests of the non-terminated pods bound to it. Computing it here, from the JSON of plain node
-and pod list calls, keeps it a pure function (DESIGN.md rule 1): the kubernetes backend lists
+and pod list calls, keeps it a pure function (docs/architecture.md, rule 1): the kubernetes backend lists
 nodes and pods, the local backend describes its one machine in the same shape, and both get the
 same answer.
 

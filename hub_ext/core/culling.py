@@ -55,7 +55,7 @@ Output: one `Decision` per server, sorted by (user, server name) whatever the in
 reclaims carry ``rank`` (1, 2, ... in the order they were chosen) and the ``resource`` they
 were reclaimed for.
 
-Pure: standard library only (DESIGN.md rule 1). Times are `datetime` (all aware or all naive,
+Pure: standard library only (docs/architecture.md, rule 1). Times are `datetime` (all aware or all naive,
 as the caller chooses); durations are seconds.
 """
 

@@ -7,9 +7,9 @@ device plugin advertises on Kubernetes (`nvidia.com/gpu`, `nvidia.com/mig-<g>g.<
 MIG *mixed* strategy, `nvidia.com/gpu.shared` for time-sliced/MPS GPUs with renameByDefault), and
 the local spawner plays the device plugin's part: it hands out devices exclusively (or up to
 `replicas` owners per shared GPU) and rebuilds who holds what after a hub restart from what the
-running servers report (DESIGN.md rule 4: the running processes are the truth).
+running servers report (docs/architecture.md, rule 4: the running processes are the truth).
 
-Pure: standard library only (DESIGN.md rule 1). Discovery (NVML / nvidia-smi) lives in
+Pure: standard library only (docs/architecture.md, rule 1). Discovery (NVML / nvidia-smi) lives in
 `hub_ext.backends.local.gpus`. Methods are synchronous and atomic (they either change the state
 completely or raise before changing anything); serialising concurrent callers is the caller's job.
 """

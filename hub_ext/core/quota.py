@@ -16,7 +16,7 @@ Value model:
 - GPU hours cannot be known in advance, so they are checked as "hours already used this week are
   below the limit" and only for requests that ask for a GPU resource of any kind.
 
-Pure: standard library and hub_ext.core only (DESIGN.md rule 1).
+Pure: standard library and hub_ext.core only (docs/architecture.md, rule 1).
 """
 
 from __future__ import annotations

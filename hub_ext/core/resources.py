@@ -12,7 +12,7 @@ Value model (mirrors `resource.Quantity`):
   server does it ("if you ask for some resource you get some");
 - magnitudes above 2^63-1 are capped at 2^63-1, as the API server does.
 
-Pure: standard library only (DESIGN.md rule 1), so quota and admission decisions built on it can
+Pure: standard library only (docs/architecture.md, rule 1), so quota and admission decisions built on it can
 be unit-tested and benchmarked without a hub or a cluster.
 """
 

@@ -5,7 +5,7 @@ FitError ("0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/s
 2 Insufficient nvidia.com/gpu. preemption: ..."), and when an API call fails it answers with a
 Status (403 quota exceeded, 422 invalid, 429, 5xx). Students should see one plain sentence that
 names what is missing and what to do, not that text or a traceback. The translation is a pure
-function of the message (DESIGN.md rule 1), so it is unit-tested against real message variants
+function of the message (docs/architecture.md, rule 1), so it is unit-tested against real message variants
 and shared by the spawner's progress stream and its final error.
 
 Only the standard library is used.

@@ -53,7 +53,7 @@ the new version did not change since base are not copied (the student removed th
 purpose; only what the teacher changed or added is shown). Each decision is an :class:`Action`
 with a stable ``reason`` code (for logs and metrics) and a sentence (:attr:`Action.message`).
 
-Pure: standard library only (DESIGN.md rule 1).
+Pure: standard library only (docs/architecture.md, rule 1).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ Read-only means: read contents and files, list kernels, sessions and kernelspecs
 events; every write (``PUT/POST/PATCH/DELETE``), kernel execution (REST starts and the kernel
 channels websocket, authorized as ``execute`` on ``kernels``), and terminals are refused.
 
-Pure: standard library only (DESIGN.md rule 1).
+Pure: standard library only (docs/architecture.md, rule 1).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ A template is identified by ``<course>/<name>``; that key is what the seeding ma
 (``.classhub/template.json``) records as its template, so a re-seed knows where the home came
 from. Versions are integers 1, 2, ... (shown as ``v1``, ``v2``).
 
-Pure: standard library and hub_ext.core only (DESIGN.md rule 1).
+Pure: standard library and hub_ext.core only (docs/architecture.md, rule 1).
 """
 
 from __future__ import annotations

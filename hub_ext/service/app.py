@@ -172,7 +172,7 @@ class ClasshubService(Application):
         server.stop()
 
     async def _reconcile(self, courses: Courses, attempts: int = 20) -> None:
-        """Make the hub's course groups match the store before serving (DESIGN.md rule 4).
+        """Make the hub's course groups match the store before serving (docs/architecture.md, rule 4).
 
         The hub may still be starting when it starts its services, so this retries for a while;
         if the hub stays unreachable the service serves anyway and the groups are fixed by the

@@ -5,7 +5,7 @@ JupyterHub group of the same name (so JupyterHub's own ``!group=`` role filters,
 visibility and the admin page see the same members). Every change is written to the store first
 and then the group is made to match the store (`sync_group`), which is idempotent: a sync that
 failed half way (the hub was restarting) is finished by the next change or by `reconcile` when
-the service starts (DESIGN.md rule 4). Handlers stay thin: they decide with hub_ext.core.authz and
+the service starts (docs/architecture.md, rule 4). Handlers stay thin: they decide with hub_ext.core.authz and
 call one method here.
 
 Blocking database work runs in a worker thread (`asyncio.to_thread`); each call is one short

@@ -1,6 +1,6 @@
 """Prometheus metrics of classhub, computed from the store at each scrape.
 
-Why computed, not counted in memory: the facts live in the database (DESIGN.md rule 4). Quotas
+Why computed, not counted in memory: the facts live in the database (docs/architecture.md, rule 4). Quotas
 and reservations are rows; spawn denials are written by the spawner, which runs in the *hub*
 process, into the audit log (action ``spawn_denied``, details ``{reason, course}``). A counter
 kept in this service would never see them, and one kept in the hub would restart at zero with

@@ -242,11 +242,30 @@ SCHEMAS: dict[str, Any] = {
 }
 
 
-def _with_body_errors(method: str, op: dict[str, Any]) -> dict[str, Any]:
-    if method not in ("post", "put", "patch", "delete") and "requestBody" not in op:
-        return op
-    responses = {**op["responses"], **{code: _ERRORS[code] for code in _BODY_ERRORS
-                                       if code not in op["responses"]}}
+#: Operations that ask the hub (users, groups, servers, shares) on the caller's behalf: the hub
+#: failing is a 502 (its 400/404/409 are passed on as they are, see handlers.HUB_PASSED).
+_ASKS_HUB = {
+    ("get", "/api/me"), ("put", "/api/users/{user}/server/profile"), ("post", "/api/courses"),
+    ("delete", "/api/courses/{course}"), ("put", "/api/courses/{course}/members"),
+    ("post", "/api/courses/{course}/roster"), ("get", "/api/shares"), ("post", "/api/shares"),
+    ("get", "/api/shares/with-me"), ("get", "/api/shares/paths"), ("get", "/api/shares/{share}"),
+    ("delete", "/api/shares/{share}"), ("get", "/shares/{share}/open"), ("get", "/shares"),
+    ("post", "/api/courses/{course}/templates/{template}/versions"),
+    ("post", "/api/courses/{course}/templates/{template}/start"),
+}
+
+
+def _with_common_errors(path: str, method: str, op: dict[str, Any]) -> dict[str, Any]:
+    """``op`` with the answers every operation of its kind may give: a path naming nothing (404),
+    a bad or too large body (`_BODY_ERRORS`), the hub failing (502, `_ASKS_HUB`)."""
+    codes = []
+    if "{" in path and op.get("security") != []:
+        codes.append("404")
+    if method in ("post", "put", "patch", "delete") or "requestBody" in op:
+        codes.extend(_BODY_ERRORS)
+    if (method, path) in _ASKS_HUB:
+        codes.append("502")
+    responses = {**op["responses"], **{code: _ERRORS[code] for code in codes if code not in op["responses"]}}
     return {**op, "responses": dict(sorted(responses.items()))}
 
 
@@ -260,7 +279,7 @@ def document() -> dict[str, Any]:
 
     paths = {**PATHS, **templates.OPENAPI_PATHS, **sharing.OPENAPI_PATHS, **culling.OPENAPI_PATHS,
              **invitations.OPENAPI_PATHS}
-    paths = {path: {method: _with_body_errors(method, op) for method, op in ops.items()}
+    paths = {path: {method: _with_common_errors(path, method, op) for method, op in ops.items()}
              for path, ops in paths.items()}
     return {
         "openapi": "3.1.0",
@@ -291,6 +310,11 @@ def document() -> dict[str, Any]:
                 "upload": {"name": "upload", "in": "path", "required": True, "schema": {"type": "string"}},
                 "share": {"name": "share", "in": "path", "required": True, "schema": {"type": "integer"},
                           "description": "a share's id (from POST /api/shares)"},
+                "viewer": {"name": "viewer", "in": "query", "required": True, "schema": {"type": "string"},
+                           "description": "the hub user who opens the server"},
+                "server": {"name": "server", "in": "query", "required": False,
+                           "schema": {"type": "string", "default": ""},
+                           "description": "the server's name (empty: the default server)"},
                 "remove_missing": {"name": "remove_missing", "in": "query", "required": False,
                                    "schema": {"type": "boolean", "default": False},
                                    "description": "remove students and TAs not in the file"},

@@ -656,7 +656,8 @@ def _openapi_paths() -> dict[str, Any]:
         "/api/shares/with-me": {"get": _op("Active shares I can open", user, _ok("Shares", shares))},
         "/api/shares/paths": {"get": _op(
             "Paths of a viewer's one-path shares of the caller's server (asked by that server)",
-            "the server's owner (its server token)", _ok("Paths", {"type": "object"}))},
+            "the server's owner (its server token)", _ok("Paths", {"type": "object"}),
+            errors=("400", "401", "403"), params=("viewer", "server"))},
         "/api/shares/accessed": {"post": _op(
             "Record in the audit log that a non-owner used the caller's server (sent by that server)",
             "the server's owner (its server token)", _ok("Recorded", {"type": "object"}, "201"),

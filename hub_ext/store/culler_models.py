@@ -1,7 +1,8 @@
 """Store models for the idle culler (issue 8). Tables are created by migration 0004.
 
-Why in the database (DESIGN.md rule 4): what an admin decided (a persistent demo server, a course's
-own timeouts, an exam's no-cull window) and what the culler promised a user (a pending warning)
+Why in the database (docs/architecture.md, rule 4): what an admin decided (a persistent demo
+server, a course's own timeouts, an exam's no-cull window) and what the culler promised a user
+(a pending warning)
 must survive a restart of the culler or the hub. The culls themselves go to the audit log
 (`AuditLog`, action ``server_culled``), which the metrics count.
 """

@@ -10,7 +10,7 @@ serialized and each one sees every reservation committed before it:
   (always in that order, so two reservations cannot deadlock);
 - sqlite: every transaction is ``BEGIN IMMEDIATE`` (engine.py), so writers queue for the lock.
 
-The cluster stays the truth for what runs (DESIGN.md rule 4): `reconcile` releases reservations of
+The cluster stays the truth for what runs (docs/architecture.md, rule 4): `reconcile` releases reservations of
 servers that no longer run and reports servers that run without one; the caller decides what to do.
 """
 
