@@ -7,7 +7,7 @@ CHP_VERSION := 4.6.3
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test lint install clean
+.PHONY: run test test-unit lint install clean
 
 $(VENV)/bin/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "classhub needs Python 3.10+; set PYTHON=/path/to/python3.10+")'
@@ -27,6 +27,10 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest $(ARGS)
+
+# The quick tier: pure logic and the store, no hub, no cluster (under a minute).
+test-unit: $(STAMP)
+	$(VENV)/bin/python -m pytest -m unit -q $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -20,14 +20,38 @@ settings.load_profile("classhub")
 IN_CI = bool(os.environ.get("CI"))
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    """Fail at once, with what to install, when a piece the suite needs is missing."""
-    if not proxy_available():
-        pytest.exit(
-            "configurable-http-proxy or Node.js is missing: run 'make test' (it installs the "
-            "proxy into .venv/chp) on a machine with Node.js 18+",
-            returncode=1,
-        )
+#: The suite's tiers (``pytest -m unit`` is the quick one; ``make test`` runs them all):
+#: unit: no process of ours; hub: a real JupyterHub process; cluster: the fake Kubernetes API
+#: server (with or without a hub); browser: Chromium driven by Playwright.
+TIERS = ("unit", "hub", "cluster", "browser")
+_HUB_FIXTURES = frozenset({"hub_root", "demo_hub", "login", "hub"})
+
+
+def _tier(item: pytest.Item) -> str:
+    module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+    if "browser" in module or "page" in item.fixturenames:
+        return "browser"
+    if "kube" in module or "cluster" in item.fixturenames:
+        return "cluster"
+    if _HUB_FIXTURES & set(item.fixturenames) or hasattr(item.module, "LocalHub"):
+        return "hub"
+    return "unit"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test with its tier, from what it starts (see TIERS)."""
+    for item in items:
+        if not any(item.get_closest_marker(t) for t in TIERS):
+            item.add_marker(getattr(pytest.mark, _tier(item)))
+
+
+@pytest.fixture(autouse=True)
+def _pieces_a_tier_needs(request: pytest.FixtureRequest) -> None:
+    """A test that starts a hub fails (never skips) with what to install when the proxy or
+    Node.js is missing; the unit tier runs without them."""
+    if request.node.get_closest_marker("unit") is None and not proxy_available():
+        pytest.fail("configurable-http-proxy or Node.js is missing: run 'make test' (it installs the "
+                    "proxy into .venv/chp) on a machine with Node.js 18+")
 
 
 @pytest.fixture(scope="session")

@@ -35,8 +35,10 @@ from tornado.testing import bind_unused_port
 
 from hub_ext import store
 from hub_ext.service.handlers import APIHandler
+from hub_ext.store.models import AuditLog
 from hub_ext.store.share_models import Share
 from tests.hubproc import HubSession, LocalHub, api, wait_for
+from tests.pg import postgres_server, postgres_url  # noqa: F401
 
 COURSE = "demo101"  # the demo course: teacher1 teaches, student1 and student2 learn
 SCRATCH = "fuzz-scratch"  # the course the corpus may delete
@@ -387,3 +389,37 @@ async def test_an_unexpected_error_is_a_json_500_without_details():
     body = json.loads(response.body)
     assert body["status"] == 500 and "service log" in body["message"]
     assert b"secret" not in response.body and b"Traceback" not in response.body
+
+
+class _Writes(APIHandler):
+    """Records the body's ``actor`` in the audit log, as handlers record names they are given."""
+
+    def post(self) -> None:
+        with self.settings["sessions"].begin() as session:
+            session.add(AuditLog(at=datetime.now(timezone.utc), actor=self.json_body()["actor"],
+                                 action="test", details={}))
+        self.write_json({"ok": True})
+
+
+async def test_a_value_too_long_for_its_postgresql_column_is_400(postgres_url):  # noqa: F811
+    """sqlite stores a 300-character name in a 255-character column; PostgreSQL refuses it. The
+    refusal is the caller's 400 with a sentence, whatever handler wrote the value."""
+    sessions = store.connect(postgres_url)
+    app = web.Application([("/write", _Writes)], sessions=sessions)
+    sock, port = bind_unused_port()
+    server = HTTPServer(app)
+    server.add_sockets([sock])
+    try:
+        client = AsyncHTTPClient(force_instance=True)
+        response = await client.fetch(f"http://127.0.0.1:{port}/write", method="POST",
+                                      body=json.dumps({"actor": "x" * 300}), raise_error=False)
+        ok = await client.fetch(f"http://127.0.0.1:{port}/write", method="POST",
+                                body=json.dumps({"actor": "x" * 255}), raise_error=False)
+        client.close()
+    finally:
+        server.stop()
+    assert response.code == 400, response.body
+    assert "too long" in json.loads(response.body)["message"]
+    assert ok.code == 200
+    with sessions() as session:
+        assert [len(e.actor) for e in session.query(AuditLog)] == [255]  # nothing of the refused one

@@ -15,6 +15,7 @@ from typing import Any
 
 from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
 from prometheus_client import CONTENT_TYPE_LATEST
+from sqlalchemy.exc import DataError
 from tornado import httputil, web
 
 from hub_ext import __version__
@@ -202,6 +203,11 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         exc = kwargs.get("exc_info", (None, None, None))[1]
         if isinstance(exc, HubAPIError) and exc.status in HUB_PASSED:
             status_code = exc.status
+        elif isinstance(exc, DataError):  # e.g. a name longer than its PostgreSQL column
+            kwargs["exc_info"] = (web.HTTPError, web.HTTPError(
+                400, "A value is too long or out of range for where classhub keeps it; shorten "
+                "it (names and notes: at most 255 characters). Nothing was changed."), None)
+            status_code = 400
         super().send_error(status_code, **kwargs)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
@@ -292,10 +298,7 @@ class ServerProfileHandler(APIHandler):
 
     async def put(self, name: str) -> None:
         await self.authorize(authz.CONTROL_SERVER, user=name)
-        try:
-            options = json.loads(self.request.body or b"{}")
-        except ValueError:
-            raise web.HTTPError(400, 'The body must be JSON user_options, e.g. {"profile": "cpu"}') from None
+        options = self.json_body() if self.request.body else {}
         if not isinstance(options, dict):
             raise web.HTTPError(400, "The body must be a JSON object of user_options.")
         server = await servers.switch_profile(self.hub, name, options)
