@@ -44,6 +44,7 @@ def _after_body(method):
     @functools.wraps(method)
     async def run(self: APIHandler, *args: Any, **kwargs: Any) -> None:
         self.body_complete()
+        await self.identify()
         result = method(self, *args, **kwargs)
         if inspect.isawaitable(result):
             await result
@@ -234,9 +235,25 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
             self.request.headers.get("Authorization")
         )
 
+    _identified = False
+    _hub_model: dict[str, Any] | None = None
+
+    async def identify(self) -> dict[str, Any] | None:
+        """Ask the hub who sends this request, without blocking the event loop (HubOAuth's
+        synchronous lookup would wait for the hub's answer on the loop); once per request."""
+        if not self._identified:
+            self._hub_model = await self.hub_auth.get_user(self, sync=False)
+            self._identified = True
+        return self._hub_model
+
+    def get_current_user(self) -> dict[str, Any] | None:
+        if self._identified:
+            return self._hub_model
+        return super().get_current_user()
+
     def require_user(self) -> dict[str, Any]:
         """The caller's hub model; 401 (or a login redirect for browsers) or 403 otherwise."""
-        model = self.hub_auth.get_user(self)
+        model = self.get_current_user()
         if model is None:
             if self._wants_html() and self.request.method in ("GET", "HEAD"):
                 self.redirect(self.get_login_url())
@@ -447,7 +464,7 @@ class MetricsHandler(APIHandler):
 
     async def get(self) -> None:
         if self.settings.get("authenticate_metrics", True):
-            model = self.hub_auth.get_user(self)
+            model = self.get_current_user()
             if model is None:
                 raise web.HTTPError(
                     401, "Send 'Authorization: token <token>' with a token that has the scope "

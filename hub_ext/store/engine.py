@@ -14,6 +14,12 @@ Within one process, sqlite writers also queue on a Python lock per database file
 right after COMMIT: sqlite's busy handler polls with growing sleeps, which turns fifty threads
 waiting for the write lock into a second of idling; the in-process queue keeps the cross-process
 guarantee (BEGIN IMMEDIATE) and removes the polling.
+
+Reads must not queue behind writers: a hub page that shows a culler warning, a spawn form that
+counts free GPUs, a metrics scrape only read. `readers(sessions)` gives sessions for that: on
+sqlite an engine of its own whose transactions begin DEFERRED (in WAL mode a reader sees the
+last committed snapshot while a writer holds the lock) and which refuses writes
+(``PRAGMA query_only``); on PostgreSQL the same sessions (MVCC readers never wait on writers).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from sqlalchemy import URL, Connection, Engine, create_engine, event, func, make
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
-__all__ = ["VERSION_TABLE", "alembic_config", "connect", "make_engine", "upgrade"]
+__all__ = ["VERSION_TABLE", "alembic_config", "connect", "make_engine", "readers", "upgrade"]
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 VERSION_TABLE = "classhub_alembic_version"
@@ -65,6 +71,39 @@ def make_engine(url: str | URL, **engine_kwargs: Any) -> Engine:
         connect_args.setdefault("factory", _QueuedWriterConnection)
     engine = create_engine(url, **engine_kwargs)
     _serialize_sqlite_writers(engine, in_memory=in_memory)
+    return engine
+
+
+def readers(sessions: sessionmaker[Session]) -> sessionmaker[Session]:
+    """Sessions for reading only that never wait on a writer (see the module docstring).
+
+    Made once per `sessions` and kept on it; a write through them fails on sqlite.
+    """
+    reader = getattr(sessions, "_classhub_readers", None)
+    if reader is None:
+        engine = sessions.kw["bind"]
+        url = engine.url
+        if url.get_backend_name() != "sqlite" or url.database in (None, "", ":memory:"):
+            reader = sessions
+        else:
+            reader = sessionmaker(_read_engine(url), expire_on_commit=False)
+        sessions._classhub_readers = reader  # type: ignore[attr-defined]
+    return reader
+
+
+def _read_engine(url: URL) -> Engine:
+    engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S,
+                                              "check_same_thread": False})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # SQLAlchemy's "begin" event emits the BEGIN
+        dbapi_connection.execute("PRAGMA query_only = ON")
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        connection.exec_driver_sql("BEGIN DEFERRED")  # one snapshot, no write lock
+
     return engine
 
 
