@@ -26,6 +26,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session, sessionmaker
 from tornado import web
 
+from hub_ext import store
 from hub_ext.core import authz, roles, roster
 from hub_ext.core.quota import Limits, Usage, parse_limits, week_window
 from hub_ext.core.resources import is_mig_resource
@@ -133,6 +134,8 @@ class Courses:
         normalize: Callable[[str], str] = roster.default_normalize,
     ) -> None:
         self.sessions = sessions
+        #: reads never wait on a writer (store.readers); writes use `sessions`
+        self.reads = store.readers(sessions)
         self.hub = hub
         self.ledger = Ledger(sessions)
         self.normalize = normalize
@@ -147,7 +150,7 @@ class Courses:
     # ------------------------------------------------------------------ who asks
 
     def _roles_of(self, username: str) -> dict[str, str]:
-        with self.sessions() as session:
+        with self.reads() as session:
             rows = session.execute(
                 select(Course.name, Membership.role)
                 .join(Membership, Membership.course_id == Course.id)
@@ -190,7 +193,7 @@ class Courses:
         }
 
     def _list(self, names: list[str] | None) -> list[dict[str, Any]]:
-        with self.sessions() as session:
+        with self.reads() as session:
             query = select(Course).order_by(Course.name)
             if names is not None:
                 query = query.where(Course.name.in_(names))
@@ -240,7 +243,7 @@ class Courses:
         return course
 
     def _exists(self, name: str) -> bool:
-        with self.sessions() as session:
+        with self.reads() as session:
             return session.scalars(select(Course.id).where(Course.name == name)).first() is not None
 
     def _create(self, actor: str, name: str, display_name: str, members: Mapping[str, str]) -> None:
@@ -286,7 +289,7 @@ class Courses:
     # ------------------------------------------------------------------ members
 
     def _members(self, name: str) -> dict[str, str]:
-        with self.sessions() as session:
+        with self.reads() as session:
             course = self._course(session, name)
             rows = session.execute(
                 select(Membership.username, Membership.role).where(Membership.course_id == course.id)
@@ -364,7 +367,7 @@ class Courses:
 
     def _courses_of(self, usernames: list[str]) -> dict[str, list[str]]:
         found: dict[str, list[str]] = {}
-        with self.sessions() as session:
+        with self.reads() as session:
             for i in range(0, len(usernames), 500):
                 for username, course in session.execute(
                     select(Membership.username, Course.name)
@@ -457,7 +460,7 @@ class Courses:
             query = query.where(Invitation.username == username)
         if course is not None:
             query = query.where(Course.name == course)
-        with self.sessions() as session:
+        with self.reads() as session:
             if course is not None:
                 self._course(session, course)  # 404 for a missing course
             return [{"course": c, "username": i.username, "role": i.role, "invited_by": i.invited_by,
@@ -584,7 +587,7 @@ class Courses:
         return {"added": added, "removed": extra, "refused": sorted(refused)}
 
     def _role_state(self) -> dict[str, Any]:
-        with self.sessions() as session:
+        with self.reads() as session:
             members = all_members(session)
             ta_access = ta_access_by_course(session)
         return {course: {"members": people,
@@ -622,13 +625,13 @@ class Courses:
         await self.push_roles()
 
     def _course_names(self) -> list[str]:
-        with self.sessions() as session:
+        with self.reads() as session:
             return list(session.scalars(select(Course.name)))
 
     # ------------------------------------------------------------------ quotas
 
     def _course_limits(self, name: str) -> Limits:
-        with self.sessions() as session:
+        with self.reads() as session:
             course = self._course(session, name)
             quota = session.get(CourseQuota, course.id)
             return quota.limits if quota else Limits()
@@ -646,7 +649,7 @@ class Courses:
             set_course_limits(session, self._course(session, name), limits, actor=actor, now=utcnow())
 
     def _user_limits(self, name: str, username: str) -> Limits:
-        with self.sessions() as session:
+        with self.reads() as session:
             course = self._course(session, name)
             self._require_member(session, course, username)
             quota = session.scalars(
@@ -693,7 +696,7 @@ class Courses:
         query = select(Reservation.username).distinct().where(
             Reservation.released_at.is_(None) | (Reservation.released_at > week_start)
         )
-        with self.sessions() as session:
+        with self.reads() as session:
             if name is not None:
                 query = query.join(Course, Reservation.course_id == Course.id).where(Course.name == name)
             return sorted(session.scalars(query))

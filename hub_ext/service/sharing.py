@@ -61,6 +61,8 @@ class Shares:
 
     def __init__(self, sessions: Any, hub: HubAPI, prefix: str = "/services/classhub/") -> None:
         self.sessions = sessions
+        #: reads never wait on a writer; every database call runs in a worker thread (`_db`)
+        self.reads = store.readers(sessions)
         self.hub = hub
         self.prefix = prefix
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
@@ -94,10 +96,41 @@ class Shares:
         q = select(Share).options(selectinload(Share.acceptances)).filter_by(**where).order_by(Share.id)
         return list(session.scalars(q))
 
+    @staticmethod
+    async def _db(fn: Any, *args: Any) -> Any:
+        """Database work off the event loop (docs/architecture.md, rule 7)."""
+        return await asyncio.to_thread(fn, *args)
+
+    def _one(self, share_id: int, code: str | None) -> dict[str, Any]:
+        with self.reads() as session:
+            return self.model(self._query(session, id=share_id)[0], code)
+
+    async def one(self, share_id: int, code: str | None = None) -> dict[str, Any]:
+        """The model of share `share_id` (which exists), with its link's code when given."""
+        return await self._db(self._one, share_id, code)
+
     # -- decisions that change things --------------------------------------------------------
     async def create(self, spec: sharing.ShareSpec, actor: str) -> dict[str, Any]:
-        now = _now()
         code = secrets.token_urlsafe(24) if spec.target_kind == "link" else None
+        share_id = await self._db(self._record, spec, actor, code)
+        try:
+            await self.reconcile(spec.owner, spec.server)
+        except HubAPIError as e:
+            await self._db(self._end, share_id, "failed")
+            await self.reconcile(spec.owner, spec.server)
+            if e.status in (400, 404):
+                raise web.HTTPError(400, "The hub refused the share: %s", e.hub_message or
+                                    f"no such user, group or server ({spec.owner}/{spec.server})") from None
+            raise
+        return await self.one(share_id, code)
+
+    def _end(self, share_id: int, reason: str) -> None:
+        with self.sessions() as session, session.begin():
+            share = session.get(Share, share_id)
+            share.ended_at, share.end_reason = _now(), reason
+
+    def _record(self, spec: sharing.ShareSpec, actor: str, code: str | None) -> int:
+        now = _now()
         with self.sessions() as session, session.begin():
             if spec.target_kind != "link":
                 # one classhub share per (server, recipient): a new one replaces the old
@@ -116,22 +149,14 @@ class Shares:
                          server=spec.server, kind=spec.kind, target_kind=spec.target_kind,
                          target=spec.target, path=spec.path, seconds=spec.seconds,
                          auto_start=spec.auto_start)
-            share_id = share.id
-        try:
-            await self.reconcile(spec.owner, spec.server)
-        except HubAPIError as e:
-            with self.sessions() as session, session.begin():
-                share = session.get(Share, share_id)
-                share.ended_at, share.end_reason = _now(), "failed"
-            await self.reconcile(spec.owner, spec.server)
-            if e.status in (400, 404):
-                raise web.HTTPError(400, "The hub refused the share: %s", e.hub_message or
-                                    f"no such user, group or server ({spec.owner}/{spec.server})") from None
-            raise
-        with self.sessions() as session:
-            return self.model(self._query(session, id=share_id)[0], code)
+            return share.id
 
     async def revoke(self, share_id: int, actor: str, reason: str = "revoked") -> dict[str, Any]:
+        owner, server = await self._db(self._revoke, share_id, actor, reason)
+        await self.reconcile(owner, server)
+        return await self.one(share_id)
+
+    def _revoke(self, share_id: int, actor: str, reason: str) -> tuple[str, str]:
         with self.sessions() as session, session.begin():
             share = session.get(Share, share_id)
             if share is None:
@@ -141,37 +166,47 @@ class Shares:
                 store.record(session, actor, f"share_{reason}", share.ended_at, share=share.id,
                              owner=share.owner, server=share.server, target_kind=share.target_kind,
                              target=share.target)
-            owner, server = share.owner, share.server
-        await self.reconcile(owner, server)
-        with self.sessions() as session:
-            return self.model(self._query(session, id=share_id)[0])
+            return share.owner, share.server
 
     async def expire_due(self) -> int:
-        """End every share whose time is up (at service start and in `expire_forever`)."""
-        now = _now()
+        """End every share whose time is up (at service start and in `expire_forever`).
+
+        Looks first with a reader: the write lock is taken only when something is due, not
+        every few seconds for nothing."""
+        due, servers = await self._db(self._expire, _now())
+        for owner, server in sorted(servers):
+            await self.reconcile(owner, server)
+        return due
+
+    def _due(self, session: Session, now: datetime) -> list[Share]:
+        return [s for s in self._query(session, ended_at=None) if s.expires_at and s.expires_at <= now]
+
+    def _expire(self, now: datetime) -> tuple[int, set[tuple[str, str]]]:
+        with self.reads() as session:
+            if not self._due(session, now):
+                return 0, set()
         with self.sessions() as session, session.begin():
-            due = [s for s in self._query(session, ended_at=None) if s.expires_at and s.expires_at <= now]
-            servers = {(s.owner, s.server) for s in due}
+            due = self._due(session, now)
             for s in due:
                 s.ended_at, s.end_reason = now, "expired"
                 store.record(session, "classhub", "share_expired", now, share=s.id, owner=s.owner,
                              server=s.server, target_kind=s.target_kind, target=s.target)
-        for owner, server in sorted(servers):
-            await self.reconcile(owner, server)
-        return len(due)
+            return len(due), {(s.owner, s.server) for s in due}
+
+    def _servers(self, **where: Any) -> set[tuple[str, str]]:
+        with self.reads() as session:
+            return {(s.owner, s.server) for s in self._query(session, **where)}
 
     async def reconcile_groups(self) -> None:
         """Servers with an active group share: members who joined or left since the last look."""
-        with self.sessions() as session:
-            servers = {(s.owner, s.server) for s in self._query(session, target_kind="group", ended_at=None)}
-        for owner, server in sorted(servers):
+        for owner, server in sorted(await self._db(lambda: self._servers(target_kind="group",
+                                                                          ended_at=None))):
             await self.reconcile(owner, server)
 
     async def reconcile_all(self) -> None:
-        """Every server classhub ever shared: its hub shares match the records (DESIGN rule 4)."""
-        with self.sessions() as session:
-            servers = set(session.execute(select(Share.owner, Share.server)).tuples())
-        for owner, server in sorted(servers):
+        """Every server classhub ever shared: its hub shares match the records
+        (docs/architecture.md, rule 4)."""
+        for owner, server in sorted(await self._db(self._servers)):
             try:
                 await self.reconcile(owner, server)
             except HubAPIError as e:  # a deleted user: nothing left to share
@@ -184,13 +219,9 @@ class Shares:
         counts a user's own shares in their tokens' permissions, not their groups' shares, so a
         hub group share would not open the server to a member's browser or API token.
         """
-        now = _now()
         want: dict[tuple[str, str], set[str]] = {}
-        with self.sessions() as session:
-            records = [(s.kind, s.path, s.target_kind, s.target, [a.user for a in s.acceptances])
-                       for s in self._query(session, owner=owner, server=server, ended_at=None)
-                       if self._active(s, now)]
-        for kind, path, target_kind, target, accepted in records:
+        for kind, path, target_kind, target, accepted in await self._db(self._active_records, owner,
+                                                                        server):
             scopes = sharing.share_scopes(kind, owner, server, one_path=path is not None)
             if target_kind == "link":
                 names = accepted
@@ -203,6 +234,13 @@ class Shares:
                 if name != owner:
                     want.setdefault(("user", name), set()).update(scopes)
         return {k: frozenset(v) for k, v in want.items()}
+
+    def _active_records(self, owner: str, server: str) -> list[tuple]:
+        now = _now()
+        with self.reads() as session:
+            return [(s.kind, s.path, s.target_kind, s.target, [a.user for a in s.acceptances])
+                    for s in self._query(session, owner=owner, server=server, ended_at=None)
+                    if self._active(s, now)]
 
     async def hub_shares(self, owner: str, server: str) -> dict[tuple[str, str], frozenset[str]]:
         """(user|group, name) -> scopes of the hub's shares of this server."""
@@ -245,31 +283,66 @@ class Shares:
             await asyncio.gather(*(fix(k) for k in changes))
 
     async def accept_link(self, share_id: int, code: str, user: str) -> None:
+        found = await self._db(self._accept, share_id, code, user)
+        if found:
+            await self.reconcile(*found)
+
+    def _accept(self, share_id: int, code: str, user: str) -> tuple[str, str] | None:
         with self.sessions() as session, session.begin():
             share = session.get(Share, share_id)
             if share is None or share.code_sha256 is None or not hmac.compare_digest(
                     share.code_sha256, _digest(code)):
                 raise web.HTTPError(403, "This link's code is not valid; ask the owner for the link again.")
             if share.owner == user:
-                return
+                return None
             if not any(a.user == user for a in share.acceptances):
                 now = _now()
                 session.add(ShareAcceptance(share_id=share.id, user=user, accepted_at=now))
                 store.record(session, user, "share_link_accepted", now, share=share.id, owner=share.owner,
                              server=share.server)
-            owner, server = share.owner, share.server
-        await self.reconcile(owner, server)
+            return share.owner, share.server
 
-    # -- questions ---------------------------------------------------------------------------
-    def mine(self, owner: str, include_ended: bool = False) -> list[dict[str, Any]]:
-        with self.sessions() as session:
+    # -- course settings ---------------------------------------------------------------------
+    async def set_ta_access(self, actor: str, course: str, allowed: bool) -> None:
+        """Whether `course`'s TAs open its students' servers without a share."""
+        await self._db(self._set_ta_access, actor, course, allowed)
+
+    def _set_ta_access(self, actor: str, course: str, allowed: bool) -> None:
+        with self.sessions() as session, session.begin():
+            found = session.scalars(select(Course).filter_by(name=course)).one_or_none()
+            if found is None:
+                raise web.HTTPError(404, f"No course {course}.")
+            row = session.get(SharingSettings, found.id) or SharingSettings(course_id=found.id)
+            row.ta_server_access = allowed
+            session.add(row)
+            store.record(session, actor, "course_sharing_set", _now(), course=course,
+                         ta_server_access=allowed)
+
+    async def course_settings(self, course: str) -> dict[str, Any]:
+        return {"course": course,
+                "ta_server_access": (await self._db(self._ta_access)).get(course),
+                "applies": "at once (null: the hub-wide default)"}
+
+    def _ta_access(self) -> dict[str, bool]:
+        with self.reads() as session:
+            return ta_access_by_course(session)
+
+    # -- questions (async: the database is asked in a worker thread) --------------------------
+    async def mine(self, owner: str, include_ended: bool = False) -> list[dict[str, Any]]:
+        return await self._db(self._mine, owner, include_ended)
+
+    def _mine(self, owner: str, include_ended: bool) -> list[dict[str, Any]]:
+        with self.reads() as session:
             now = _now()
             return [self.model(s) for s in self._query(session, owner=owner)
                     if include_ended or self._active(s, now)]
 
-    def with_me(self, user: str, groups: list[str]) -> list[dict[str, Any]]:
+    async def with_me(self, user: str, groups: list[str]) -> list[dict[str, Any]]:
+        return await self._db(self._with_me, user, groups)
+
+    def _with_me(self, user: str, groups: list[str]) -> list[dict[str, Any]]:
         now = _now()
-        with self.sessions() as session:
+        with self.reads() as session:
             result = []
             for s in self._query(session, ended_at=None):
                 if not self._active(s, now):
@@ -280,12 +353,15 @@ class Shares:
                     result.append(self.model(s))
             return result
 
-    def get(self, share_id: int | str) -> Share:
+    async def get(self, share_id: int | str) -> Share:
         """The share with this id; 404 (`no_share`) when there is none or the id cannot be one."""
+        return await self._db(self._get, share_id)
+
+    def _get(self, share_id: int | str) -> Share:
         number = share_id if isinstance(share_id, int) else bodies.path_id(share_id)
         if number is None:
             raise no_share(share_id)
-        with self.sessions() as session:
+        with self.reads() as session:
             found = self._query(session, id=number)
             if not found:
                 raise no_share(share_id)
@@ -293,12 +369,15 @@ class Shares:
             session.expunge(share)
             return share
 
-    def paths_for(self, owner: str, server: str, viewer: str, groups: list[str]) -> list[str]:
+    async def paths_for(self, owner: str, server: str, viewer: str, groups: list[str]) -> list[str]:
         """The paths of the viewer's active one-path shares of this server."""
-        return sorted({m["path"] for m in self.with_me(viewer, groups)
+        return sorted({m["path"] for m in await self.with_me(viewer, groups)
                        if m["owner"] == owner and m["server"] == server and m["path"]})
 
-    def audit(self, actor: str, action: str, **details: Any) -> None:
+    async def audit(self, actor: str, action: str, **details: Any) -> None:
+        await self._db(self._audit, actor, action, details)
+
+    def _audit(self, actor: str, action: str, details: dict[str, Any]) -> None:
         with self.sessions() as session, session.begin():
             store.record(session, actor, action, _now(), **details)
 
@@ -352,7 +431,8 @@ class SharesHandler(_ShareHandler):
 
     async def get(self) -> None:
         user = await self._caller()
-        self.write_json({"shares": self.shares.mine(user["name"], self.get_argument("ended", "") == "1")})
+        self.write_json({"shares": await self.shares.mine(user["name"],
+                                                          self.get_argument("ended", "") == "1")})
 
     async def post(self) -> None:
         user = await self._caller()
@@ -376,7 +456,7 @@ class SharedWithMeHandler(_ShareHandler):
 
     async def get(self) -> None:
         user = await self._caller()
-        self.write_json({"shares": self.shares.with_me(user["name"], user.get("groups", []))})
+        self.write_json({"shares": await self.shares.with_me(user["name"], user.get("groups", []))})
 
 
 class ShareHandler(_ShareHandler):
@@ -386,15 +466,14 @@ class ShareHandler(_ShareHandler):
         """The caller's share (any share for hub admins); someone else's is a 404 like a
         missing one."""
         user = await self._caller()
-        share = self.shares.get(share_id)
+        share = await self.shares.get(share_id)
         if not sharing.may_share(user["name"], bool(user.get("admin")), share.owner):
             raise no_share(share_id)
         return user, share
 
     async def get(self, share_id: str) -> None:
         _, share = await self._own(share_id)
-        with self.shares.sessions() as session:
-            self.write_json(self.shares.model(self.shares._query(session, id=share.id)[0]))
+        self.write_json(await self.shares.one(share.id))
 
     async def delete(self, share_id: str) -> None:
         user, share = await self._own(share_id)
@@ -414,7 +493,7 @@ class SharePathsHandler(_ShareHandler):
             groups = (await self.hub.user(viewer)).get("groups", [])
         except HubAPIError:
             groups = []
-        self.write_json({"paths": self.shares.paths_for(owner["name"], server, viewer, groups)})
+        self.write_json({"paths": await self.shares.paths_for(owner["name"], server, viewer, groups)})
 
 
 class ShareAccessHandler(_ShareHandler):
@@ -443,7 +522,7 @@ class ShareAccessHandler(_ShareHandler):
                                  set(viewer.get("scopes") or ())):
             raise web.HTTPError(403, "viewer_token is not a token of someone else that may open "
                                      "this server; nothing was recorded.")
-        self.shares.audit(viewer["name"], "share_accessed", owner=owner["name"], server=server)
+        await self.shares.audit(viewer["name"], "share_accessed", owner=owner["name"], server=server)
         self.write_json({"recorded": True}, 201)
 
     async def _is_server_token(self, owner: dict[str, Any], server: str) -> bool:
@@ -469,7 +548,7 @@ class OpenShareHandler(_ShareHandler):
 
     async def get(self, share_id: str) -> None:
         user = await self._caller()
-        share = self.shares.get(share_id)
+        share = await self.shares.get(share_id)
         name = user["name"]
         if share.target_kind != "link" and not (
                 (share.target_kind == "user" and share.target == name)
@@ -481,7 +560,7 @@ class OpenShareHandler(_ShareHandler):
             raise web.HTTPError(410, f"This share has {ended}; ask {share.owner} to share again.")
         if share.target_kind == "link":
             await self.shares.accept_link(share.id, self.get_argument("code", ""), name)
-        self.shares.audit(name, "share_opened", share=share.id, owner=share.owner, server=share.server)
+        await self.shares.audit(name, "share_opened", share=share.id, owner=share.owner, server=share.server)
         owner = await self.hub.user(share.owner)
         server = (owner.get("servers") or {}).get(share.server)
         started = False
@@ -491,7 +570,7 @@ class OpenShareHandler(_ShareHandler):
                                          "start it before you can open it.")
             await self._start(share.owner, share.server)
             started = True
-            self.shares.audit(name, "share_auto_started", share=share.id, owner=share.owner,
+            await self.shares.audit(name, "share_auto_started", share=share.id, owner=share.owner,
                               server=share.server)
         base = f"/user/{quote(share.owner, safe='')}/{quote(share.server, safe='')}"
         url = base.rstrip("/") + "/" + (f"lab/tree/{quote(share.path)}" if share.path else "")
@@ -539,7 +618,7 @@ class CourseSharingHandler(_ShareHandler):
 
     async def get(self, course: str) -> None:
         await self.authorize(authz.READ_COURSE, course=course)
-        self.write_json(self._settings(course))
+        self.write_json(await self.shares.course_settings(course))
 
     async def put(self, course: str) -> None:
         caller = await self.authorize(authz.EDIT_MEMBERS, course=course)
@@ -547,23 +626,9 @@ class CourseSharingHandler(_ShareHandler):
         if not isinstance(body, dict) or set(body) != {"ta_server_access"} or not isinstance(
                 body["ta_server_access"], bool):
             raise web.HTTPError(400, 'Send {"ta_server_access": true} or {"ta_server_access": false}.')
-        with self.shares.sessions() as session, session.begin():
-            found = session.scalars(select(Course).filter_by(name=course)).one_or_none()
-            if found is None:
-                raise web.HTTPError(404, f"No course {course}.")
-            row = session.get(SharingSettings, found.id) or SharingSettings(course_id=found.id)
-            row.ta_server_access = body["ta_server_access"]
-            session.add(row)
-            store.record(session, caller.name, "course_sharing_set", _now(), course=course,
-                         ta_server_access=row.ta_server_access)
+        await self.shares.set_ta_access(caller.name, course, body["ta_server_access"])
         await self.courses.push_roles()
-        self.write_json(self._settings(course))
-
-    def _settings(self, course: str) -> dict[str, Any]:
-        with self.shares.sessions() as session:
-            chosen = ta_access_by_course(session).get(course)
-        return {"course": course, "ta_server_access": chosen,
-                "applies": "at once (null: the hub-wide default)"}
+        self.write_json(await self.shares.course_settings(course))
 
 
 _PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>classhub: sharing</title>
