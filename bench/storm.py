@@ -257,7 +257,8 @@ def start_cluster(procs: Processes, work: Path, users: int) -> tuple[str, Path]:
     deadline = time.monotonic() + 60
     while not kubeconfig.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"the fake cluster did not start:\n{(work / 'kubefake.log').read_text()[-2000:]}")
+            log = (work / "kubefake.log").read_text()[-2000:]
+            raise SystemExit(f"the fake cluster did not start:\n{log}")
         time.sleep(0.05)
     server = re.search(r"server:\s*(\S+)", kubeconfig.read_text())
     assert server, "no server in the fake cluster's kubeconfig"
@@ -306,13 +307,18 @@ class Client:
 
     async def call(self, session: aiohttp.ClientSession, method: str, url: str, *,
                    token: str | None = None, expect: tuple[int, ...] = (200, 201, 202, 204),
+                   reply_headers: dict[str, str] | None = None,
                    **kwargs: Any) -> tuple[int, Any, float]:
+        """(status, JSON body, seconds); RuntimeError for a status not in ``expect`` (if given).
+        ``reply_headers``: filled with the answer's headers."""
         headers = dict(kwargs.pop("headers", {}))
         if token:
             headers["Authorization"] = f"token {token}"
         started = time.perf_counter()
         async with session.request(method, url, headers=headers, allow_redirects=False, **kwargs) as r:
             body = await r.read()
+            if reply_headers is not None:
+                reply_headers.update(r.headers)
         seconds = time.perf_counter() - started
         self.tally.status(method, url.split("?")[0], r.status)
         if expect and r.status not in expect:
@@ -357,6 +363,7 @@ class Run:
         self.password = secrets.token_urlsafe(12)
         self.names = [f"s{i:04d}" for i in range(args.users)]
         self.hub: Hub | None = None
+        self.reader_tokens: list[tuple[str, str]] = []
 
     # ---- the hub process
     def start_hub(self) -> None:
@@ -367,8 +374,9 @@ class Run:
         port = write_config(self.kind, self.data, self.token, self.password, hub_db, classhub_db)
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         env.pop("CLASSHUB_CULLER_CONFIG", None)
-        proc = self.procs.popen([sys.executable, "-m", "jupyterhub", "-f", str(self.data / "jupyterhub_config.py")],
-                                self.data / "hub.log", env=env, cwd=self.data)
+        config = str(self.data / "jupyterhub_config.py")
+        proc = self.procs.popen([sys.executable, "-m", "jupyterhub", "-f", config], self.data / "hub.log",
+                                env=env, cwd=self.data)
         self.hub = Hub(self.kind, self.data, f"http://127.0.0.1:{port}", self.token, self.password, proc)
 
     def hub_log(self) -> str:
@@ -401,15 +409,14 @@ class Run:
             for i in range(0, len(self.names), 500):
                 await client.call(s, "POST", f"{api}/users", token=hub.token,
                                   json={"usernames": self.names[i:i + 500]})
-            self.reader_tokens = []
-            for name in self.names[:self.args.readers]:
+            if self.kind != "classhub":
+                return
+            for name in self.names[:self.args.readers]:  # what a script of the student would use
                 _, body, _ = await client.call(
                     s, "POST", f"{api}/users/{name}/tokens", token=hub.token,
                     json={"note": "storm reader", "expires_in": 3600,
                           "scopes": ["access:services!service=classhub"]})
                 self.reader_tokens.append((name, body["token"]))
-            if self.kind != "classhub":
-                return
             _, body, _ = await client.call(s, "POST", f"{api}/users/admin/tokens", token=hub.token,
                                            json={"note": "storm admin", "expires_in": 3600})
             admin = body["token"]
@@ -442,14 +449,15 @@ class Run:
                 headers = {"X-XSRFToken": _cookie(jar, "_xsrf") or xsrf}
                 started = time.perf_counter()
                 while True:
+                    answer: dict[str, str] = {}
                     status, body, seconds = await client.call(
                         s, "POST", f"{hub.url}/hub/api/users/{name}/server", headers=headers, json={},
-                        expect=())
+                        expect=(), reply_headers=answer)
                     if status != 429:
                         break
+                    # the spawn page waits as long as the hub says (spawn_throttle_retry_range)
                     tally.retries_429 += 1
-                    await asyncio.sleep(float((body or {}).get("retry_after") or 2)
-                                        if isinstance(body, dict) else 2.0)
+                    await asyncio.sleep(float(answer.get("Retry-After") or 2))
                 tally.start_request.append(seconds)
                 if status == 201:
                     tally.ready.append(time.perf_counter() - started)
@@ -663,7 +671,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="database of the hubs and of classhub (sqlite)")
     parser.add_argument("--order", default="stock,classhub", help="which run goes first (stock,classhub)")
     parser.add_argument("--seed", type=int, default=9, help="arrival instants (9)")
-    parser.add_argument("--keep", action="store_true", help="keep the logs and data (else kept only on errors)")
+    parser.add_argument("--keep", action="store_true", help="keep logs and data (else kept on errors only)")
     args = parser.parse_args(argv)
     if sorted(k.strip() for k in args.order.split(",")) != ["classhub", "stock"]:
         parser.error("--order names classhub and stock once each")
@@ -674,6 +682,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     previous = signal.signal(signal.SIGTERM, _interrupt)
     keep = args.keep
     wall = time.monotonic()
+    tallies: dict[str, Tally] = {}
     try:
         databases = _databases(args.db, procs)
         tallies = asyncio.run(run_all(args, procs, work, databases))
@@ -683,8 +692,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     finally:
         procs.close()
         signal.signal(signal.SIGTERM, previous)
-        errors_seen = any(t.errors for t in locals().get("tallies", {}).values())
-        if keep or errors_seen:
+        if keep or any(t.errors for t in tallies.values()):
             print(f"logs and data kept in {work}", flush=True)
         else:
             shutil.rmtree(work, ignore_errors=True)

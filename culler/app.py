@@ -56,7 +56,7 @@ from hub_ext.logs import route_module_logs
 from hub_ext.service.hubapi import HubAPI, HubAPIError
 from hub_ext.store import culler_models as cm
 
-ACTION = "server_culled"
+ACTION = cm.CULLED_ACTION
 ACTOR = "classhub-culler"
 DEFAULT_TIMEOUTS = {"gpu": 1800.0, "mig": 3600.0, "shared": 3600.0, "cpu": 7200.0}
 

@@ -286,7 +286,7 @@ def _add_culler(c: Any, db_url: str, culler_config: dict[str, Any] | None) -> No
     """
     import json
 
-    from hub_ext.service import culling as culling_api
+    from hub_ext.hubside import Announcement
 
     settings = json.loads(os.environ.get("CLASSHUB_CULLER_CONFIG") or "{}")
     if culler_config:
@@ -311,5 +311,5 @@ def _add_culler(c: Any, db_url: str, culler_config: dict[str, Any] | None) -> No
         template_vars = dict(section["template_vars"]) if "template_vars" in section else {}
     else:
         template_vars = dict(getattr(section, "template_vars", None) or {})
-    template_vars.setdefault("announcement", culling_api.Announcement(db_url))
+    template_vars.setdefault("announcement", Announcement(db_url))
     c.JupyterHub.template_vars = template_vars

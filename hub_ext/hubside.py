@@ -1,4 +1,5 @@
-"""Code that runs inside the hub process: applying course roles while the hub runs.
+"""Code that runs inside the hub process: course roles applied while the hub runs, and the
+culler's warning on hub pages (`Announcement`).
 
 Why: a course role is power over other people's servers (README, "Security model"). JupyterHub
 reads ``load_roles`` only when it starts and has no REST API for roles, so roles made from the
@@ -21,15 +22,22 @@ in JupyterHub 5 and 6.
 
 from __future__ import annotations
 
+import functools
+import html
 import json
+from datetime import datetime, timezone
 from typing import Any
 
 from jupyterhub import orm
 from jupyterhub import roles as hub_roles_api
 from jupyterhub.apihandlers.base import APIHandler
+from sqlalchemy.orm import Session, sessionmaker
 from tornado import web
 
+from hub_ext import store
 from hub_ext.core import roles
+from hub_ext.core.culling import format_duration
+from hub_ext.store import culler_models as cm
 
 SERVICE_NAME = "classhub"
 PATH = r"/api/classhub/course-roles"
@@ -79,3 +87,43 @@ class CourseRolesHandler(APIHandler):
 
 
 HANDLERS = [(PATH, CourseRolesHandler)]
+
+
+class Announcement:
+    """``template_vars`` callable: the hub page's announcement for a user with pending culls.
+
+    JupyterHub calls it with the current user on every page render (home, spawn, token pages),
+    synchronously, and renders the result as HTML in its announcement bar; the message is escaped
+    here. It reads through the store's readers: a page render never waits on a classhub write
+    (a spawn's reservation, the culler's bookkeeping) holding the database.
+    """
+
+    def __init__(self, db_url: str) -> None:
+        self.db_url = db_url
+
+    def __call__(self, user: Any) -> str:
+        if user is None or not self.db_url:
+            return ""
+        try:
+            with _readers(self.db_url)() as session:
+                warnings = cm.warnings_of(session, user.name)
+        except Exception:  # a database hiccup must never break the hub's pages
+            return ""
+        now = datetime.now(timezone.utc)
+        parts = []
+        for w in warnings:
+            which = f"Your server {w.server_name!r}" if w.server_name else "Your server"
+            left = format_duration(max(0.0, (w.cull_at - now).total_seconds()))
+            why = ("because it reached its maximum running time. Save your work."
+                   if "maximum age" in w.message else
+                   "because it is idle. Use it (open it, run a cell) to keep it.")
+            parts.append(
+                f'<span class="classhub-cull-warning">{html.escape(which)} will be stopped in about '
+                f"{html.escape(left)} {why}</span>"
+            )
+        return "<br>".join(parts)
+
+
+@functools.cache
+def _readers(url: str) -> sessionmaker[Session]:
+    return store.readers(store.connect(url))

@@ -57,13 +57,16 @@ def _reserve_sync(url: str, username: str, key: str, selection: Selection) -> st
 
 
 def course_roles(url: str, username: str) -> dict[str, str]:
-    """The user's courses and their role in each (course -> role), from the store."""
-    with _sessions(url)() as session:
+    """The user's courses and their role in each (course -> role), from the store.
+
+    Called while the hub renders the spawn form, on its event loop: it reads through the
+    store's readers, which never wait on a writer (another spawn's reservation)."""
+    with store.readers(_sessions(url))() as session:
         return store.courses_of(session, username)
 
 
-def _release_sync(url: str, key: str) -> None:
-    store.Ledger(_sessions(url)).release(key, _now())
+def _release_sync(url: str, key: str, decided: datetime | None = None) -> None:
+    store.Ledger(_sessions(url)).release(key, decided or _now(), started_before=decided)
 
 
 async def reserve(url: str, username: str, server_name: str, selection: Selection) -> str | None:
@@ -79,5 +82,16 @@ async def reserve(url: str, username: str, server_name: str, selection: Selectio
 
 
 def release(url: str, username: str, server_name: str) -> None:
-    """Give back the server's reservation (idempotent)."""
-    _release_sync(url, server_key(username, server_name))
+    """Give back the server's reservation (idempotent).
+
+    JupyterHub calls ``clear_state`` (and so this) synchronously on its event loop; the release
+    is a write that may wait for another spawn's transaction, so on a running loop it goes to a
+    worker thread. It releases only a reservation made before this call, so a start of the same
+    server that reserves before the thread runs keeps its new reservation."""
+    key = server_key(username, server_name)
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        _release_sync(url, key)
+        return
+    loop.run_in_executor(None, _release_sync, url, key, _now())

@@ -204,7 +204,7 @@ def test_kernel_activity_counts_busy_kernels_and_latest_activity():
 
 def test_hub_page_announcement_escapes_and_counts_down(tmp_path):
     from hub_ext import store
-    from hub_ext.service.culling import Announcement
+    from hub_ext.hubside import Announcement
     from hub_ext.store import culler_models as cm
 
     url = f"sqlite:///{tmp_path / 'a.sqlite'}"

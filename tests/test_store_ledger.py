@@ -117,6 +117,21 @@ def test_release_frees_and_key_can_be_reserved_again(sessions: sessionmaker[Sess
         assert session.scalars(select(Reservation.key)).all() == ["server:ann/", "server:ann/"]
 
 
+def test_a_late_release_does_not_end_a_newer_reservation(sessions: sessionmaker[Session]) -> None:
+    """The hub clears a stopped server and the release runs in a thread; the student starts again
+    at once: the release decided before the new reservation leaves it alone."""
+    make_course(sessions, "CS101", ["ann"], {"resources": {GPU: 1}})
+    ledger = Ledger(sessions)
+    ledger.reserve("ann", "CS101", "server:ann/", R(gpu=1), T0)
+    decided = T0 + timedelta(minutes=1)
+    ledger.release("server:ann/", T0 + timedelta(minutes=2))  # the new start releases the stale one
+    newer = ledger.reserve("ann", "CS101", "server:ann/", R(gpu=1), T0 + timedelta(minutes=2))
+    assert ledger.release("server:ann/", decided, started_before=decided) is None
+    assert ledger.usage(T0 + timedelta(minutes=3), course="CS101").resources == R(gpu=1)
+    assert ledger.release("server:ann/", T0 + timedelta(minutes=4),
+                          started_before=T0 + timedelta(minutes=4)).id == newer.id
+
+
 def test_user_limits_and_membership(sessions: sessionmaker[Session]) -> None:
     make_course(
         sessions, "CS101", ["ann", "bob"], {"resources": {GPU: 4}, "servers": 10},

@@ -38,6 +38,5 @@ def test_readers_refuse_writes_on_sqlite(tmp_path):
     sessions = store.connect(f"sqlite:///{tmp_path / 'c.sqlite'}")
     reader = store.readers(sessions)
     assert store.readers(sessions) is reader  # made once
-    with pytest.raises(OperationalError, match="readonly"):
-        with reader.begin() as session:
-            ensure_course(session, "cs101", NOW)
+    with pytest.raises(OperationalError, match="readonly"), reader.begin() as session:
+        ensure_course(session, "cs101", NOW)

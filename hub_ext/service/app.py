@@ -143,6 +143,7 @@ class ClasshubService(Application):
             sessions=sessions,
             courses=Courses(sessions, hub_api),
             shares=sharing.Shares(sessions, hub_api, url_path_join(self.prefix, "")),
+            culling=culling.CullingSettings(sessions),
             metrics_registry=metrics.registry_for(sessions),
             authenticate_metrics=self.authenticate_metrics,
             cookie_secret=os.urandom(32),

@@ -1,4 +1,4 @@
-"""The classhub service's culling API, the culler's metrics, and the hub-page warning.
+"""The classhub service's culling API: what the culler decides from, read and changed.
 
 `ROUTES` (relative to the service prefix) are mounted by hub_ext.service.app; `OPENAPI_PATHS` are
 merged into the OpenAPI document by hub_ext.service.openapi.document().
@@ -9,33 +9,26 @@ merged into the OpenAPI document by hub_ext.service.openapi.document().
 - ``/api/culling/courses/<course>/windows``: no-cull windows (e.g. an exam).
 
 The decisions themselves are made by the culler service (culler/); this module only reads and
-writes what it decides from (hub_ext.store.culler_models).
+writes what it decides from (hub_ext.store.culler_models), through `CullingSettings`. The
+culler's metrics are in hub_ext.service.metrics, its warning on hub pages in hub_ext.hubside.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import html
 import math
-from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from tornado import web
 
 from hub_ext import store
 from hub_ext.core import bodies
-from hub_ext.core.culling import format_duration
 from hub_ext.service import handlers
 from hub_ext.service.openapi import _json_body, _ok, _op
 from hub_ext.store import culler_models as cm
-
-CULLED = "server_culled"
 
 
 def _now() -> datetime:
@@ -62,12 +55,113 @@ def _policy_json(row: cm.CullPolicyRow) -> dict[str, Any]:
     return {"kind": row.kind, **{f: getattr(row, f) for f in cm.POLICY_FIELDS}}
 
 
+class CullingSettings:
+    """What the culler decides from, as the API reads and changes it: persistent servers, course
+    policies, no-cull windows, the caller's warnings. Owns the transactions; every database call
+    runs in a worker thread, reads through the store's readers (docs/architecture.md, rule 7)."""
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self.sessions = sessions
+        self.reads = store.readers(sessions)
+
+    @staticmethod
+    async def _db(fn: Any, *args: Any) -> Any:
+        return await asyncio.to_thread(fn, *args)
+
+    # -- warnings --------------------------------------------------------------------------------
+    async def of_user(self, user: str) -> dict[str, Any]:
+        return await self._db(self._of_user, user, _now())
+
+    def _of_user(self, user: str, now: datetime) -> dict[str, Any]:
+        with self.reads() as session:
+            warnings = [_warning_json(w, now) for w in cm.warnings_of(session, user)]
+            persistent = sorted(s for u, s in cm.persistent_keys(session) if u == user)
+        return {"user": user, "warnings": warnings, "persistent": persistent}
+
+    # -- persistent servers ----------------------------------------------------------------------
+    async def persistent(self) -> list[dict[str, Any]]:
+        return await self._db(self._persistent)
+
+    def _persistent(self) -> list[dict[str, Any]]:
+        with self.reads() as session:
+            rows = session.scalars(select(cm.PersistentServer).order_by(
+                cm.PersistentServer.username, cm.PersistentServer.server_name)).all()
+            return [{"user": r.username, "server_name": r.server_name, "marked_by": r.marked_by,
+                     "marked_at": r.marked_at.isoformat(), "note": r.note} for r in rows]
+
+    async def set_persistent(self, actor: str, user: str, name: str, persistent: bool, note: str) -> None:
+        await self._db(self._set_persistent, actor, user, name, persistent, note)
+
+    def _set_persistent(self, actor: str, user: str, name: str, persistent: bool, note: str) -> None:
+        now = _now()
+        with self.sessions.begin() as session:
+            cm.set_persistent(session, user, name, persistent, actor, now, note)
+            store.record(session, actor, "server_persistent" if persistent else "server_not_persistent",
+                         now, user=user, server=name, note=note)
+
+    # -- course policies -------------------------------------------------------------------------
+    async def policies(self, course: str) -> dict[str, Any]:
+        return {"course": course, "policies": await self._db(self._policies, course)}
+
+    def _policies(self, course: str) -> list[dict[str, Any]]:
+        with self.reads() as session:
+            return [_policy_json(r) for r in cm.course_policies(session) if r.course == course]
+
+    async def set_policy(self, actor: str, course: str, kind: str, fields: dict[str, Any] | None
+                         ) -> dict[str, Any]:
+        await self._db(self._set_policy, actor, course, kind, fields)
+        return await self.policies(course)
+
+    def _set_policy(self, actor: str, course: str, kind: str, fields: dict[str, Any] | None) -> None:
+        with self.sessions.begin() as session:
+            cm.set_course_policy(session, course, kind, fields)
+            store.record(session, actor, "culling_policy_set", _now(), course=course, kind=kind,
+                         policy=fields)
+
+    # -- no-cull windows -------------------------------------------------------------------------
+    async def windows(self, course: str) -> dict[str, Any]:
+        return {"course": course, "windows": await self._db(self._windows, course)}
+
+    def _windows(self, course: str) -> list[dict[str, Any]]:
+        with self.reads() as session:
+            return [_window_json(w) for w in cm.windows(session, _now(), course)]
+
+    async def add_window(self, actor: str, course: str, start: datetime, end: datetime,
+                         note: str) -> dict[str, Any]:
+        return await self._db(self._add_window, actor, course, start, end, note)
+
+    def _add_window(self, actor: str, course: str, start: datetime, end: datetime,
+                    note: str) -> dict[str, Any]:
+        with self.sessions.begin() as session:
+            window = cm.NoCullWindow(course=course, starts_at=start, ends_at=end, note=note,
+                                     created_by=actor)
+            session.add(window)
+            store.record(session, actor, "no_cull_window_added", _now(), course=course,
+                         start=start.isoformat(), end=end.isoformat(), note=note)
+            session.flush()
+            return _window_json(window)
+
+    async def remove_window(self, actor: str, course: str, window_id: int) -> None:
+        await self._db(self._remove_window, actor, course, window_id)
+
+    def _remove_window(self, actor: str, course: str, window_id: int) -> None:
+        with self.sessions.begin() as session:
+            # an id the column cannot hold names no window: the same 404 as a missing one
+            row = session.get(cm.NoCullWindow, window_id) if 1 <= window_id <= bodies.DB_INT_MAX else None
+            if row is None or row.course != course:
+                raise web.HTTPError(404, f"No window {window_id} in course {course}; GET "
+                                    f"/api/culling/courses/{course}/windows lists them.")
+            session.delete(row)
+            store.record(session, actor, "no_cull_window_removed", _now(), course=course,
+                         window=window_id)
+
+
 class CullingHandler(handlers.APIHandler):
     """Base: the caller as an authz Caller, and sentences for refusals."""
 
     @property
-    def sessions(self) -> sessionmaker[Session]:
-        return self.settings["sessions"]
+    def culling(self) -> CullingSettings:
+        return self.settings["culling"]
 
     async def caller(self):
         return await self.courses.caller(self.require_user())
@@ -91,15 +185,7 @@ class MyWarningsHandler(CullingHandler):
 
     async def get(self) -> None:
         caller = await self.caller()
-        now = _now()
-
-        def read() -> dict[str, Any]:
-            with self.sessions() as session:
-                warnings = [_warning_json(w, now) for w in cm.warnings_of(session, caller.name)]
-                persistent = sorted(s for u, s in cm.persistent_keys(session) if u == caller.name)
-            return {"user": caller.name, "warnings": warnings, "persistent": persistent}
-
-        self.write_json(await asyncio.to_thread(read))
+        self.write_json(await self.culling.of_user(caller.name))
 
 
 class PersistentHandler(CullingHandler):
@@ -107,12 +193,7 @@ class PersistentHandler(CullingHandler):
 
     async def get(self) -> None:
         await self.require_admin("list persistent servers")
-        with self.sessions() as session:
-            rows = session.scalars(select(cm.PersistentServer).order_by(
-                cm.PersistentServer.username, cm.PersistentServer.server_name)).all()
-            out = [{"user": r.username, "server_name": r.server_name, "marked_by": r.marked_by,
-                    "marked_at": r.marked_at.isoformat(), "note": r.note} for r in rows]
-        self.write_json({"servers": out})
+        self.write_json({"servers": await self.culling.persistent()})
 
     async def put(self) -> None:
         caller = await self.require_admin("mark servers persistent")
@@ -130,11 +211,7 @@ class PersistentHandler(CullingHandler):
             raise web.HTTPError(400, "persistent must be true or false.")
         if not isinstance(note, str) or len(note) > 255:
             raise web.HTTPError(400, "note must be a string of at most 255 characters.")
-        now = _now()
-        with self.sessions.begin() as session:
-            cm.set_persistent(session, user, name, persistent, caller.name, now, note)
-            store.record(session, caller.name, "server_persistent" if persistent else "server_not_persistent",
-                         now, user=user, server=name, note=note)
+        await self.culling.set_persistent(caller.name, user, name, persistent, note)
         self.write_json({"user": user, "server_name": name, "persistent": persistent, "note": note})
 
 
@@ -159,9 +236,7 @@ class CoursePolicyHandler(CullingHandler):
 
     async def get(self, course: str) -> None:
         await self.require_course_role(course, ("student", "ta", "teacher"), "see its culling policy")
-        with self.sessions() as session:
-            rows = [_policy_json(r) for r in cm.course_policies(session) if r.course == course]
-        self.write_json({"course": course, "policies": rows})
+        self.write_json(await self.culling.policies(course))
 
     async def put(self, course: str) -> None:
         caller = await self.require_admin("set a course's culling policy")
@@ -183,13 +258,7 @@ class CoursePolicyHandler(CullingHandler):
             if never is not None and not isinstance(never, bool):
                 raise web.HTTPError(400, "never_cull must be true, false or null.")
             fields["never_cull"] = never
-        with self.sessions.begin() as session:
-            cm.set_course_policy(session, course, kind, fields)
-            store.record(session, caller.name, "culling_policy_set", _now(), course=course, kind=kind,
-                         policy=fields)
-        with self.sessions() as session:
-            rows = [_policy_json(r) for r in cm.course_policies(session) if r.course == course]
-        self.write_json({"course": course, "policies": rows})
+        self.write_json(await self.culling.set_policy(caller.name, course, kind, fields))
 
 
 def _time(body: dict[str, Any], name: str) -> datetime:
@@ -216,9 +285,7 @@ class WindowsHandler(CullingHandler):
 
     async def get(self, course: str) -> None:
         await self.require_course_role(course, ("student", "ta", "teacher"), "see its no-cull windows")
-        with self.sessions() as session:
-            rows = [_window_json(w) for w in cm.windows(session, _now(), course)]
-        self.write_json({"course": course, "windows": rows})
+        self.write_json(await self.culling.windows(course))
 
     async def post(self, course: str) -> None:
         caller = await self.require_course_role(course, ("teacher",), "reserve a no-cull window")
@@ -237,15 +304,7 @@ class WindowsHandler(CullingHandler):
             raise web.HTTPError(400, "This window is already over; give an end in the future.")
         if not isinstance(note, str) or len(note) > 255:
             raise web.HTTPError(400, "note must be a string of at most 255 characters.")
-        with self.sessions.begin() as session:
-            window = cm.NoCullWindow(course=course, starts_at=start, ends_at=end, note=note,
-                                     created_by=caller.name)
-            session.add(window)
-            store.record(session, caller.name, "no_cull_window_added", _now(), course=course,
-                         start=start.isoformat(), end=end.isoformat(), note=note)
-            session.flush()
-            out = _window_json(window)
-        self.write_json(out, 201)
+        self.write_json(await self.culling.add_window(caller.name, course, start, end, note), 201)
 
     async def delete(self, course: str) -> None:
         """Cancel a window: body ``{"id": 3}`` (teachers of the course, admins)."""
@@ -254,15 +313,7 @@ class WindowsHandler(CullingHandler):
         window_id = body.get("id") if isinstance(body, dict) else None
         if isinstance(window_id, bool) or not isinstance(window_id, int):
             raise web.HTTPError(400, 'The body must be {"id": 3}, the id of the window to cancel.')
-        with self.sessions.begin() as session:
-            # an id the column cannot hold names no window: the same 404 as a missing one
-            row = session.get(cm.NoCullWindow, window_id) if 1 <= window_id <= bodies.DB_INT_MAX else None
-            if row is None or row.course != course:
-                raise web.HTTPError(404, f"No window {window_id} in course {course}; GET "
-                                    f"/api/culling/courses/{course}/windows lists them.")
-            session.delete(row)
-            store.record(session, caller.name, "no_cull_window_removed", _now(), course=course,
-                         window=window_id)
+        await self.culling.remove_window(caller.name, course, window_id)
         self.set_status(204)
         self.finish()
 
@@ -320,86 +371,3 @@ OPENAPI_PATHS: dict[str, Any] = {
 }
 
 
-# ---- metrics (registered by hub_ext.service.metrics.registry_for) ------------------------------
-
-
-class CullCollector(Collector):
-    """Culls by reason and resource, and GPU-hours reclaimed, from the audit log at each scrape.
-
-    Counted from the log, like the spawn denials: the culler is another process, and the log
-    survives its restarts (see hub_ext.service.metrics).
-    """
-
-    def __init__(self, sessions: sessionmaker[Session]) -> None:
-        self.sessions = sessions
-
-    def collect(self) -> Iterator[Metric]:
-        culls = CounterMetricFamily(
-            "classhub_culls", "Servers stopped by the idle culler, by reason (idle, too_old, "
-            "reclaim_for_pressure) and resource (the device held, or cpu).", labels=["reason", "resource"],
-        )
-        hours = CounterMetricFamily(
-            "classhub_culler_gpu_hours_reclaimed", "GPU-hours of idle holding ended by culls: devices "
-            "held x idle time at the cull, summed (MIG slices and shares count as one device each).",
-        )
-        pending = GaugeMetricFamily("classhub_culler_pending_warnings", "Servers warned of a coming cull.")
-        reason = store.AuditLog.details["reason"].as_string()
-        resource = store.AuditLog.details["resource"].as_string()
-        with self.sessions() as session:
-            rows = session.execute(
-                select(reason, resource, func.count()).where(store.AuditLog.action == CULLED)
-                .group_by(reason, resource)
-            ).all()
-            gpu_hours = [
-                d.get("gpu_hours", 0) for d in session.scalars(
-                    select(store.AuditLog.details).where(store.AuditLog.action == CULLED))
-            ]
-            warned = session.scalar(select(func.count()).select_from(cm.CullWarning)) or 0
-        for code, res, count in sorted(rows, key=lambda r: (str(r[0]), str(r[1]))):
-            culls.add_metric([code or "unknown", res or "cpu"], count)
-        hours.add_metric([], float(sum(h for h in gpu_hours if isinstance(h, int | float))))
-        pending.add_metric([], warned)
-        yield culls
-        yield hours
-        yield pending
-
-
-# ---- the warning on hub pages (c.JupyterHub.template_vars["announcement"], set by configure) ---
-
-
-class Announcement:
-    """``template_vars`` callable: the hub page's announcement for a user with pending culls.
-
-    JupyterHub calls it with the current user on every page render (home, spawn, token pages),
-    and renders the result as HTML in its announcement bar; the message is escaped here.
-    """
-
-    def __init__(self, db_url: str) -> None:
-        self.db_url = db_url
-
-    def __call__(self, user: Any) -> str:
-        if user is None or not self.db_url:
-            return ""
-        try:
-            with _sessions(self.db_url)() as session:
-                warnings = cm.warnings_of(session, user.name)
-        except Exception:  # a database hiccup must never break the hub's pages
-            return ""
-        now = _now()
-        parts = []
-        for w in warnings:
-            which = f"Your server {w.server_name!r}" if w.server_name else "Your server"
-            left = format_duration(max(0.0, (w.cull_at - now).total_seconds()))
-            why = ("because it reached its maximum running time. Save your work."
-                   if "maximum age" in w.message else
-                   "because it is idle. Use it (open it, run a cell) to keep it.")
-            parts.append(
-                f'<span class="classhub-cull-warning">{html.escape(which)} will be stopped in about '
-                f"{html.escape(left)} {why}</span>"
-            )
-        return "<br>".join(parts)
-
-
-@functools.cache
-def _sessions(url: str) -> sessionmaker[Session]:
-    return store.connect(url)

@@ -16,7 +16,10 @@ Exposed:
   ``servers`` and ``gpu_hours_per_week`` (GPU hours used this week) so that usage / quota lines up.
 - ``classhub_spawns_denied_total{reason}``: spawns refused, by reason code (hub_ext.core.quota).
 - ``classhub_culls_total{reason, resource}``, ``classhub_culler_gpu_hours_reclaimed_total``,
-  ``classhub_culler_pending_warnings``: the idle culler (hub_ext.service.culling.CullCollector).
+  ``classhub_culler_pending_warnings``: the idle culler (`CullCollector`).
+
+Scrapes read through the store's readers (they never wait on a writer) and count in SQL, on the
+audit log's index by action: a scrape does not load every audit row.
 """
 
 from __future__ import annotations
@@ -30,9 +33,11 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from hub_ext.store import AuditLog, Course, CourseQuota, Ledger
+from hub_ext.store import AuditLog, Course, CourseQuota, Ledger, readers
+from hub_ext.store.culler_models import CULLED_ACTION, CullWarning
 
 SPAWN_DENIED = "spawn_denied"
+CULLED = CULLED_ACTION
 SERVERS = "servers"
 GPU_HOURS = "gpu_hours_per_week"
 
@@ -41,8 +46,8 @@ class StoreCollector(Collector):
     """Reads quotas, usage and denials from the classhub store when Prometheus scrapes."""
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
-        self.sessions = sessions
-        self.ledger = Ledger(sessions)
+        self.sessions = readers(sessions)
+        self.ledger = Ledger(self.sessions)
 
     def collect(self) -> Iterator[Metric]:
         now = datetime.now(timezone.utc)
@@ -88,12 +93,49 @@ class StoreCollector(Collector):
         yield denied
 
 
+class CullCollector(Collector):
+    """Culls by reason and resource, and GPU-hours reclaimed, from the audit log at each scrape.
+
+    Counted from the log, like the spawn denials: the culler is another process, and the log
+    survives its restarts.
+    """
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self.sessions = readers(sessions)
+
+    def collect(self) -> Iterator[Metric]:
+        culls = CounterMetricFamily(
+            "classhub_culls", "Servers stopped by the classhub culler, by reason and main resource.",
+            labels=["reason", "resource"],
+        )
+        hours = CounterMetricFamily(
+            "classhub_culler_gpu_hours_reclaimed", "GPU-hours of idle holding ended by culls: devices "
+            "held x idle time at the cull, summed (MIG slices and shares count as one device each).",
+        )
+        pending = GaugeMetricFamily("classhub_culler_pending_warnings", "Servers warned of a coming cull.")
+        reason = AuditLog.details["reason"].as_string()
+        resource = AuditLog.details["resource"].as_string()
+        culled = AuditLog.action == CULLED
+        with self.sessions() as session:
+            rows = session.execute(
+                select(reason, resource, func.count()).where(culled).group_by(reason, resource)
+            ).all()
+            gpu_hours = session.scalar(
+                select(func.sum(AuditLog.details["gpu_hours"].as_float())).where(culled))
+            warned = session.scalar(select(func.count()).select_from(CullWarning)) or 0
+        for code, res, count in sorted(rows, key=lambda r: (str(r[0]), str(r[1]))):
+            culls.add_metric([code or "unknown", res or "cpu"], count)
+        hours.add_metric([], float(gpu_hours or 0))
+        pending.add_metric([], warned)
+        yield culls
+        yield hours
+        yield pending
+
+
 def registry_for(sessions: sessionmaker[Session]) -> CollectorRegistry:
     """A registry of its own (not the process-global one), so tests and apps do not mix."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(sessions))
-    from hub_ext.service.culling import CullCollector  # the culler's metrics (issue 8)
-
     registry.register(CullCollector(sessions))
     return registry
 

@@ -20,6 +20,8 @@ __all__ = ["CullPolicyRow", "CullWarning", "NoCullWindow", "PersistentServer", "
 
 #: Profile kinds a course policy may name; "" means every kind of the course.
 KINDS = ("", "cpu", "gpu", "mig", "shared")
+#: The audit-log action of a cull (the culler writes it; the metrics count it).
+CULLED_ACTION = "server_culled"
 
 
 class PersistentServer(Base):

@@ -32,6 +32,8 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import URL, Connection, Engine, create_engine, event, func, make_url, select
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
@@ -213,10 +215,35 @@ def alembic_config() -> Config:
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Bring the schema to `revision` in one transaction, one process at a time."""
+    """Bring the schema to `revision` in one transaction, one process at a time.
+
+    A schema already at head is only read, without the write lock: a process that connects
+    while another holds the database (the hub rendering its first page while the culler writes)
+    does not wait for it."""
     config = alembic_config()
+    if revision == "head" and _at_head(engine, config):
+        return
     with engine.begin() as connection:  # sqlite: BEGIN IMMEDIATE already serializes
         if connection.dialect.name == "postgresql":
             connection.execute(select(func.pg_advisory_xact_lock(_MIGRATION_LOCK)))
         config.attributes["connection"] = connection
         command.upgrade(config, revision)
+
+
+def _at_head(engine: Engine, config: Config) -> bool:
+    """Whether the database's schema is at the newest revision (read without the write lock)."""
+    url = engine.url
+    in_memory = url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
+    if in_memory:
+        return False
+    reader = _read_engine(url) if url.get_backend_name() == "sqlite" else engine
+    try:
+        with reader.connect() as connection:
+            current = MigrationContext.configure(
+                connection, opts={"version_table": VERSION_TABLE}).get_current_heads()
+    except Exception:  # no database file yet, no version table: upgrade decides
+        return False
+    finally:
+        if reader is not engine:
+            reader.dispose()
+    return set(current) == set(ScriptDirectory.from_config(config).get_heads())

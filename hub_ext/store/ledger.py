@@ -191,12 +191,19 @@ class Ledger:
             servers=1 if kind == "server" else 0,
         )
 
-    def release(self, key: str, now: datetime) -> Reservation | None:
-        """Mark the unreleased reservation `key` released at `now`; None when there is none."""
+    def release(self, key: str, now: datetime, *, started_before: datetime | None = None
+                ) -> Reservation | None:
+        """Mark the unreleased reservation `key` released at `now`; None when there is none.
+
+        `started_before`: release it only if it was made before then (a release decided at that
+        instant and run later must not end a newer reservation of the same server)."""
         with self._sessions.begin() as session:
             reservation = session.scalars(
                 select(Reservation).where(Reservation.key == key, Reservation.released_at.is_(None))
             ).one_or_none()
+            if reservation is not None and started_before is not None and (
+                    reservation.started_at > started_before):
+                return None
             if reservation is not None:
                 reservation.released_at = max(now, reservation.started_at)
             return reservation

@@ -207,5 +207,5 @@ class AuditLog(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     at: Mapped[datetime] = mapped_column(index=True)
     actor: Mapped[str]
-    action: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(64), index=True)  # metrics count by action
     details: Mapped[dict[str, Any]] = mapped_column(default=dict)

@@ -1,0 +1,48 @@
+"""bench/storm.py still runs: a 4-student storm against both hubs on the fake cluster.
+
+Only the report's shape and the absence of errors are checked: the benchmark measures, it never
+asserts timing, and neither does this test.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "storm.py"
+LAST_LINE = re.compile(r"storm ratio p95_ready=(\d+\.\d{3}) hub_api_p95=(\d+\.\d{3}) errors=(\d+)")
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench_storm", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.timeout(180)
+def test_a_small_storm_reports_ratios_and_no_errors(capsys):
+    storm = load_bench()
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    result = storm.main(["--users", "4", "--window", "1", "--readers", "2", "--read-seconds", "1"])
+    out = capsys.readouterr().out
+    lines = out.strip().splitlines()
+    assert LAST_LINE.fullmatch(lines[-1]), out
+    assert lines[-1] == result["line"]
+    assert result["errors"] == 0, out
+    for kind in ("classhub", "stock"):
+        tally = result["tallies"][kind]
+        assert len(tally.ready) == 4, out
+        assert tally.hub_api, out
+    readers = result["tallies"]["classhub"].readers
+    assert readers["api/me"] and readers["api/usage/me"], out
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    assert not [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], \
+        "the benchmark left processes behind"
