@@ -23,7 +23,16 @@ from traitlets.config import Application
 
 from hub_ext import __version__, store
 from hub_ext.logs import route_module_logs
-from hub_ext.service import culling, handlers, invitations, metrics, reconcile, sharing, templates
+from hub_ext.service import (
+    culling,
+    handlers,
+    invitations,
+    metrics,
+    openapi,
+    reconcile,
+    sharing,
+    templates,
+)
 from hub_ext.service.courses import Courses
 from hub_ext.service.hubapi import HubAPI
 
@@ -33,7 +42,7 @@ _COURSE = r"courses/([^/]+)"
 #: sees them, so non-ASCII user names arrive as text.
 ROUTES: list[tuple[str, type]] = [
     ("api/health", handlers.HealthHandler),
-    ("api/openapi.json", handlers.OpenAPIHandler),
+    ("api/openapi.json", openapi.OpenAPIHandler),
     ("api/me", handlers.MeHandler),
     (r"api/users/([^/]+)/server/profile", handlers.ServerProfileHandler),
     ("api/courses", handlers.CoursesHandler),

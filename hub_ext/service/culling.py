@@ -27,7 +27,7 @@ from tornado import web
 from hub_ext import store
 from hub_ext.core import bodies
 from hub_ext.service import handlers
-from hub_ext.service.openapi import _json_body, _ok, _op
+from hub_ext.service.apidoc import json_body, ok, op
 from hub_ext.store import culler_models as cm
 
 
@@ -330,24 +330,24 @@ ROUTES: list[tuple[str, type]] = [
 _OBJ = {"type": "object"}
 OPENAPI_PATHS: dict[str, Any] = {
     "/api/culling/me": {
-        "get": _op("My pending cull warnings", "any hub user with access to classhub",
-                   _ok("Warnings (server, cull_at, seconds_left, message) and persistent servers", _OBJ)),
+        "get": op("My pending cull warnings", "any hub user with access to classhub",
+                   ok("Warnings (server, cull_at, seconds_left, message) and persistent servers", _OBJ)),
     },
     "/api/culling/persistent": {
-        "get": _op("Servers marked persistent", "hub admins", _ok("The marked servers", _OBJ)),
-        "put": _op("Mark or unmark a server persistent (never culled)", "hub admins",
-                   _ok("The mark", _OBJ), errors=("400", "401", "403"),
-                   body=_json_body({"type": "object", "properties": {
+        "get": op("Servers marked persistent", "hub admins", ok("The marked servers", _OBJ)),
+        "put": op("Mark or unmark a server persistent (never culled)", "hub admins",
+                   ok("The mark", _OBJ), errors=("400", "401", "403"),
+                   body=json_body({"type": "object", "properties": {
                        "user": {"type": "string"}, "server_name": {"type": "string"},
                        "persistent": {"type": "boolean"}, "note": {"type": "string"}},
                        "required": ["user"]})),
     },
     "/api/culling/courses/{course}/policy": {
-        "get": _op("The course's culling policies per profile kind", "members of the course and hub admins",
-                   _ok("Policies; null fields take the site default", _OBJ), params=("course",)),
-        "put": _op("Set or remove the course's policy for one kind", "hub admins",
-                   _ok("The course's policies", _OBJ), errors=("400", "401", "403", "404"),
-                   params=("course",), body=_json_body({"type": "object", "properties": {
+        "get": op("The course's culling policies per profile kind", "members of the course and hub admins",
+                   ok("Policies; null fields take the site default", _OBJ), params=("course",)),
+        "put": op("Set or remove the course's policy for one kind", "hub admins",
+                   ok("The course's policies", _OBJ), errors=("400", "401", "403", "404"),
+                   params=("course",), body=json_body({"type": "object", "properties": {
                        "kind": {"enum": list(cm.KINDS)}, "remove": {"type": "boolean"},
                        "idle_timeout": {"type": ["number", "null"]}, "max_age": {"type": ["number", "null"]},
                        "warn_before": {"type": ["number", "null"]},
@@ -355,17 +355,17 @@ OPENAPI_PATHS: dict[str, Any] = {
                        "never_cull": {"type": ["boolean", "null"]}}})),
     },
     "/api/culling/courses/{course}/windows": {
-        "get": _op("No-cull windows of the course that are not over", "members of the course and hub admins",
-                   _ok("The windows", _OBJ), params=("course",)),
-        "post": _op("Reserve a no-cull window (e.g. an exam)", "teachers of the course and hub admins",
-                    _ok("The window", _OBJ, "201"), errors=("400", "401", "403", "404"), params=("course",),
-                    body=_json_body({"type": "object", "properties": {
+        "get": op("No-cull windows of the course that are not over", "members of the course and hub admins",
+                   ok("The windows", _OBJ), params=("course",)),
+        "post": op("Reserve a no-cull window (e.g. an exam)", "teachers of the course and hub admins",
+                    ok("The window", _OBJ, "201"), errors=("400", "401", "403", "404"), params=("course",),
+                    body=json_body({"type": "object", "properties": {
                         "start": {"type": "string", "format": "date-time"},
                         "end": {"type": "string", "format": "date-time"}, "note": {"type": "string"}},
                         "required": ["start", "end"]})),
-        "delete": _op("Cancel a no-cull window", "teachers of the course and hub admins",
+        "delete": op("Cancel a no-cull window", "teachers of the course and hub admins",
                       {"204": {"description": "Cancelled"}}, errors=("400", "401", "403", "404"),
-                      params=("course",), body=_json_body({"type": "object", "properties": {
+                      params=("course",), body=json_body({"type": "object", "properties": {
                           "id": {"type": "integer"}}, "required": ["id"]})),
     },
 }

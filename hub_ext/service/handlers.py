@@ -20,7 +20,7 @@ from tornado import httputil, web
 
 from hub_ext import __version__
 from hub_ext.core import authz, bodies, roles
-from hub_ext.service import metrics, openapi, servers
+from hub_ext.service import metrics, servers
 from hub_ext.service.courses import Courses, course_name_problem
 from hub_ext.service.hubapi import HubAPI, HubAPIError
 
@@ -445,13 +445,6 @@ class AllUsageHandler(APIHandler):
     async def get(self) -> None:
         await self.authorize(authz.READ_ALL_USAGE)
         self.write_json(await self.courses.all_usage())
-
-
-class OpenAPIHandler(APIHandler):
-    """``GET /api/openapi.json``: the API description, without login (it holds no data)."""
-
-    def get(self) -> None:
-        self.write_json(openapi.document())
 
 
 class MetricsHandler(APIHandler):

@@ -24,8 +24,8 @@ from tornado import web
 from tornado.escape import xhtml_escape
 
 from hub_ext.core import authz
+from hub_ext.service.apidoc import ok, op
 from hub_ext.service.handlers import APIHandler
-from hub_ext.service.openapi import _ok, _op
 
 _COURSE = r"([^/]+)"
 
@@ -133,18 +133,18 @@ _ANSWER = {"type": "object", "properties": {
 _ME = "the invited user"
 
 OPENAPI_PATHS: dict[str, Any] = {
-    "/": {"get": _op("The classhub home page (my courses, invitations, links)", "any hub user",
+    "/": {"get": op("The classhub home page (my courses, invitations, links)", "any hub user",
                      {"200": {"description": "HTML page", "content": {"text/html": {}}}})},
-    "/api/invitations": {"get": _op("My pending invitations", "any hub user", _ok("Invitations", _LIST))},
+    "/api/invitations": {"get": op("My pending invitations", "any hub user", ok("Invitations", _LIST))},
     "/api/invitations/{course}": {
-        "post": _op("Accept the invitation (join the course)", _ME, _ok("Joined", _ANSWER),
+        "post": op("Accept the invitation (join the course)", _ME, ok("Joined", _ANSWER),
                     errors=("401", "403", "404"), params=("course",)),
-        "delete": _op("Decline the invitation", _ME, _ok("Declined", _ANSWER),
+        "delete": op("Decline the invitation", _ME, ok("Declined", _ANSWER),
                       errors=("401", "403", "404"), params=("course",)),
     },
     "/api/courses/{course}/invitations": {
-        "get": _op("The course's unanswered invitations", "teachers and TAs of the course, and hub "
-                   "admins", _ok("Invitations", _LIST), errors=("401", "403", "404"),
+        "get": op("The course's unanswered invitations", "teachers and TAs of the course, and hub "
+                   "admins", ok("Invitations", _LIST), errors=("401", "403", "404"),
                    params=("course",)),
     },
 }

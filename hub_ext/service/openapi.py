@@ -14,53 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from hub_ext import __version__
-
-_JSON = "application/json"
-
-
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def _ok(description: str, schema: dict[str, Any] | None = None, status: str = "200") -> dict[str, Any]:
-    body: dict[str, Any] = {"description": description}
-    if schema is not None:
-        body["content"] = {_JSON: {"schema": schema}}
-    return {status: body}
-
-
-_ERRORS = {
-    code: {"$ref": f"#/components/responses/{name}"}
-    for code, name in (("400", "BadRequest"), ("401", "Unauthorized"), ("403", "Forbidden"),
-                       ("404", "NotFound"), ("409", "Conflict"), ("413", "TooLarge"),
-                       ("502", "BadGateway"))
-}
-#: Every operation that takes a body (and every POST, PUT, PATCH, DELETE: the service reads any
-#: body it is sent) may answer these: a body that is not JSON, too deep, or holds numbers no column
-#: stores (400), and one over the endpoint's size limit (413). `document` adds them.
-_BODY_ERRORS = ("400", "413")
-
-
-def _op(summary: str, who: str, responses: dict[str, Any], *, errors: tuple[str, ...] = ("401", "403"),
-        body: dict[str, Any] | None = None, params: tuple[str, ...] = (), public: bool = False,
-        extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    op: dict[str, Any] = {
-        "summary": summary,
-        "description": f"Who may call it: {who}.",
-        "responses": {**responses, **{code: _ERRORS[code] for code in errors}},
-    }
-    if public:
-        op["security"] = []
-    if params:
-        op["parameters"] = [{"$ref": f"#/components/parameters/{p}"} for p in params]
-    if body is not None:
-        op["requestBody"] = body
-    return op
-
-
-def _json_body(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"required": True, "content": {_JSON: {"schema": schema}}}
-
+from hub_ext.service import culling, handlers, invitations, sharing, templates
+from hub_ext.service.apidoc import BODY_ERRORS, ERRORS, JSON, json_body, ok, op, ref
 
 _ADMIN = "hub admins"
 _MEMBERS = "members of the course (student, TA, teacher) and hub admins"
@@ -69,54 +24,54 @@ _TEACHERS = "teachers of the course and hub admins"
 
 PATHS: dict[str, dict[str, Any]] = {
     "/api/health": {
-        "get": _op("Liveness", "anyone, no login", _ok("The service runs", _ref("Health")),
+        "get": op("Liveness", "anyone, no login", ok("The service runs", ref("Health")),
                    errors=(), public=True),
     },
     "/api/openapi.json": {
-        "get": _op("This document", "anyone, no login", _ok("The OpenAPI document", {"type": "object"}),
+        "get": op("This document", "anyone, no login", ok("The OpenAPI document", {"type": "object"}),
                    errors=(), public=True),
     },
     "/api/me": {
-        "get": _op("Who am I", "any hub user or service with access to classhub",
-                   _ok("The caller, their hub groups and their classhub course roles", _ref("Me"))),
+        "get": op("Who am I", "any hub user or service with access to classhub",
+                   ok("The caller, their hub groups and their classhub course roles", ref("Me"))),
     },
     "/api/users/{user}/server/profile": {
-        "put": _op(
+        "put": op(
             "Restart a server with other user_options", "the server's owner and hub admins",
-            {**_ok("The restarted server", {"type": "object"}),
+            {**ok("The restarted server", {"type": "object"}),
              "409": {"description": "The server is busy, or the hub has nothing free for these options"}},
             errors=("400", "401", "403"), params=("user",),
-            body=_json_body({"type": "object", "example": {"profile": "h200-mig-1g"}}),
+            body=json_body({"type": "object", "example": {"profile": "h200-mig-1g"}}),
         ),
     },
     "/api/courses": {
-        "get": _op("List courses", "any user: hub admins see all courses, others their own",
-                   _ok("Courses", {"type": "array", "items": _ref("Course")})),
-        "post": _op("Create a course (and its hub group)", _ADMIN,
-                    _ok("The new course", _ref("Course"), status="201"),
-                    errors=("400", "401", "403"), body=_json_body(_ref("NewCourse"))),
+        "get": op("List courses", "any user: hub admins see all courses, others their own",
+                   ok("Courses", {"type": "array", "items": ref("Course")})),
+        "post": op("Create a course (and its hub group)", _ADMIN,
+                    ok("The new course", ref("Course"), status="201"),
+                    errors=("400", "401", "403"), body=json_body(ref("NewCourse"))),
     },
     "/api/courses/{course}": {
-        "get": _op("One course", _MEMBERS, _ok("The course", _ref("Course")),
+        "get": op("One course", _MEMBERS, ok("The course", ref("Course")),
                    errors=("401", "403", "404"), params=("course",)),
-        "delete": _op("Delete a course (and its hub group)", _ADMIN,
+        "delete": op("Delete a course (and its hub group)", _ADMIN,
                       {"204": {"description": "Deleted"},
                        "409": {"description": "Servers or jobs of the course still run"}},
                       errors=("401", "403", "404"), params=("course",)),
     },
     "/api/courses/{course}/members": {
-        "get": _op("Members and their roles", _STAFF,
-                   _ok("Members", {"type": "array", "items": _ref("Member")}),
+        "get": op("Members and their roles", _STAFF,
+                   ok("Members", {"type": "array", "items": ref("Member")}),
                    errors=("401", "403", "404"), params=("course",)),
-        "put": _op("Add, re-role and remove members (all or nothing)",
+        "put": op("Add, re-role and remove members (all or nothing)",
                    "teachers of the course (students and TAs only) and hub admins (teachers too)",
-                   _ok("What changed", _ref("MemberChanges")), errors=("400", "401", "403", "404"),
-                   params=("course",), body=_json_body(_ref("MemberChange"))),
+                   ok("What changed", ref("MemberChanges")), errors=("400", "401", "403", "404"),
+                   params=("course",), body=json_body(ref("MemberChange"))),
     },
     "/api/courses/{course}/roster": {
-        "post": _op(
+        "post": op(
             "Import a roster CSV", _TEACHERS,
-            _ok("What was imported, and each bad line", _ref("RosterResult")),
+            ok("What was imported, and each bad line", ref("RosterResult")),
             errors=("400", "401", "403", "404"), params=("course", "remove_missing"),
             body={"required": True, "content": {
                 "text/csv": {"schema": {"type": "string", "format": "binary"}},
@@ -126,32 +81,32 @@ PATHS: dict[str, dict[str, Any]] = {
         ),
     },
     "/api/courses/{course}/quota": {
-        "get": _op("The course ceiling", _MEMBERS, _ok("Limits", _ref("Limits")),
+        "get": op("The course ceiling", _MEMBERS, ok("Limits", ref("Limits")),
                    errors=("401", "403", "404"), params=("course",)),
-        "put": _op("Set the course ceiling", _ADMIN, _ok("The stored limits", _ref("Limits")),
-                   errors=("400", "401", "403", "404"), params=("course",), body=_json_body(_ref("Limits"))),
+        "put": op("Set the course ceiling", _ADMIN, ok("The stored limits", ref("Limits")),
+                   errors=("400", "401", "403", "404"), params=("course",), body=json_body(ref("Limits"))),
     },
     "/api/courses/{course}/quota/users/{user}": {
-        "get": _op("A member's own limits in the course", f"{_TEACHERS}; the member themselves",
-                   _ok("Limits (unset: only the course ceiling applies)", _ref("Limits")),
+        "get": op("A member's own limits in the course", f"{_TEACHERS}; the member themselves",
+                   ok("Limits (unset: only the course ceiling applies)", ref("Limits")),
                    errors=("401", "403", "404"), params=("course", "user")),
-        "put": _op("Set a member's limits (within the course ceiling)", _TEACHERS,
-                   _ok("The stored limits", _ref("Limits")), errors=("400", "401", "403", "404"),
-                   params=("course", "user"), body=_json_body(_ref("Limits"))),
+        "put": op("Set a member's limits (within the course ceiling)", _TEACHERS,
+                   ok("The stored limits", ref("Limits")), errors=("400", "401", "403", "404"),
+                   params=("course", "user"), body=json_body(ref("Limits"))),
     },
     "/api/courses/{course}/usage": {
-        "get": _op("What the course and its users hold now, GPU hours this week", _STAFF,
-                   _ok("Usage", _ref("CourseUsage")), errors=("401", "403", "404"), params=("course",)),
+        "get": op("What the course and its users hold now, GPU hours this week", _STAFF,
+                   ok("Usage", ref("CourseUsage")), errors=("401", "403", "404"), params=("course",)),
     },
     "/api/usage/me": {
-        "get": _op("My usage and limits per course", "any hub user (not services)",
-                   _ok("Usage", _ref("MyUsage"))),
+        "get": op("My usage and limits per course", "any hub user (not services)",
+                   ok("Usage", ref("MyUsage"))),
     },
     "/api/usage": {
-        "get": _op("Usage of every course and user", _ADMIN, _ok("Usage", _ref("AllUsage"))),
+        "get": op("Usage of every course and user", _ADMIN, ok("Usage", ref("AllUsage"))),
     },
     "/metrics": {
-        "get": _op(
+        "get": op(
             "Prometheus metrics", "hub admins and tokens with the scope read:metrics; anyone when the "
             "service runs with authenticate_metrics=False ($CLASSHUB_METRICS_AUTH=0)",
             {"200": {"description": "classhub_quota, classhub_usage, classhub_spawns_denied_total",
@@ -228,17 +183,17 @@ SCHEMAS: dict[str, Any] = {
     "Limits": _LIMITS,
     "Usage": _USAGE,
     "CourseUsage": {"type": "object", "properties": {
-        "course": {"type": "string"}, "limits": _ref("Limits"), "usage": _ref("Usage"),
-        "users": {"type": "object", "additionalProperties": _ref("Usage")}}},
+        "course": {"type": "string"}, "limits": ref("Limits"), "usage": ref("Usage"),
+        "users": {"type": "object", "additionalProperties": ref("Usage")}}},
     "MyUsage": {"type": "object", "properties": {
-        "name": {"type": "string"}, "usage": _ref("Usage"),
+        "name": {"type": "string"}, "usage": ref("Usage"),
         "courses": {"type": "object", "additionalProperties": {"type": "object", "properties": {
-            "role": _ROLE, "usage": _ref("Usage"), "limits": _ref("Limits"),
-            "course_limits": _ref("Limits")}}}}},
+            "role": _ROLE, "usage": ref("Usage"), "limits": ref("Limits"),
+            "course_limits": ref("Limits")}}}}},
     "AllUsage": {"type": "object", "properties": {
         "courses": {"type": "object", "additionalProperties": {"type": "object", "properties": {
-            "limits": _ref("Limits"), "usage": _ref("Usage")}}},
-        "users": {"type": "object", "additionalProperties": _ref("Usage")}}},
+            "limits": ref("Limits"), "usage": ref("Usage")}}},
+        "users": {"type": "object", "additionalProperties": ref("Usage")}}},
 }
 
 
@@ -255,31 +210,31 @@ _ASKS_HUB = {
 }
 
 
-def _with_common_errors(path: str, method: str, op: dict[str, Any]) -> dict[str, Any]:
-    """``op`` with the answers every operation of its kind may give: a path naming nothing (404),
-    a bad or too large body (`_BODY_ERRORS`), the hub failing (502, `_ASKS_HUB`)."""
+def _with_common_errors(path: str, method: str, operation: dict[str, Any]) -> dict[str, Any]:
+    """``operation`` with the answers every operation of its kind may give: a path naming nothing (404),
+    a bad or too large body (`BODY_ERRORS`), the hub failing (502, `_ASKS_HUB`)."""
     codes = []
-    if "{" in path and op.get("security") != []:
+    if "{" in path and operation.get("security") != []:
         codes.append("404")
-    if method in ("post", "put", "patch", "delete") or "requestBody" in op:
-        codes.extend(_BODY_ERRORS)
+    if method in ("post", "put", "patch", "delete") or "requestBody" in operation:
+        codes.extend(BODY_ERRORS)
     if (method, path) in _ASKS_HUB:
         codes.append("502")
-    responses = {**op["responses"], **{code: _ERRORS[code] for code in codes if code not in op["responses"]}}
-    return {**op, "responses": dict(sorted(responses.items()))}
+    responses = {**operation["responses"],
+                 **{code: ERRORS[code] for code in codes if code not in operation["responses"]}}
+    return {**operation, "responses": dict(sorted(responses.items()))}
 
 
 def _error(description: str) -> dict[str, Any]:
-    return {"description": description, "content": {_JSON: {"schema": _ref("Error")}}}
+    return {"description": description, "content": {JSON: {"schema": ref("Error")}}}
 
 
 def document() -> dict[str, Any]:
     """The OpenAPI document (a fresh dict each call)."""
-    from hub_ext.service import culling, invitations, sharing, templates  # they use this module
-
     paths = {**PATHS, **templates.OPENAPI_PATHS, **sharing.OPENAPI_PATHS, **culling.OPENAPI_PATHS,
              **invitations.OPENAPI_PATHS}
-    paths = {path: {method: _with_common_errors(path, method, op) for method, op in ops.items()}
+    paths = {path: {method: _with_common_errors(path, method, operation)
+                    for method, operation in ops.items()}
              for path, ops in paths.items()}
     return {
         "openapi": "3.1.0",
@@ -335,3 +290,10 @@ def document() -> dict[str, Any]:
             "schemas": SCHEMAS,
         },
     }
+
+
+class OpenAPIHandler(handlers.APIHandler):
+    """``GET /api/openapi.json``: the API description, without login (it holds no data)."""
+
+    def get(self) -> None:
+        self.write_json(document())

@@ -36,6 +36,7 @@ from tornado import web
 
 from hub_ext import store
 from hub_ext.core import authz, bodies, sharing
+from hub_ext.service.apidoc import json_body, ok, op
 from hub_ext.service.handlers import APIHandler
 from hub_ext.service.hubapi import HubAPI, HubAPIError
 from hub_ext.store.models import Course
@@ -694,7 +695,6 @@ ROUTES: list[tuple[str, type]] = [
 ]
 
 def _openapi_paths() -> dict[str, Any]:
-    from hub_ext.service.openapi import _json_body, _ok, _op
 
     owner = "the server's owner and hub admins"
     user = "any logged-in user"
@@ -704,7 +704,7 @@ def _openapi_paths() -> dict[str, Any]:
     shares = {"type": "object", "properties": {"shares": {"type": "array", "items": share}}}
     settings = {"type": "object", "properties": {"course": {"type": "string"},
                                                  "ta_server_access": {"type": ["boolean", "null"]}}}
-    body = _json_body({"type": "object", "properties": {
+    body = json_body({"type": "object", "properties": {
         "kind": {"type": "string", "enum": ["read-only", "edit"]},
         "user": {"type": "string"}, "group": {"type": "string"}, "link": {"type": "boolean"},
         "path": {"type": "string", "description": "one file, relative to the server's root"},
@@ -713,41 +713,41 @@ def _openapi_paths() -> dict[str, Any]:
     }, "example": {"kind": "read-only", "group": "cs101", "minutes": 90}})
     return {
         "/api/shares": {
-            "get": _op("My shares (?ended=1 includes ended ones)", user, _ok("Shares", shares)),
-            "post": _op("Share my server read-only or editable with a user, a group (broadcast) or as "
-                        "an expiring link", owner, _ok("The share", share, "201"),
+            "get": op("My shares (?ended=1 includes ended ones)", user, ok("Shares", shares)),
+            "post": op("Share my server read-only or editable with a user, a group (broadcast) or as "
+                        "an expiring link", owner, ok("The share", share, "201"),
                         errors=("400", "401", "403"), body=body),
         },
-        "/api/shares/with-me": {"get": _op("Active shares I can open", user, _ok("Shares", shares))},
-        "/api/shares/paths": {"get": _op(
+        "/api/shares/with-me": {"get": op("Active shares I can open", user, ok("Shares", shares))},
+        "/api/shares/paths": {"get": op(
             "Paths of a viewer's one-path shares of the caller's server (asked by that server)",
-            "the server's owner (its server token)", _ok("Paths", {"type": "object"}),
+            "the server's owner (its server token)", ok("Paths", {"type": "object"}),
             errors=("400", "401", "403"), params=("viewer", "server"))},
-        "/api/shares/accessed": {"post": _op(
+        "/api/shares/accessed": {"post": op(
             "Record in the audit log that a non-owner used the caller's server (sent by that server)",
-            "the server's owner (its server token)", _ok("Recorded", {"type": "object"}, "201"),
+            "the server's owner (its server token)", ok("Recorded", {"type": "object"}, "201"),
             errors=("400", "401", "403"),
-            body=_json_body({"type": "object", "properties": {"viewer": {"type": "string"},
+            body=json_body({"type": "object", "properties": {"viewer": {"type": "string"},
                                                               "server": {"type": "string"}}}))},
         "/api/shares/{share}": {
-            "get": _op("One of my shares", owner, _ok("The share", share), errors=("401", "403", "404"),
+            "get": op("One of my shares", owner, ok("The share", share), errors=("401", "403", "404"),
                        params=("share",)),
-            "delete": _op("Revoke a share now: the next request of its recipients is refused", owner,
-                          _ok("The ended share", share), errors=("401", "403", "404"), params=("share",)),
+            "delete": op("Revoke a share now: the next request of its recipients is refused", owner,
+                          ok("The ended share", share), errors=("401", "403", "404"), params=("share",)),
         },
-        "/shares/{share}/open": {"get": _op(
+        "/shares/{share}/open": {"get": op(
             "Follow a share into the owner's server (started first when the share allows auto-start)",
             "the share's recipients (a link: anyone with its code)",
             {"302": {"description": "Into the server"}, "409": {"description": "Server not running"},
              "410": {"description": "Share ended"}}, errors=("401", "403", "404"), params=("share",))},
-        "/shares": {"get": _op("The sharing page (HTML)", user, _ok("HTML page"))},
+        "/shares": {"get": op("The sharing page (HTML)", user, ok("HTML page"))},
         "/api/courses/{course}/sharing": {
-            "get": _op("The course's sharing settings", "members of the course and hub admins",
-                       _ok("Settings", settings), params=("course",)),
-            "put": _op("Let the course's TAs open its students' servers without a share (applies "
+            "get": op("The course's sharing settings", "members of the course and hub admins",
+                       ok("Settings", settings), params=("course",)),
+            "put": op("Let the course's TAs open its students' servers without a share (applies "
                        "from the next hub start)", "teachers of the course and hub admins",
-                       _ok("Settings", settings), errors=("400", "401", "403", "404"), params=("course",),
-                       body=_json_body({"type": "object", "properties": {
+                       ok("Settings", settings), errors=("400", "401", "403", "404"), params=("course",),
+                       body=json_body({"type": "object", "properties": {
                            "ta_server_access": {"type": "boolean"}}})),
         },
     }

@@ -50,6 +50,7 @@ from hub_ext.backends.local.templates import (
 from hub_ext.core import authz, bodies
 from hub_ext.core import templates as rules
 from hub_ext.core.seeding import TemplateRefused
+from hub_ext.service.apidoc import json_body, ok, op
 from hub_ext.service.handlers import APIHandler
 from hub_ext.service.hubapi import HubAPIError
 from hub_ext.store.models import AuditLog, Course
@@ -715,7 +716,6 @@ ROUTES: list[tuple[str, type]] = [
 
 
 def _openapi_paths() -> dict[str, Any]:
-    from hub_ext.service.openapi import _json_body, _ok, _op
 
     member, teacher = "members of the course and hub admins", "teachers of the course and hub admins"
     errs = ("401", "403", "404")
@@ -738,41 +738,41 @@ def _openapi_paths() -> dict[str, Any]:
         "application/x-tar": {"schema": {"type": "string", "format": "binary"}},
     }}
     return {
-        "/templates": {"get": _op("A page listing your courses' templates, each with a Start button",
+        "/templates": {"get": op("A page listing your courses' templates, each with a Start button",
                                   "any logged-in user (their courses)",
                                   {"200": {"description": "HTML page"}})},
-        "/api/courses/{course}/templates": {"get": _op(
+        "/api/courses/{course}/templates": {"get": op(
             "The course's templates and their versions", member,
-            _ok("Templates", {"type": "array", "items": template_schema}), errors=errs, params=("course",))},
+            ok("Templates", {"type": "array", "items": template_schema}), errors=errs, params=("course",))},
         "/api/courses/{course}/template-settings": {
-            "get": _op("The course's template settings", member,
-                       _ok("Settings", {"type": "object"}), errors=errs, params=("course",)),
-            "put": _op("Set when homes are re-seeded: manual or on_start", teacher,
-                       _ok("Settings", {"type": "object"}), errors=("400", *errs), params=("course",),
-                       body=_json_body({"type": "object", "properties": {
+            "get": op("The course's template settings", member,
+                       ok("Settings", {"type": "object"}), errors=errs, params=("course",)),
+            "put": op("Set when homes are re-seeded: manual or on_start", teacher,
+                       ok("Settings", {"type": "object"}), errors=("400", *errs), params=("course",),
+                       body=json_body({"type": "object", "properties": {
                            "reseed": {"type": "string", "enum": list(rules.RESEED_MODES)}}})),
         },
-        "/api/courses/{course}/templates/{template}": {"get": _op(
-            "One template with all its versions", member, _ok("Template", template_schema),
+        "/api/courses/{course}/templates/{template}": {"get": op(
+            "One template with all its versions", member, ok("Template", template_schema),
             errors=("400", *errs), params=params)},
-        "/api/courses/{course}/templates/{template}/versions": {"post": _op(
+        "/api/courses/{course}/templates/{template}/versions": {"post": op(
             "Publish the next version from a folder of your running server (JSON) or an archive "
             "(zip/tar body; image, profile, description, start_command as query arguments)", teacher,
-            _ok("The version published", version_schema, "201"), errors=("400", *errs),
+            ok("The version published", version_schema, "201"), errors=("400", *errs),
             params=params, body=publish_body)},
-        "/api/courses/{course}/templates/{template}/versions/{version}": {"get": _op(
-            "One version", member, _ok("Version", version_schema), errors=("400", *errs),
+        "/api/courses/{course}/templates/{template}/versions/{version}": {"get": op(
+            "One version", member, ok("Version", version_schema), errors=("400", *errs),
             params=(*params, "version"))},
-        "/api/template-uploads/{upload}": {"get": _op(
+        "/api/template-uploads/{upload}": {"get": op(
             "Internal: the Kubernetes publisher pod fetches a checked upload (a tar) once",
             "the publisher pod of a publish in progress, with its one-time token", {"200": {
                 "description": "the tar", "content": {"application/x-tar": {"schema": {
                     "type": "string", "format": "binary"}}}}}, errors=("404",), public=True,
             params=("upload",))},
-        "/api/courses/{course}/templates/{template}/start": {"post": _op(
+        "/api/courses/{course}/templates/{template}/start": {"post": op(
             "(Re)start your server from the template: its profile and image, your home seeded "
             "(a re-seed keeps your edits)", member + " (their own server)",
-            _ok("The server and what seeding did", {"type": "object"}), errors=("400", *errs),
+            ok("The server and what seeding did", {"type": "object"}), errors=("400", *errs),
             params=params, body={"required": False, "content": {"application/json": {"schema": {
                 "type": "object", "properties": {"version": {"type": "integer"},
                                                  "restore_deleted": {"type": "boolean"}}}}}})},
