@@ -55,7 +55,7 @@ def test_no_module_imports_itself_through_others():
         state[node] = 1
         for nxt in sorted(graph[node]):
             if state.get(nxt) == 1:
-                circles.append(" -> ".join(path[path.index(nxt):] + [node, nxt]) if nxt in path
+                circles.append(" -> ".join([*path[path.index(nxt):], node, nxt]) if nxt in path
                                else f"{node} -> {nxt}")
             elif nxt not in state:
                 visit(nxt, [*path, node])
