@@ -13,15 +13,19 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
+from typing import Any
 from urllib.parse import urlparse
 
 from jupyterhub.services.auth import HubOAuth, HubOAuthCallbackHandler
 from jupyterhub.utils import url_path_join
 from tornado import web
-from traitlets import Bool, Float, Integer, Unicode, default
+from traitlets import Bool, Enum, Float, Integer, TraitError, Unicode, validate
 from traitlets.config import Application
 
 from hub_ext import __version__, store
+from hub_ext.backends.local.templates import ClasshubTemplates
+from hub_ext.envtraits import ConfigError, apply_env
 from hub_ext.logs import route_module_logs
 from hub_ext.service import (
     culling,
@@ -69,72 +73,77 @@ class ClasshubService(Application):
     version = __version__
     description = "classhub REST API service (started by JupyterHub)"
 
+    config_file = Unicode(
+        "", config=True,
+        help="A Python config file to load (``c.ClasshubService.reconcile_interval = 30``); "
+        "settings in it win over the environment ($CLASSHUB_SERVICE_CONFIG).",
+    ).tag(env="CLASSHUB_SERVICE_CONFIG")
     service_url = Unicode(
-        config=True, help="URL the service listens on (default: $JUPYTERHUB_SERVICE_URL)."
-    )
+        "http://127.0.0.1:10101", config=True,
+        help="URL the service listens on; JupyterHub passes it ($JUPYTERHUB_SERVICE_URL).",
+    ).tag(env="JUPYTERHUB_SERVICE_URL")
     prefix = Unicode(
-        config=True,
-        help="URL prefix of the service behind the proxy (default: $JUPYTERHUB_SERVICE_PREFIX).",
-    )
+        "/services/classhub/", config=True,
+        help="URL prefix of the service behind the proxy ($JUPYTERHUB_SERVICE_PREFIX).",
+    ).tag(env="JUPYTERHUB_SERVICE_PREFIX")
     bind_ip = Unicode(
-        "",
-        config=True,
+        "", config=True,
         help="Interface to listen on; empty means the host of service_url ($CLASSHUB_BIND_IP).",
-    )
+    ).tag(env="CLASSHUB_BIND_IP")
     port = Integer(0, config=True, help="Port to listen on; 0 means the port of service_url.")
     db_url = Unicode(
-        config=True,
-        help="The classhub store (courses, quotas, ledger), shared with the spawner "
-        "(default: $CLASSHUB_DB_URL, which configure() sets).",
-    )
+        "", config=True,
+        help="The classhub store (courses, quotas, ledger), shared with the spawner; "
+        "configure() sets $CLASSHUB_DB_URL.",
+    ).tag(env="CLASSHUB_DB_URL")
+    mode = Enum(
+        ["local", "kubernetes"], "local", config=True,
+        help="Where servers run: processes on this machine or pods; configure() sets $CLASSHUB_MODE.",
+    ).tag(env="CLASSHUB_MODE")
     authenticate_metrics = Bool(
-        config=True,
-        help="Require a hub admin or a token with the scope read:metrics for /metrics, like "
-        "JupyterHub's own authenticate_prometheus (default True; $CLASSHUB_METRICS_AUTH=0 turns it "
-        "off, for a Prometheus that scrapes the service directly on a private network).",
-    )
-
+        True, config=True,
+        help="Require a token with the scope read:metrics for /metrics, like JupyterHub's own "
+        "authenticate_prometheus; false (CLASSHUB_METRICS_AUTH=0) for a Prometheus that scrapes "
+        "the service directly on a private network.",
+    ).tag(env="CLASSHUB_METRICS_AUTH")
+    ta_server_access = Bool(
+        True, config=True,
+        help="Whether TAs open their students' servers without a share in courses that chose "
+        "nothing; configure(ta_server_access=...) sets $CLASSHUB_TA_SERVER_ACCESS.",
+    ).tag(env="CLASSHUB_TA_SERVER_ACCESS")
     reconcile_interval = Float(
-        config=True,
+        60.0, config=True,
         help="Seconds between checks that every quota reservation belongs to a server the hub "
-        "runs (default 60; $CLASSHUB_RECONCILE_INTERVAL).",
-    )
+        "runs, and between re-applications of the course roles ($CLASSHUB_RECONCILE_INTERVAL).",
+    ).tag(env="CLASSHUB_RECONCILE_INTERVAL")
     reconcile_grace = Float(
-        config=True,
+        120.0, config=True,
         help="Age in seconds below which a reservation without a server is left alone: its "
-        "spawn may still be registering (default 120; $CLASSHUB_RECONCILE_GRACE).",
-    )
+        "spawn may still be registering ($CLASSHUB_RECONCILE_GRACE).",
+    ).tag(env="CLASSHUB_RECONCILE_GRACE")
+    share_interval = Float(
+        5.0, config=True,
+        help="Seconds between checks for expired shares (broadcasts, links); expired shares are "
+        "also ended when the service starts ($CLASSHUB_SHARE_INTERVAL).",
+    ).tag(env="CLASSHUB_SHARE_INTERVAL")
 
-    @default("reconcile_interval")
-    def _reconcile_interval(self) -> float:
-        return float(os.environ.get("CLASSHUB_RECONCILE_INTERVAL", "60"))
+    @validate("reconcile_interval", "reconcile_grace", "share_interval")
+    def _positive(self, proposal: Any) -> float:
+        if not proposal.value > 0:
+            raise TraitError(f"{proposal.trait.name} must be a number of seconds > 0")
+        return proposal.value
 
-    @default("reconcile_grace")
-    def _reconcile_grace(self) -> float:
-        return float(os.environ.get("CLASSHUB_RECONCILE_GRACE", "120"))
-
-    @default("db_url")
-    def _db_url(self) -> str:
-        url = os.environ.get("CLASSHUB_DB_URL")
-        if not url:
-            raise ValueError("CLASSHUB_DB_URL is not set: start the service through configure()")
-        return url
-
-    @default("authenticate_metrics")
-    def _authenticate_metrics(self) -> bool:
-        return os.environ.get("CLASSHUB_METRICS_AUTH", "1").lower() not in ("0", "false", "no")
-
-    @default("service_url")
-    def _service_url(self) -> str:
-        return os.environ.get("JUPYTERHUB_SERVICE_URL", "http://127.0.0.1:10101")
-
-    @default("prefix")
-    def _prefix(self) -> str:
-        return os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/classhub/")
-
-    @default("bind_ip")
-    def _bind_ip(self) -> str:
-        return os.environ.get("CLASSHUB_BIND_IP", "")
+    def initialize(self, argv: list[str] | None = None) -> None:
+        """Command line, then the config file, then the environment; refuse what cannot work."""
+        super().initialize(argv)
+        apply_env(self, {k: v for k, v in os.environ.items() if k == "CLASSHUB_SERVICE_CONFIG"})
+        if self.config_file:
+            self.load_config_file(self.config_file)
+        apply_env(self)
+        if not self.db_url:
+            raise ConfigError("CLASSHUB_DB_URL is not set: start the service through configure(), "
+                              "or set ClasshubService.db_url.")
+        self.templates = ClasshubTemplates(parent=self)  # its settings, checked now
 
     def make_app(self) -> web.Application:
         hub_auth = HubOAuth(parent=self, cache_max_age=60)
@@ -150,11 +159,14 @@ class ClasshubService(Application):
             hub_auth=hub_auth,
             hub_api=hub_api,
             sessions=sessions,
-            courses=Courses(sessions, hub_api),
+            courses=Courses(sessions, hub_api, ta_server_access=self.ta_server_access),
             shares=sharing.Shares(sessions, hub_api, url_path_join(self.prefix, "")),
             culling=culling.CullingSettings(sessions),
             metrics_registry=metrics.registry_for(sessions),
             authenticate_metrics=self.authenticate_metrics,
+            mode=self.mode,
+            classhub_templates=getattr(self, "templates", None) or ClasshubTemplates(parent=self),
+            prefix=self.prefix,
             cookie_secret=os.urandom(32),
             xsrf_cookies=False,
         )
@@ -208,16 +220,6 @@ class ClasshubService(Application):
             except Exception as e:  # the hub restarting: the next round retries
                 self.log.warning("applying course roles in the hub failed (%s); retrying", e)
 
-    share_interval = Float(
-        config=True,
-        help="Seconds between checks for expired shares (broadcasts, links); expired shares are "
-        "also ended when the service starts (default 5; $CLASSHUB_SHARE_INTERVAL).",
-    )
-
-    @default("share_interval")
-    def _share_interval(self) -> float:
-        return float(os.environ.get("CLASSHUB_SHARE_INTERVAL", "5"))
-
     async def _shares(self, shares: sharing.Shares) -> None:
         """Make the hub's shares match the records, then end shares when their time is up."""
         try:
@@ -232,6 +234,9 @@ class ClasshubService(Application):
 
 def main(argv: list[str] | None = None) -> None:
     app = ClasshubService.instance()
-    app.initialize(argv)
+    try:
+        app.initialize(argv)
+    except ConfigError as e:
+        sys.exit(f"classhub service: {e}")
     route_module_logs(app)
     app.start()

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
@@ -132,6 +131,7 @@ class Courses:
         sessions: sessionmaker[Session],
         hub: HubAPI,
         normalize: Callable[[str], str] = roster.default_normalize,
+        ta_server_access: bool = True,
     ) -> None:
         self.sessions = sessions
         #: reads never wait on a writer (store.readers); writes use `sessions`
@@ -142,7 +142,7 @@ class Courses:
         self._locks: dict[str, asyncio.Lock] = {}
         self._roles_lock = asyncio.Lock()
         #: TAs may open students' servers in courses that chose nothing (configure()'s default)
-        self.ta_server_access = os.environ.get("CLASSHUB_TA_SERVER_ACCESS", "1") != "0"
+        self.ta_server_access = ta_server_access
 
     async def _db(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.to_thread(fn, *args, **kwargs)

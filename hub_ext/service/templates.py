@@ -406,7 +406,7 @@ class PublishHandler(TemplatesBase):
         upload, secret = secrets.token_hex(16), secrets.token_hex(24)
         uploads = self.settings.setdefault("template_uploads", {})
         uploads[upload] = (staged / "upload.tar", secret)
-        prefix = os.environ.get("JUPYTERHUB_SERVICE_PREFIX", "/services/classhub/")
+        prefix = self.settings.get("prefix", "/services/classhub/")
         url = self.templates.fetch_url.rstrip("/") + url_path_join(prefix, "api/template-uploads", upload)
         try:
             await publish_with_pod(client.core_v1(), self.templates, url=url, token=secret,
@@ -579,7 +579,7 @@ class StartHandler(TemplatesBase):
             course, name, version["version"], choice.restore_deleted).to_json()}
         if version["profile"]:
             options["profile"] = version["profile"]
-        if version["image"] and os.environ.get("CLASSHUB_MODE") == "kubernetes":
+        if version["image"] and self.settings.get("mode") == "kubernetes":
             options["image"] = version["image"]
         started = _now()
         try:

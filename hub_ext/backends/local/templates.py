@@ -25,12 +25,14 @@ import os
 import secrets
 import shutil
 from pathlib import Path
+from typing import Any
 
-from traitlets import Float, Integer, Unicode, default
+from traitlets import Float, Integer, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
 
 from hub_ext.backends.local.seeding import extract_archive, scan_template
 from hub_ext.core.seeding import Manifest, SeedLimits, TemplateRefused, check_path
+from hub_ext.envtraits import apply_env
 
 __all__ = ["ClasshubTemplates", "Stager", "TemplateStorage", "manifest_digest"]
 
@@ -39,60 +41,60 @@ FILES = "files"
 STAGING = ".staging"
 
 
-def _env_int(name: str, fallback: int) -> int:
-    value = os.environ.get(name, "")
-    return int(value) if value.strip().isdigit() else fallback
-
-
 class ClasshubTemplates(Configurable):
     """Template settings shared by the service (publishing) and the spawners (seeding).
 
     Set them as ``c.ClasshubTemplates.<name>`` in jupyterhub_config.py for the spawners; the
     classhub service, a separate process, reads the ``CLASSHUB_TEMPLATE*`` environment variables
-    that ``configure()`` passes on from the hub's environment (each trait's default).
+    that ``configure()`` passes on from the hub's environment (hub_ext.envtraits: a value a trait
+    cannot take is refused with a sentence naming the variable, not silently replaced).
     """
 
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        apply_env(self, given=kwargs)
+
     storage_dir = Unicode(
-        config=True,
+        "", config=True,
         help="""Folder holding published templates (local mode; $CLASSHUB_TEMPLATES_DIR).
 
         ``configure()`` sets it to ``<data-dir>/templates``. On Kubernetes, the template volume's
         mount path in the hub pod.
         """,
-    )
+    ).tag(env="CLASSHUB_TEMPLATES_DIR")
     max_bytes = Integer(
-        config=True,
+        SeedLimits.max_bytes, config=True,
         help="""Largest template, in bytes of file content ($CLASSHUB_TEMPLATE_MAX_BYTES; default
         4 GiB). Publishing refuses larger folders and archives (counted as bytes actually read,
         so a compression bomb stops here); seeding refuses a stored version above it.""",
-    )
+    ).tag(env="CLASSHUB_TEMPLATE_MAX_BYTES")
     max_files = Integer(
-        config=True,
+        SeedLimits.max_files, config=True,
         help="""Most files and folders in a template ($CLASSHUB_TEMPLATE_MAX_FILES; default 20000),
         for publishing (folders, archive members) and seeding alike.""",
-    )
+    ).tag(env="CLASSHUB_TEMPLATE_MAX_FILES")
     max_depth = Integer(
-        config=True,
+        SeedLimits.max_depth, config=True,
         help="Deepest folder nesting in a template ($CLASSHUB_TEMPLATE_MAX_DEPTH; default 64).",
-    )
+    ).tag(env="CLASSHUB_TEMPLATE_MAX_DEPTH")
     volume_claim = Unicode(
-        config=True,
+        "classhub-templates", config=True,
         help="""Kubernetes: the ReadWriteMany PVC that holds the templates
         ($CLASSHUB_TEMPLATES_PVC; default ``classhub-templates``). The publisher pod mounts it
         read-write, user pods' seeding containers read-only.""",
-    )
+    ).tag(env="CLASSHUB_TEMPLATES_PVC")
     mount_path = Unicode(
-        config=True,
+        "/srv/classhub-templates", config=True,
         help="""Kubernetes: where seeding containers and the publisher pod mount the template volume
         ($CLASSHUB_TEMPLATES_MOUNT_PATH; default /srv/classhub-templates).""",
-    )
+    ).tag(env="CLASSHUB_TEMPLATES_MOUNT_PATH")
     publisher_image = Unicode(
-        config=True,
+        "", config=True,
         help="""Kubernetes: image of the short-lived publisher pod that writes a new version onto
         the template volume; it needs classhub installed, e.g. the hub image
         ($CLASSHUB_PUBLISHER_IMAGE). Not needed when ``storage_dir`` is set (the hub pod then
         mounts the volume and the service writes it itself).""",
-    )
+    ).tag(env="CLASSHUB_PUBLISHER_IMAGE")
     publish_timeout = Float(
         300.0, config=True, help="Kubernetes: seconds the publisher pod may take before the publish fails."
     )
@@ -121,41 +123,15 @@ class ClasshubTemplates(Configurable):
         (classhub user images include classhub, which the seeding command needs).""",
     )
     seed_python = Unicode(
-        config=True,
+        "python3", config=True,
         help="Kubernetes: the Python of ``seed_image`` (runs ``-m hub_ext.backends.local.templates_cli``).",
-    )
+    ).tag(env="CLASSHUB_TEMPLATES_PYTHON")
 
-    @default("storage_dir")
-    def _storage_dir(self) -> str:
-        return os.environ.get("CLASSHUB_TEMPLATES_DIR", "")
-
-    @default("max_bytes")
-    def _max_bytes(self) -> int:
-        return _env_int("CLASSHUB_TEMPLATE_MAX_BYTES", SeedLimits.max_bytes)
-
-    @default("max_files")
-    def _max_files(self) -> int:
-        return _env_int("CLASSHUB_TEMPLATE_MAX_FILES", SeedLimits.max_files)
-
-    @default("max_depth")
-    def _max_depth(self) -> int:
-        return _env_int("CLASSHUB_TEMPLATE_MAX_DEPTH", SeedLimits.max_depth)
-
-    @default("volume_claim")
-    def _volume_claim(self) -> str:
-        return os.environ.get("CLASSHUB_TEMPLATES_PVC", "classhub-templates")
-
-    @default("mount_path")
-    def _mount_path(self) -> str:
-        return os.environ.get("CLASSHUB_TEMPLATES_MOUNT_PATH", "/srv/classhub-templates")
-
-    @default("seed_python")
-    def _seed_python(self) -> str:
-        return os.environ.get("CLASSHUB_TEMPLATES_PYTHON", "python3")
-
-    @default("publisher_image")
-    def _publisher_image(self) -> str:
-        return os.environ.get("CLASSHUB_PUBLISHER_IMAGE", "")
+    @validate("max_bytes", "max_files", "max_depth")
+    def _at_least_one(self, proposal: Any) -> int:
+        if proposal.value < 1:
+            raise TraitError(f"{proposal.trait.name} must be at least 1")
+        return proposal.value
 
     @default("fetch_url")
     def _fetch_url(self) -> str:
