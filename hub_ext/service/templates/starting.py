@@ -1,0 +1,85 @@
+"""Starting (or re-seeding) my server from a template: the version's profile and image, my home
+seeded by the spawner before JupyterLab opens."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from tornado import web
+
+from hub_ext.core import authz
+from hub_ext.core import templates as rules
+from hub_ext.service.hubapi import HubAPIError
+from hub_ext.service.templates.base import TemplatesBase, _now, _sentence
+from hub_ext.store.models import AuditLog
+from hub_ext.store.template_models import (
+    find_version,
+    version_json,
+)
+
+
+class StartHandler(TemplatesBase):
+    """``POST /api/courses/<course>/templates/<name>/start``: (re)start my server from the template.
+
+    Body (optional): ``{"version": 2, "restore_deleted": false}``. A running server is stopped
+    first (its kernels end); the server starts with the version's profile (and image on
+    Kubernetes), and the spawner seeds the home before JupyterLab opens (a re-seed: the
+    three-way merge keeps the student's edits). Members of the course and admins, for their
+    own server.
+    """
+
+    async def post(self, course: str, name: str) -> None:
+        caller = await self.check(rules.may_use, course)
+        restart = authz.decide(caller, authz.CONTROL_SERVER, user=caller.name)  # no confused deputy
+        if not restart:
+            raise web.HTTPError(restart.status, restart.message)
+        name = self._template_name(name)
+        body = self.json_body() if self.request.body else {}
+        if not isinstance(body, dict) or not set(body) <= {"version", "restore_deleted"}:
+            raise web.HTTPError(400, 'The body must be {} or {"version": 2, "restore_deleted": false}.')
+        try:
+            choice = rules.TemplateChoice.parse({"course": course, "name": name, **body})
+        except rules.TemplateOptionError as e:
+            raise web.HTTPError(400, _sentence(str(e))) from None
+        version = await self.db(self._version, choice)
+        options: dict[str, Any] = {"template": rules.TemplateChoice(
+            course, name, version["version"], choice.restore_deleted).to_json()}
+        if version["profile"]:
+            options["profile"] = version["profile"]
+        if version["image"] and self.settings.get("mode") == "kubernetes":
+            options["image"] = version["image"]
+        started = _now()
+        try:
+            if await self.hub.server(caller.name):
+                await self.hub.stop_server(caller.name)
+            server = await self.hub.start_server(caller.name, options)
+        except HubAPIError as e:
+            if e.status in (400, 403, 409) and e.hub_message:
+                raise web.HTTPError(e.status, e.hub_message) from None
+            if e.status == 500:
+                raise web.HTTPError(500, f"Your server did not start: {e.hub_message}") from None
+            raise
+        seeded = await self.db(self._seeded, caller.name, started)
+        shown = {k: server.get(k) for k in ("url", "ready", "user_options")}
+        self.write_json({"template": version, "server": shown, "seeded": seeded})
+
+    def _version(self, choice: rules.TemplateChoice) -> dict[str, Any]:
+        with self.settings["sessions"]() as session:
+            self._course(session, choice.course)
+            v = find_version(session, choice.course, choice.name, choice.version)
+            if v is None:
+                which = f"version {choice.version} of " if choice.version else ""
+                raise web.HTTPError(404, f"No {which}template {choice.name} in {choice.course}; GET "
+                                         f"/api/courses/{choice.course}/templates lists them.")
+            return version_json(choice.course, choice.name, v)
+
+    def _seeded(self, user: str, since: datetime) -> dict[str, Any] | None:
+        """What the spawner's seeding did for this start (its audit entry), if it seeded."""
+        with self.settings["sessions"]() as session:
+            entry = session.scalars(
+                select(AuditLog).where(AuditLog.actor == user, AuditLog.action == "template_seeded",
+                                       AuditLog.at >= since).order_by(AuditLog.id.desc()).limit(1)
+            ).first()
+            return dict(entry.details) if entry is not None else None
