@@ -163,6 +163,7 @@ class Tally:
     server_errors: list[str] = field(default_factory=list)  # "METHOD path: status"
     retries_429: int = 0
     storm_seconds: float = 0.0
+    cpu: dict[str, float] = field(default_factory=dict)  # role -> CPU seconds during the storm
 
     @property
     def errors(self) -> int:
@@ -191,6 +192,9 @@ def report(t: Tally, users: int, window: float) -> None:
     for path, values in t.readers.items():
         print(f"  classhub {path:13s} p50 {ms(percentile(values, 50))}  p95 {ms(percentile(values, 95))}"
               f"  ({len(values)} requests)")
+    if t.cpu:
+        used = ", ".join(f"{role} {seconds:.1f} s" for role, seconds in t.cpu.items())
+        print(f"  CPU during the storm: {used} (2 cores: {2 * t.storm_seconds:.0f} s available)")
     print(f"  429 retries {t.retries_429}; errors {t.errors}: {len(t.failed_starts)} failed starts, "
           f"{len(t.server_errors)} 5xx answers")
     for line in (t.failed_starts + t.server_errors)[:10]:
@@ -247,7 +251,7 @@ def nodes_yaml(users: int) -> str:
         for i in range(count))
 
 
-def start_cluster(procs: Processes, work: Path, users: int) -> tuple[str, Path]:
+def start_cluster(procs: Processes, work: Path, users: int) -> tuple[str, Path, subprocess.Popen]:
     """The fake cluster in its own process (stand-in containers); returns its URL and kubeconfig."""
     kubeconfig = work / "kubeconfig"
     (work / "nodes.yaml").write_text(nodes_yaml(users))
@@ -262,7 +266,30 @@ def start_cluster(procs: Processes, work: Path, users: int) -> tuple[str, Path]:
         time.sleep(0.05)
     server = re.search(r"server:\s*(\S+)", kubeconfig.read_text())
     assert server, "no server in the fake cluster's kubeconfig"
-    return server.group(1), kubeconfig
+    return server.group(1), kubeconfig, proc
+
+
+def role(cmdline: list[str]) -> str:
+    text = " ".join(cmdline)
+    for needle, name in (("configurable-http-proxy", "proxy"), ("hub_ext.service", "classhub service"),
+                         ("-m culler", "culler"), ("tests.kubefake", "fake cluster"),
+                         ("jupyterhub", "hub")):
+        if needle in text:
+            return name
+    return "other"
+
+
+def cpu_seconds(pids: list[int]) -> dict[int, tuple[str, float]]:
+    """pid -> (role, user + system CPU seconds) of the given processes and their descendants."""
+    out: dict[int, tuple[str, float]] = {}
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            top = psutil.Process(pid)
+            for p in [top, *top.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    times = p.cpu_times()
+                    out[p.pid] = (role(p.cmdline()), times.user + times.system)
+    return out
 
 
 @dataclass
@@ -356,6 +383,7 @@ class Run:
         self.data = work / kind
         self.data.mkdir()
         self.cluster = cluster
+        self.cluster_pid = 0
         self.kubeconfig = kubeconfig
         self.databases = databases
         self.tally = Tally(kind)
@@ -557,6 +585,9 @@ class Run:
     async def storm(self, client: Client, arrivals: list[float]) -> None:
         stop = asyncio.Event()
         t0 = time.monotonic()
+        assert self.hub is not None
+        pids = [self.hub.proc.pid, self.cluster_pid]
+        cpu_before = cpu_seconds(pids)
         sampler = asyncio.ensure_future(self.sampler(client, stop))
         readers = None
         if self.kind == "classhub" and self.args.readers_during_storm and self.reader_tokens:
@@ -564,6 +595,8 @@ class Run:
         await asyncio.gather(*(self.student(client, n, at, t0) for n, at in zip(self.names, arrivals,
                                                                                  strict=True)))
         self.tally.storm_seconds = time.monotonic() - t0
+        for pid, (name, seconds) in cpu_seconds(pids).items():
+            self.tally.cpu[name] = self.tally.cpu.get(name, 0.0) + seconds - cpu_before.get(pid, ("", 0.0))[1]
         stop.set()
         await sampler
         if readers is not None:
@@ -626,7 +659,7 @@ async def empty_namespace(client: Client, cluster: str) -> None:
 # ------------------------------------------------------------------------------ the benchmark
 async def run_all(args: argparse.Namespace, procs: Processes, work: Path,
                   databases: Callable[[], str]) -> dict[str, Tally]:
-    cluster, kubeconfig = start_cluster(procs, work, args.users)
+    cluster, kubeconfig, cluster_proc = start_cluster(procs, work, args.users)
     rng = random.Random(args.seed)
     arrivals = sorted(rng.uniform(0, args.window) for _ in range(args.users))
     order = [k.strip() for k in args.order.split(",")]
@@ -635,6 +668,7 @@ async def run_all(args: argparse.Namespace, procs: Processes, work: Path,
     try:
         for kind in order:
             run = Run(kind, args, procs, work, cluster, kubeconfig, databases)
+            run.cluster_pid = cluster_proc.pid
             tallies[kind] = run.tally
             client = Client(run.tally, connector)
             await empty_namespace(client, cluster)
