@@ -1,0 +1,480 @@
+"""One admission cycle: which waiting jobs start now, where, and why the others wait.
+
+As in Kueue's scheduler, `admission_cycle(snapshot, queues)` decides on an immutable snapshot and
+returns decisions; creating pods, writing the ledger and signalling preempted jobs happen elsewhere
+(issue 17). The rules, in the order a job meets them (README, "Distributed jobs: gang admission"):
+
+1. Fair order: the job that held the reservation after the last cycle comes first; then courses
+   take turns by Dominant Resource Fairness (fairness.py), each course's queue in priority, submit
+   time, name order (queue.py).
+2. Quotas: the course's and the user's hard ceilings from the ledger (`quota.admit`, servers and
+   jobs counted together) are never crossed -> `course_quota` / `user_quota`.
+3. Borrowing: a job that takes its course beyond its nominal share runs on borrowed capacity
+   (`Admission.borrowed`), within the course's borrowing limit -> `borrowing_limit`.
+4. Windows: a job of another course that would still run inside a course's reserved window starts
+   only if the reservation stays free -> `course_window` (windows.py).
+5. Gang: all replicas are placed at once on nodes that fit each of them, or none is (assigner.py)
+   -> `capacity`.
+6. Reservation: the first job that passes 2-4 but not 5 gets a reservation at its earliest start;
+   when it is within its course's share and borrowed jobs of others hold the room, they are
+   preempted with a grace period (preemption.py) -> `reserved` / `preempting`.
+7. Backfill: later jobs start only if they fit now and cannot delay the reservation ->
+   `behind_reservation` (backfill.py).
+
+The scan stops once a reservation exists and no node has as much free as the smallest waiting
+replica asks for: nothing further could start. Reasons are built only when asked
+(`CycleResult.waiting`), so a cycle over 10,000 waiting jobs writes no 10,000 sentences.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from fractions import Fraction
+from types import MappingProxyType
+from typing import Any
+
+from hub_ext.core.admission.assigner import NANO, FreeIndex, Placement, nanos
+from hub_ext.core.admission.backfill import Release, Reservation, earliest_start
+from hub_ext.core.admission.fairness import FairOrder
+from hub_ext.core.admission.preemption import choose_victims
+from hub_ext.core.admission.queue import QueueSnapshot
+from hub_ext.core.admission.snapshot import CourseWindow, RunningJob, Snapshot
+from hub_ext.core.admission.windows import WindowBook
+from hub_ext.core.jobs import Job
+from hub_ext.core.quota import Limits, Usage, admit
+from hub_ext.core.resources import PODS, ZERO, ResourceVector, human_quantity, is_gpu_resource
+
+__all__ = [
+    "BEHIND_RESERVATION",
+    "BORROWING_LIMIT",
+    "CAPACITY",
+    "COURSE_QUOTA",
+    "COURSE_WINDOW",
+    "PREEMPTING",
+    "RESERVED",
+    "USER_QUOTA",
+    "WAITING_CODES",
+    "Admission",
+    "CycleResult",
+    "Preemption",
+    "Waiting",
+    "admission_cycle",
+    "format_clock",
+]
+
+# Reason codes of waiting jobs: stable strings (Prometheus labels); never reword them.
+CAPACITY = "capacity"
+RESERVED = "reserved"
+PREEMPTING = "preempting"
+BEHIND_RESERVATION = "behind_reservation"
+COURSE_QUOTA = "course_quota"
+USER_QUOTA = "user_quota"
+BORROWING_LIMIT = "borrowing_limit"
+COURSE_WINDOW = "course_window"
+WAITING_CODES = frozenset({CAPACITY, RESERVED, PREEMPTING, BEHIND_RESERVATION, COURSE_QUOTA,
+                           USER_QUOTA, BORROWING_LIMIT, COURSE_WINDOW})
+
+
+@dataclass(frozen=True)
+class Admission:
+    """Start `job` now with this placement. `borrowed`: beyond its course's nominal share (it may
+    be preempted); `backfilled`: started behind the reserved job without delaying it."""
+
+    job: Job
+    placement: Placement
+    borrowed: bool = False
+    backfilled: bool = False
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """Stop running job `job` (of `course`) for `for_job`; it must be gone by `ends_by`."""
+
+    job: str
+    course: str
+    for_job: str
+    ends_by: float
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Why a job waits: a stable `code` and one sentence for the student."""
+
+    job: str
+    code: str
+    message: str
+    estimated_start: float | None = None
+
+
+def format_clock(t: float, now: float) -> str:
+    """"14:20" (UTC) today, "Tue 14:20" on another day."""
+    when = datetime.fromtimestamp(t, timezone.utc)
+    same_day = when.date() == datetime.fromtimestamp(now, timezone.utc).date()
+    return when.strftime("%H:%M" if same_day else "%a %H:%M")
+
+
+@dataclass(frozen=True)
+class CycleResult:
+    """The decisions of one cycle. `reservation.job` goes into the next snapshot's `reserved_job`."""
+
+    now: float
+    admitted: tuple[Admission, ...]
+    preemptions: tuple[Preemption, ...]
+    reservation: Reservation | None
+    pressure: Mapping[str, Fraction]
+    """GPU units the reserved job misses now: what the culler's pressure reclaim may free from idle
+    notebooks (`culling.decide(pressure=...)`), never by preempting them."""
+    examined: int
+    """How many waiting jobs the cycle looked at before it could stop."""
+    _explain: Callable[[str], Waiting | None] = field(repr=False, compare=False)
+
+    @property
+    def reserved_job(self) -> str | None:
+        return None if self.reservation is None else self.reservation.job
+
+    def waiting(self, name: str) -> Waiting | None:
+        """Why job `name` waits after this cycle (None if it was admitted or is not queued)."""
+        return self._explain(name)
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+class _Cycle:
+    """The working state of one cycle; only `admission_cycle` uses it."""
+
+    def __init__(self, snapshot: Snapshot, queues: QueueSnapshot,
+                 clock: Callable[[float, float], str]) -> None:
+        self.s, self.q, self.clock, self.now = snapshot, queues, clock, snapshot.now
+        self.index = FreeIndex(snapshot.nodes)
+        self.positions = {name: i for i, name in enumerate(self.index.names)}
+        self.totals = nanos(snapshot.total_allocatable)
+        courses = set(snapshot.courses) | set(queues.by_course)
+        self.usage: dict[str, dict[str, int]] = {
+            c: nanos(snapshot.quota(c).usage.resources) for c in sorted(courses)
+        }
+        self.nominal = {c: nanos(snapshot.quota(c).nominal) for c in courses}
+        self.added: dict[str, ResourceVector] = {}
+        self.user_added: dict[tuple[str, str], ResourceVector] = {}
+        self.book = WindowBook(snapshot.windows, snapshot.running, self.now, self.totals)
+        self.started: list[Release] = []
+        self.admitted: list[Admission] = []
+        self.admitted_names: set[str] = set()
+        self.codes: dict[str, tuple[Any, ...]] = {}
+        self.reservation: Reservation | None = None
+        self.reserved: Job | None = None
+        self.extra: dict[int, dict[str, int]] | None = None
+        self.preemptions: list[Preemption] = []
+        self.pressure: dict[str, Fraction] = {}
+        self.order = FairOrder(queues, self.usage, self.totals,
+                               {c: snapshot.quota(c).weight for c in courses},
+                               skip={snapshot.reserved_job} if snapshot.reserved_job else set())
+
+    # -- the scan
+    def run(self) -> int:
+        sticky = self.q.jobs.get(self.s.reserved_job) if self.s.reserved_job else None
+        smallest_nanos = self.q.smallest_gpu_need
+        examined = 0
+        if sticky is not None:
+            examined += 1
+            self.consider(sticky)
+        for job in self.order:
+            res = self.reservation
+            if res is not None and smallest_nanos is not None:
+                # every job left would still run at the reservation: only `extra` is left there
+                limits = self.extra if self.now + self.q.shortest_runtime > res.start else None
+                if self.index.max_free_any(limits) < smallest_nanos:
+                    break
+            examined += 1
+            self.consider(job)
+        return examined
+
+    def consider(self, job: Job) -> None:
+        res = self.reservation
+        if res is not None and not all(self.index.can_hold(role) for role in job.roles):
+            self.codes[job.name] = (CAPACITY,)
+            return
+        end = self.now + job.max_runtime
+        long = res is not None and end > res.start
+        refusal = self.quota(job, self.reserved if long else None)
+        if refusal is not None:
+            self.codes[job.name] = refusal
+            return
+        borrowed, limit = self.borrowing(job)
+        if limit is not None:
+            self.codes[job.name] = (BORROWING_LIMIT, limit)
+            return
+        window = self.book.blocking(job, self.now, end)
+        placement = None
+        if window is None:
+            placement = self.index.place(job, self.extra if long else None)
+        if placement is not None:
+            self.admit(job, placement, borrowed, backfilled=res is not None)
+        elif res is None:
+            self.reserve(job, borrowed, window)
+        elif window is not None:
+            self.codes[job.name] = (COURSE_WINDOW, window)
+        elif long and self._fits_ignoring_reservation(job):
+            self.codes[job.name] = (BEHIND_RESERVATION,)
+        else:
+            self.codes[job.name] = (CAPACITY,)
+
+    def _fits_ignoring_reservation(self, job: Job) -> bool:
+        placement = self.index.place(job)
+        if placement is None:
+            return False
+        self._undo(job, placement)
+        return True
+
+    def _undo(self, job: Job, placement: Placement) -> None:
+        needs = {role.name: role.need for role in job.roles}
+        for role, _r, node in placement.replicas:
+            self.index.take(self.positions[node], needs[role], -1)
+
+    # -- quotas
+    def quota(self, job: Job, booked: Job | None) -> tuple[str, str] | None:
+        course, owner = job.course, job.owner
+        cq = self.s.quota(course)
+        more = self.added.get(course, ZERO)
+        user_limits, user_usage = cq.users.get(owner, (_NO_LIMITS, _NO_USAGE))
+        user_more = self.user_added.get((course, owner), ZERO)
+        if booked is not None and booked.course == course:
+            more = more + booked.total
+            if booked.owner == owner:
+                user_more = user_more + booked.total
+        decision = admit(
+            job.total,
+            (user_limits, _plus(user_usage, user_more)),
+            (cq.limits, _plus(cq.usage, more)),
+            course,
+            servers=0,
+        )
+        if decision:
+            return None
+        code = COURSE_QUOTA if decision.reason_code.startswith("course") else USER_QUOTA
+        return (code, decision.message)
+
+    def borrowing(self, job: Job) -> tuple[bool, str | None]:
+        """(borrowed?, refusal sentence when beyond the borrowing limit)."""
+        course = job.course
+        used, nominal = self.usage.get(course, {}), self.nominal.get(course, {})
+        over = [name for name, amount in job.total_need.items()
+                if (name in nominal or is_gpu_resource(name))
+                and used.get(name, 0) + amount > nominal.get(name, 0)]
+        if not over:
+            return False, None
+        limit = self.s.quota(course).borrowing_limit
+        if limit is None:
+            return True, None
+        allowed = nanos(limit)
+        for name in over:
+            if used.get(name, 0) + job.total_need[name] > nominal.get(name, 0) + allowed.get(name, 0):
+                share = ResourceVector({name: Fraction(nominal.get(name, 0), NANO)})
+                return True, (
+                    f"Course {course} would go beyond its share ({share.human()}) by more than its "
+                    f"borrowing limit ({human_quantity(name, Fraction(allowed.get(name, 0), NANO))}); "
+                    "it starts when the course's other jobs end"
+                )
+        return True, None
+
+    def over_share(self, course: str, taken_back: Mapping[str, int]) -> bool:
+        used, nominal = self.usage.get(course, {}), self.nominal.get(course, {})
+        return any(
+            used.get(name, 0) - taken_back.get(name, 0) > nominal.get(name, 0)
+            for name in used if name in nominal or is_gpu_resource(name)
+        )
+
+    # -- decisions
+    def admit(self, job: Job, placement: Placement, borrowed: bool, backfilled: bool) -> None:
+        course = job.course
+        self.admitted.append(Admission(job, placement, borrowed, backfilled))
+        self.admitted_names.add(job.name)
+        self.order.charge(course, job.total_need)
+        self.added[course] = self.added.get(course, ZERO) + job.total
+        key = (course, job.owner)
+        self.user_added[key] = self.user_added.get(key, ZERO) + job.total
+        end = self.now + job.max_runtime
+        self.book.book(job, self.now, end)
+        self.started.append((end, job.name, _held(job, placement, self.positions)))
+
+    def releases(self, victims: tuple[RunningJob, ...] = ()) -> list[Release]:
+        cut = {run.job.name for run in victims}
+        out: list[Release] = list(self.started)
+        for run in self.s.running:
+            end = run.expected_end
+            if run.job.name in cut:
+                end = min(end, self.now + self.s.grace)
+            out.append((end, run.job.name,
+                        {self.positions[n]: h for n, h in run.held.items() if n in self.positions}))
+        return out
+
+    def reserve(self, job: Job, borrowed: bool, window: CourseWindow | None) -> None:
+        victims: tuple[RunningJob, ...] = ()
+        if not borrowed and window is None:
+            victims = choose_victims(job, self.index, self.s.running, self.over_share,
+                                     self.positions) or ()
+        pinned = (Placement(self.s.reserved_placement)
+                  if job.name == self.s.reserved_job and self.s.reserved_placement else None)
+        found = earliest_start(
+            job, self.index, self.releases(victims), self.now,
+            allowed=lambda t: self.book.blocking(job, t, t + job.max_runtime) is None,
+            extra_times=[w.end for w in self.book.windows],
+            pinned=pinned,
+        )
+        self.pressure = self._shortfall(job)
+        if found is None:
+            self.codes[job.name] = (CAPACITY,)
+            return
+        start, placement, extra = found
+        self.reservation = Reservation(job.name, start, placement,
+                                       tuple(run.job.name for run in victims))
+        self.reserved, self.extra = job, extra
+        self.book.book(job, start, start + job.max_runtime)
+        for run in victims:
+            self.preemptions.append(Preemption(run.job.name, run.job.course, job.name,
+                                               min(run.expected_end, self.now + self.s.grace)))
+        self.codes[job.name] = (PREEMPTING if victims else RESERVED,)
+
+    def _shortfall(self, job: Job) -> dict[str, Fraction]:
+        free: dict[str, int] = {}
+        for i, f in enumerate(self.index.free):
+            if self.index.ok[i]:
+                for name, amount in f.items():
+                    if is_gpu_resource(name):
+                        free[name] = free.get(name, 0) + amount
+        missing = {name: Fraction(amount - free.get(name, 0), NANO)
+                   for name, amount in job.total_need.items()
+                   if is_gpu_resource(name) and amount > free.get(name, 0)}
+        if not missing:  # enough in total, but scattered: one replica's worth is the ask
+            biggest = max(job.roles, key=lambda r: sum(a for _, a in r.need))
+            missing = {n: a for n, a in biggest.request.items() if is_gpu_resource(n)}
+        return missing
+
+    # -- reasons, on demand
+    def explain(self, name: str) -> Waiting | None:
+        job = self.q.jobs.get(name)
+        if job is None or name in self.admitted_names:
+            return None
+        code, *detail = self.codes.get(name) or self._unexamined(job)
+        course, place = self.q.position[name]
+        place -= sum(1 for ahead in self.q.by_course[course][:place - 1]
+                     if ahead.name in self.admitted_names)  # started in this cycle
+        where = f"{_ordinal(place)} in {course}'s queue"
+        res = self.reservation
+        if code in (COURSE_QUOTA, USER_QUOTA, BORROWING_LIMIT):
+            return Waiting(name, code, f"{detail[0]}; {where}")
+        if res is not None and res.job == name:
+            when = self.clock(res.start, self.now)
+            if code == PREEMPTING:
+                text = (f"next to start: {len(res.preempting)} job(s) running on capacity borrowed "
+                        f"by other courses were asked to stop; {where}; estimated start {when}")
+            else:
+                text = f"next to start, all {job.replicas} replicas at once; {where}; estimated start {when}"
+            return Waiting(name, code, text, res.start)
+        estimate = self._estimate(job)
+        when = ("no estimated start yet: notebooks hold what it needs" if estimate is None
+                else f"estimated start {self.clock(estimate, self.now)} at the earliest")
+        if code == COURSE_WINDOW:
+            window: CourseWindow = detail[0]
+            text = (f"would still run during {window.course}'s reservation of "
+                    f"{window.resources.human()} ({self.clock(window.start, self.now)}-"
+                    f"{self.clock(window.end, self.now)}); {where}; {when}")
+        elif code == BEHIND_RESERVATION:
+            assert res is not None
+            text = (f"fits now, but would still run at {self.clock(res.start, self.now)}, when "
+                    f"{res.job} starts on the nodes it needs; a shorter max_runtime could start it "
+                    f"now; {where}; {when}")
+        else:
+            text = f"{self._need_text(job)}; {where}; {when}"
+        return Waiting(name, code, text, estimate)
+
+    def _unexamined(self, job: Job) -> tuple[Any, ...]:
+        """The code of a job the scan stopped before: another course's window, or behind the
+        reservation if it would fit now on capacity the reserved job needs, else capacity."""
+        window = self.book.blocking(job, self.now, self.now + job.max_runtime)
+        if window is not None:
+            return (COURSE_WINDOW, window)
+        res = self.reservation
+        if res is not None and self.now + job.max_runtime > res.start:
+            trial = self.index.clone()
+            if trial.place(job) is not None:
+                return (BEHIND_RESERVATION,)
+        return (CAPACITY,)
+
+    def _need_text(self, job: Job) -> str:
+        role = max(job.roles, key=lambda r: (sum(a for _, a in r.need), r.name))
+        have = self.index.nodes_fitting(role.need, role.key_resource, role.gpu_product)
+        key = role.key_resource
+        model = f" {role.gpu_product}" if role.gpu_product else ""
+        if key is None:
+            what = f"room for {role.request.human()}"
+        else:
+            what = f"{human_quantity(key, role.request[key])} free{model}".replace(
+                f" {key} free{model}", f" free {key}{model}", 1)
+        nodes = "node" if role.replicas == 1 else "nodes"
+        extra = "" if len(job.roles) == 1 else f" (role {role.name})"
+        return f"waiting for {role.replicas} {nodes} with {what}{extra} ({have} has them now)"
+
+    def _estimate(self, job: Job) -> float | None:
+        res = self.reservation
+        index = self.index
+        if res is not None and self.reserved is not None:
+            index = index.clone()
+            index.place(self.reserved)  # the reserved job is planned first (at res.start or later)
+        found = earliest_start(
+            job, index, self.releases(), self.now,
+            allowed=lambda t: self.book.blocking(job, t, t + job.max_runtime) is None,
+            extra_times=[w.end for w in self.book.windows],
+        )
+        if found is None:
+            return None
+        return found[0] if res is None else max(found[0], res.start)
+
+
+_NO_LIMITS = Limits()
+_NO_USAGE = Usage()
+
+
+def _plus(usage: Usage, more: ResourceVector) -> Usage:
+    if more.is_zero():
+        return usage
+    return Usage(usage.resources + more, usage.servers, usage.gpu_hours_week)
+
+
+def _held(job: Job, placement: Placement, positions: Mapping[str, int]) -> dict[int, dict[str, int]]:
+    needs = {role.name: role.need for role in job.roles}
+    held: dict[int, dict[str, int]] = {}
+    for role, _r, node in placement.replicas:
+        on = held.setdefault(positions[node], {})
+        for name, amount in needs[role]:
+            on[name] = on.get(name, 0) + amount
+        on[PODS] = on.get(PODS, 0) + NANO
+    return held
+
+
+def admission_cycle(
+    snapshot: Snapshot,
+    queues: QueueSnapshot,
+    *,
+    clock: Callable[[float, float], str] = format_clock,
+) -> CycleResult:
+    """Decide which waiting jobs start now (see the module docstring for the rules).
+
+    Pure: the same snapshot and queues give the same result. `clock(t, now)` words times in
+    messages ("14:20").
+    """
+    cycle = _Cycle(snapshot, queues, clock)
+    examined = cycle.run()
+    return CycleResult(
+        now=snapshot.now,
+        admitted=tuple(cycle.admitted),
+        preemptions=tuple(cycle.preemptions),
+        reservation=cycle.reservation,
+        pressure=MappingProxyType(cycle.pressure),
+        examined=examined,
+        _explain=cycle.explain,
+    )

@@ -1,0 +1,261 @@
+"""The immutable facts one admission cycle decides on: nodes, running jobs, quotas, windows.
+
+Why a snapshot: as in Kueue's scheduler, a cycle reads one consistent picture and decides on it;
+everything that changes the world (creating pods, writing the ledger, signalling victims) happens
+elsewhere, after the decision (issue 17's service). Because the snapshot is plain frozen data, a
+cycle is a pure function: tests and bench/admission.py build snapshots by hand.
+
+- `NodeState`: one node's allocatable, what is free now (notebooks and running jobs already
+  subtracted: the capacity snapshot counts every pod), its GPU model, whether new pods may land.
+- `RunningJob`: an admitted job with its placement, start time, whether it runs on borrowed
+  quota, and (once preempted) the time by which it is gone.
+- `CourseQuota`: a course's guaranteed share (`nominal`, the share of the cohort it may always
+  use), how far beyond it may borrow, its fairness `weight`, the ledger's hard ceilings and usage
+  (`quota.Limits`/`quota.Usage`: servers and jobs share one ledger) and its users' limits.
+- `CourseWindow`: capacity a course reserved for a time window (a lab session).
+- `Snapshot`: all of the above at `now`, plus the job holding the reservation from the last cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, time, timedelta, tzinfo
+from functools import cached_property
+from types import MappingProxyType
+
+from hub_ext.core.capacity import GPU_PRODUCT_LABEL, CapacitySnapshot
+from hub_ext.core.jobs import Job
+from hub_ext.core.quota import Limits, Usage
+from hub_ext.core.resources import PODS, ZERO, ResourceVector, sum_vectors
+
+_NANO = 10**9
+
+__all__ = [
+    "CourseQuota",
+    "CourseWindow",
+    "NodeState",
+    "RunningJob",
+    "Snapshot",
+    "weekly_windows",
+]
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """One node: `free` is what a new pod can get now (allocatable minus every pod's requests)."""
+
+    name: str
+    allocatable: ResourceVector
+    free: ResourceVector
+    gpu_product: str | None = None
+    schedulable: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.free.is_nonnegative():
+            raise ValueError(f"node {self.name}: free capacity must not be negative")
+
+    @cached_property
+    def free_nanos(self) -> Mapping[str, int]:
+        """`free` in exact nano-units, computed once per node state (cycles reuse unchanged nodes)."""
+        return MappingProxyType({name: amount.numerator * _NANO // amount.denominator
+                                 for name, amount in self.free.items()})
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    """An admitted job. `placement` is ((role, replica index, node), ...) as the cycle decided it."""
+
+    job: Job
+    placement: tuple[tuple[str, int, str], ...]
+    started: float
+    borrowed: bool = False
+    ends_by: float | None = None
+    """Set once the job is preempted: the end of its grace period."""
+
+    @property
+    def expected_end(self) -> float:
+        """When the job is gone at the latest: its max_runtime, or the end of its grace period."""
+        end = self.started + self.job.max_runtime
+        return end if self.ends_by is None else min(end, self.ends_by)
+
+    @property
+    def preempted(self) -> bool:
+        return self.ends_by is not None
+
+    @cached_property
+    def per_node(self) -> Mapping[str, ResourceVector]:
+        """What the job holds on each node."""
+        requests = {role.name: role.request for role in self.job.roles}
+        held: dict[str, list[ResourceVector]] = {}
+        for role, _index, node in self.placement:
+            held.setdefault(node, []).append(requests[role])
+        return MappingProxyType({node: sum_vectors(vs) for node, vs in held.items()})
+
+    @cached_property
+    def held(self) -> Mapping[str, Mapping[str, int]]:
+        """What the job holds on each node in exact nano-units, one `pods` slot per replica
+        included (released by the admission core's simulations when the job ends)."""
+        needs = {role.name: role.need for role in self.job.roles}
+        held: dict[str, dict[str, int]] = {}
+        for role, _index, node in self.placement:
+            on = held.setdefault(node, {})
+            for name, amount in needs[role]:
+                on[name] = on.get(name, 0) + amount
+            on[PODS] = on.get(PODS, 0) + _NANO
+        return MappingProxyType(held)
+
+
+@dataclass(frozen=True)
+class CourseQuota:
+    """A course's share of the cohort (the whole cluster) and its ledger view.
+
+    - `nominal`: the guaranteed share. Jobs that keep the course within it are never preempted;
+      a job that takes the course beyond it (on any GPU resource, or on a resource `nominal`
+      names) runs on *borrowed* idle capacity and may be preempted for a course within its share.
+      A course without a `CourseQuota` has no guaranteed share: all its jobs borrow.
+    - `borrowing_limit`: how far beyond `nominal` the course may go (None: as far as idle
+      capacity allows).
+    - `weight`: Dominant Resource Fairness divides the course's dominant share by it.
+    - `limits`/`usage`: the ledger's hard ceilings and what servers and jobs hold now; never
+      exceeded, borrowing or not. `users`: per-user (limits, usage) inside this course.
+    """
+
+    nominal: ResourceVector = ZERO
+    borrowing_limit: ResourceVector | None = None
+    weight: int = 1
+    limits: Limits = field(default_factory=Limits)
+    usage: Usage = field(default_factory=Usage)
+    users: Mapping[str, tuple[Limits, Usage]] = field(default_factory=lambda: MappingProxyType({}))
+
+    def __post_init__(self) -> None:
+        if not self.nominal.is_nonnegative():
+            raise ValueError("a course's nominal share must not be negative")
+        if self.borrowing_limit is not None and not self.borrowing_limit.is_nonnegative():
+            raise ValueError("a course's borrowing limit must not be negative")
+        if isinstance(self.weight, bool) or not isinstance(self.weight, int) or self.weight < 1:
+            raise ValueError(f"weight must be a whole number >= 1, not {self.weight!r}")
+
+
+NO_QUOTA = CourseQuota()
+
+
+@dataclass(frozen=True)
+class CourseWindow:
+    """`resources` held for `course` during [start, end): its notebooks and jobs find them free."""
+
+    course: str
+    resources: ResourceVector
+    start: float
+    end: float
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.end > self.start:
+            raise ValueError(f"a window must end after it starts ({self.start} .. {self.end})")
+        if not self.resources.is_nonnegative() or self.resources.is_zero():
+            raise ValueError("a window must reserve some resources, e.g. 8 nvidia.com/gpu")
+
+    def overlaps(self, start: float, end: float) -> bool:
+        """True when [start, end) and the window share an instant."""
+        return start < self.end and end > self.start
+
+
+def weekly_windows(
+    course: str,
+    resources: ResourceVector,
+    weekday: int,
+    start: time,
+    end: time,
+    since: datetime,
+    until: datetime,
+    tz: tzinfo,
+    note: str = "",
+) -> tuple[CourseWindow, ...]:
+    """Every occurrence of "Tuesdays 10:00-12:00" (weekday 1) in [since, until), in epoch seconds.
+
+    Times are wall-clock times in `tz`, so a window stays at 10:00 across a DST change.
+    """
+    if not 0 <= weekday <= 6:
+        raise ValueError(f"weekday must be 0 (Monday) to 6 (Sunday), not {weekday}")
+    if not end > start:
+        raise ValueError(f"a weekly window must end after it starts ({start} .. {end})")
+    day = since.astimezone(tz).date() - timedelta(days=1)
+    out = []
+    while True:
+        begin = datetime.combine(day, start, tzinfo=tz)
+        if begin >= until:
+            break
+        finish = datetime.combine(day, end, tzinfo=tz)
+        if day.weekday() == weekday and finish > since:
+            out.append(CourseWindow(course, resources, begin.timestamp(), finish.timestamp(), note))
+        day += timedelta(days=1)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one admission cycle reads, at `now`. Build it, hand it over, never mutate it."""
+
+    now: float
+    nodes: tuple[NodeState, ...]
+    running: tuple[RunningJob, ...] = ()
+    courses: Mapping[str, CourseQuota] = field(default_factory=lambda: MappingProxyType({}))
+    windows: tuple[CourseWindow, ...] = ()
+    reserved_job: str | None = None
+    """The job that held the reservation after the previous cycle: it keeps it until it starts."""
+    reserved_placement: tuple[tuple[str, int, str], ...] = ()
+    """Where that reservation was planned ((role, replica, node), ...): tried first, so that jobs
+    backfilled around it cannot push it later by making the best-fit search pick other nodes."""
+    grace: float = 30.0
+    """Seconds a preempted job gets to checkpoint and stop."""
+
+    def __post_init__(self) -> None:
+        names = [node.name for node in self.nodes]
+        if len(set(names)) != len(names):
+            raise ValueError("node names must be unique in a snapshot")
+        if self.grace < 0:
+            raise ValueError(f"grace must be >= 0 seconds, not {self.grace}")
+
+    def quota(self, course: str) -> CourseQuota:
+        return self.courses.get(course, NO_QUOTA)
+
+    @cached_property
+    def total_allocatable(self) -> ResourceVector:
+        return sum_vectors(node.allocatable for node in self.nodes if node.schedulable)
+
+    @classmethod
+    def from_capacity(
+        cls,
+        capacity: CapacitySnapshot,
+        now: float,
+        running: Iterable[RunningJob] = (),
+        courses: Mapping[str, CourseQuota] | None = None,
+        windows: Iterable[CourseWindow] = (),
+        reserved_job: str | None = None,
+        grace: float = 30.0,
+        reserved_placement: tuple[tuple[str, int, str], ...] = (),
+    ) -> Snapshot:
+        """From the capacity snapshot the spawn form uses: notebooks' and jobs' pods are counted
+        in each node's `free` already, so a job never lands on capacity a notebook holds."""
+        nodes = tuple(
+            NodeState(
+                name=node.name,
+                allocatable=node.allocatable,
+                free=node.free,
+                gpu_product=node.labels.get(GPU_PRODUCT_LABEL) or None,
+                schedulable=node.schedulable and not any(t.is_hard for t in node.taints
+                                                          if not t.key.startswith("nvidia.com/gpu")),
+            )
+            for node in capacity.nodes
+        )
+        return cls(
+            now=now,
+            nodes=nodes,
+            running=tuple(running),
+            courses=MappingProxyType(dict(courses or {})),
+            windows=tuple(windows),
+            reserved_job=reserved_job,
+            reserved_placement=reserved_placement,
+            grace=grace,
+        )

@@ -1,0 +1,314 @@
+"""Distributed jobs: what a student submits, checked once, in sentences a student can act on.
+
+Why this module exists: a distributed training run is several pods that only make progress
+together (a master and its workers, as OpenI's TaskSets). Gang admission (`hub_ext.core.admission`)
+decides when *all* of them start; this module says what a job is and refuses, at submit, what could
+never be admitted, so nothing waits in a queue forever because of a typo or an impossible shape.
+
+The job model:
+- `Role`: a name, a number of identical replicas and the per-replica request (a `ResourceVector`:
+  whole GPUs, MIG slices, shared GPUs, CPU, memory), optionally pinned to one GPU model
+  (`gpu_product`, the `nvidia.com/gpu.product` node label, e.g. NVIDIA-H200).
+- `Job`: owner, course, priority (higher first), submit time, `max_runtime` (the course default
+  when the student gives none: the admission core plans with it, and the backend stops the job
+  when it is reached), its roles, the main role whose end ends the job, and a `FailurePolicy`.
+- `FailurePolicy`: the job succeeds when all replicas succeed (`all`) or when the main role does
+  (`main`); `tolerated_failures` failed replicas are accepted; a failed replica is restarted at
+  most `max_restarts` times. Executing it is the backend's job (issue 17); it is validated here.
+
+Times are seconds on one clock chosen by the caller (epoch seconds in the service, simulated
+seconds in bench/admission.py); priorities are integers.
+
+Pure: standard library and hub_ext.core only (docs/architecture.md, rule 1).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from hub_ext.core.resources import (
+    PODS,
+    ResourceVector,
+    is_gpu_resource,
+    sum_vectors,
+)
+
+__all__ = [
+    "MAX_REPLICAS",
+    "MAX_ROLES",
+    "SUCCESS_ALL",
+    "SUCCESS_MAIN",
+    "FailurePolicy",
+    "Job",
+    "JobError",
+    "Role",
+    "parse_job",
+]
+
+SUCCESS_ALL = "all"
+SUCCESS_MAIN = "main"
+MAX_ROLES = 8
+"""A job has at most this many roles (master, workers, parameter servers, ...)."""
+MAX_REPLICAS = 1024
+"""A role has at most this many replicas: beyond any classroom cluster, and it bounds the work."""
+
+_NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+_NANO = 10**9
+_JOB_KEYS = frozenset(
+    {"name", "priority", "max_runtime", "roles", "main_role", "success", "tolerated_failures",
+     "max_restarts"}
+)
+_ROLE_KEYS = frozenset({"name", "replicas", "resources", "gpu_product"})
+
+
+class JobError(ValueError):
+    """A job that cannot be submitted; the message is one sentence saying what to change."""
+
+
+def _check_name(what: str, value: object) -> str:
+    if not isinstance(value, str) or not _NAME_RE.match(value):
+        raise JobError(
+            f"{what} {value!r} is not valid: use 1 to 63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit (e.g. resnet-ddp)"
+        )
+    return value
+
+
+def _check_count(what: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise JobError(f"{what} must be a whole number from {low} to {high}, not {value!r}")
+    return value
+
+
+def _check_seconds(what: str, value: object) -> float:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise JobError(f"{what} must be a positive number of seconds, not {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Role:
+    """`replicas` identical pods, each asking for `request` (on a `gpu_product` node, if set)."""
+
+    name: str
+    replicas: int
+    request: ResourceVector
+    gpu_product: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_name("role name", self.name)
+        _check_count(f"role {self.name}: replicas", self.replicas, 1, MAX_REPLICAS)
+        if not isinstance(self.request, ResourceVector):
+            raise JobError(f"role {self.name}: the request must be a ResourceVector")
+        if not self.request.is_nonnegative():
+            raise JobError(f"role {self.name}: a request must not be negative ({self.request.human()})")
+        if self.request.select(lambda n: n != PODS).is_zero():
+            raise JobError(
+                f"role {self.name}: ask for something, e.g. "
+                '{"nvidia.com/gpu": 1, "cpu": "4", "memory": "16Gi"}'
+            )
+        if self.gpu_product is not None and (
+            not isinstance(self.gpu_product, str) or not self.gpu_product.strip()
+        ):
+            raise JobError(f"role {self.name}: gpu_product must be a GPU model such as NVIDIA-H200")
+
+    @cached_property
+    def total(self) -> ResourceVector:
+        """What all replicas of the role hold together."""
+        return self.request * self.replicas
+
+    @cached_property
+    def need(self) -> tuple[tuple[str, int], ...]:
+        """The per-replica request in nano-units (exact ints): the admission hot path's form."""
+        return tuple((name, int(amount * _NANO)) for name, amount in self.request.items())
+
+    @cached_property
+    def key_resource(self) -> str | None:
+        """The GPU resource this role asks most of (None for a CPU-only role): nodes are indexed by it."""
+        gpus = [(amount, name) for name, amount in self.request.items() if is_gpu_resource(name)]
+        return max(gpus, key=lambda pair: (pair[0], pair[1]))[1] if gpus else None
+
+
+@dataclass(frozen=True)
+class FailurePolicy:
+    """When the job has succeeded or failed; enforced by the backend, validated here."""
+
+    success: str = SUCCESS_ALL
+    tolerated_failures: int = 0
+    max_restarts: int = 0
+
+    def __post_init__(self) -> None:
+        if self.success not in (SUCCESS_ALL, SUCCESS_MAIN):
+            raise JobError(
+                f"success must be {SUCCESS_ALL!r} (every replica succeeds) or {SUCCESS_MAIN!r} "
+                f"(the main role succeeds), not {self.success!r}"
+            )
+        _check_count("tolerated_failures", self.tolerated_failures, 0, MAX_REPLICAS * MAX_ROLES)
+        _check_count("max_restarts", self.max_restarts, 0, 100)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One distributed job: all of its replicas start together or none does."""
+
+    name: str
+    owner: str
+    course: str
+    roles: tuple[Role, ...]
+    max_runtime: float
+    submit_time: float = 0.0
+    priority: int = 0
+    main_role: str = ""
+    policy: FailurePolicy = field(default_factory=FailurePolicy)
+
+    def __post_init__(self) -> None:
+        _check_name("job name", self.name)
+        if not isinstance(self.owner, str) or not self.owner:
+            raise JobError("a job needs an owner")
+        if not isinstance(self.course, str) or not self.course:
+            raise JobError("a job needs a course: submit it in one of your courses")
+        if not isinstance(self.roles, tuple) or not self.roles:
+            raise JobError("a job needs at least one role, e.g. one worker with 1 nvidia.com/gpu")
+        if len(self.roles) > MAX_ROLES:
+            raise JobError(f"a job has at most {MAX_ROLES} roles, not {len(self.roles)}")
+        names = [role.name for role in self.roles]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise JobError(f"role {twice[0]!r} is given twice: give every role its own name")
+        main = self.main_role or self.roles[0].name
+        if main not in names:
+            raise JobError(f"main_role {main!r} is not one of the roles ({', '.join(names)})")
+        object.__setattr__(self, "main_role", main)
+        _check_seconds("max_runtime", self.max_runtime)
+        if isinstance(self.submit_time, bool) or not isinstance(self.submit_time, int | float) or not (
+            math.isfinite(self.submit_time)
+        ):
+            raise JobError(f"submit_time must be a number of seconds, not {self.submit_time!r}")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
+            raise JobError(f"priority must be a whole number, not {self.priority!r}")
+        if self.policy.tolerated_failures >= self.replicas:
+            raise JobError(
+                f"tolerated_failures ({self.policy.tolerated_failures}) must be below the job's "
+                f"{self.replicas} replicas, or a job with every replica failed would succeed"
+            )
+
+    @cached_property
+    def total(self) -> ResourceVector:
+        """What the whole gang holds while it runs: the amount quotas and fairness count."""
+        return sum_vectors(role.total for role in self.roles)
+
+    @cached_property
+    def total_need(self) -> dict[str, int]:
+        """`total` in exact nano-units (the admission hot path's form); do not mutate."""
+        return {name: int(amount * _NANO) for name, amount in self.total.items()}
+
+    @cached_property
+    def replicas(self) -> int:
+        return sum(role.replicas for role in self.roles)
+
+    @cached_property
+    def gpus(self) -> float:
+        """GPU devices of any kind (whole, MIG, shared) the gang holds; for metrics and "big job"."""
+        return float(sum(a for n, a in self.total.items() if is_gpu_resource(n)))
+
+    def describe(self) -> str:
+        """"2 x 4 nvidia.com/gpu": the shape a student recognises in messages."""
+        return " + ".join(
+            f"{role.replicas} x {role.request.human()}" for role in self.roles
+        )
+
+
+def parse_job(
+    data: Mapping[str, Any],
+    *,
+    owner: str,
+    course: str,
+    submit_time: float,
+    default_max_runtime: float,
+    max_runtime_limit: float | None = None,
+) -> Job:
+    """A `Job` from JSON as a student submits it; `JobError` names the field to fix.
+
+    ```json
+    {"name": "resnet-ddp", "priority": 0, "max_runtime": 7200, "main_role": "master",
+     "success": "main", "tolerated_failures": 0, "max_restarts": 1,
+     "roles": [{"name": "master", "replicas": 1, "resources": {"nvidia.com/gpu": 4, "cpu": "8"}},
+               {"name": "worker", "replicas": 3, "resources": {"nvidia.com/gpu": 4},
+                "gpu_product": "NVIDIA-H200"}]}
+    ```
+    `max_runtime` defaults to the course's `default_max_runtime` and may not exceed
+    `max_runtime_limit` (when the course sets one).
+    """
+    if not isinstance(data, Mapping):
+        raise JobError(f"a job must be a JSON object, not {type(data).__name__}")
+    unknown = sorted(set(data) - _JOB_KEYS)
+    if unknown:
+        raise JobError(f"unknown field {unknown[0]!r}; allowed: {', '.join(sorted(_JOB_KEYS))}")
+    raw_roles = data.get("roles")
+    if not isinstance(raw_roles, list) or not raw_roles:
+        raise JobError(
+            'roles must be a non-empty list, e.g. [{"name": "worker", "replicas": 2, '
+            '"resources": {"nvidia.com/gpu": 1}}]'
+        )
+    if len(raw_roles) > MAX_ROLES:
+        raise JobError(f"a job has at most {MAX_ROLES} roles, not {len(raw_roles)}")
+    roles = tuple(_parse_role(i, raw) for i, raw in enumerate(raw_roles))
+    runtime = data.get("max_runtime")
+    runtime = default_max_runtime if runtime is None else _check_seconds("max_runtime", runtime)
+    if max_runtime_limit is not None and runtime > max_runtime_limit:
+        raise JobError(
+            f"max_runtime {runtime:g} s is above your course's limit of {max_runtime_limit:g} s: "
+            "ask for less, or save checkpoints and submit the run in parts"
+        )
+    policy = FailurePolicy(
+        success=data.get("success", SUCCESS_ALL),
+        tolerated_failures=data.get("tolerated_failures", 0),
+        max_restarts=data.get("max_restarts", 0),
+    )
+    return Job(
+        name=data.get("name"),  # type: ignore[arg-type]  # checked by Job
+        owner=owner,
+        course=course,
+        roles=roles,
+        max_runtime=runtime,
+        submit_time=submit_time,
+        priority=data.get("priority", 0),
+        main_role=data.get("main_role") or "",
+        policy=policy,
+    )
+
+
+def _parse_role(index: int, raw: object) -> Role:
+    if not isinstance(raw, Mapping):
+        raise JobError(f"roles[{index}] must be an object with name, replicas and resources")
+    unknown = sorted(set(raw) - _ROLE_KEYS)
+    if unknown:
+        raise JobError(
+            f"roles[{index}]: unknown field {unknown[0]!r}; allowed: {', '.join(sorted(_ROLE_KEYS))}"
+        )
+    name = _check_name(f"roles[{index}].name", raw.get("name"))
+    replicas = _check_count(f"role {name}: replicas", raw.get("replicas", 1), 1, MAX_REPLICAS)
+    resources = raw.get("resources")
+    if not isinstance(resources, Mapping) or not resources:
+        raise JobError(
+            f'role {name}: resources must be an object such as {{"nvidia.com/gpu": 1, "cpu": "4"}}'
+        )
+    for resource, value in resources.items():
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise JobError(f"role {name}: {resource}: {value!r} is not a number or quantity")
+    try:
+        request = ResourceVector.from_k8s(resources)
+    except (ValueError, TypeError) as exc:
+        raise JobError(f"role {name}: {exc}") from None
+    product = raw.get("gpu_product")
+    return Role(name=name, replicas=replicas, request=request, gpu_product=product)

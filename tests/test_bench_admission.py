@@ -1,0 +1,61 @@
+"""bench/admission.py still runs: a small synthetic trace and a small cycle, last line's format.
+
+The benchmark measures; this test checks the report's shape and that every job finished, never
+timing."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "admission.py"
+LAST_LINE = re.compile(
+    r"util_vs_besteffort=(\d+\.\d{3}) delay_vs_strict=(\d+\.\d{3}|inf) "
+    r"bigjob_delay_vs_strict=(\d+\.\d{3}|inf) cycle_ms_p50=(\d+\.\d)")
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench_admission", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_small_synthetic_trace_reports_every_policy_and_the_last_line(capsys):
+    bench = load_bench()
+    result = bench.main(["--synthetic", "3", "--synthetic-nodes", "6", "--synthetic-jobs", "120",
+                         "--cycle-nodes", "20", "--cycle-waiting", "100", "--cycle-runs", "3"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert LAST_LINE.fullmatch(lines[-1]), lines[-1]
+    assert lines[-1] == result["line"]
+    for policy in ("classhub", "strict", "besteffort"):
+        assert any(line.startswith(f"{policy} ") and "utilisation=" in line for line in lines)
+        metrics = result["results"][policy]
+        assert metrics.jobs == 120 and 0 < metrics.utilisation <= 1
+    assert lines[0].startswith("trace: synthetic seed 3: 6 nodes, 48 GPUs, 120 jobs")
+
+
+def test_csv_input_reports_bad_rows_with_their_line_and_skips_them(tmp_path, capsys):
+    bench = load_bench()
+    nodes = tmp_path / "nodes.csv"
+    nodes.write_text("name,gpus,gpu_model,rack\nn1,8,NVIDIA-H200,r1\nn2,eight\nn3,4\n")
+    jobs = tmp_path / "jobs.csv"
+    jobs.write_text(
+        "name,submit_s,duration_s,replicas,gpus_per_replica,gpu_milli,course,priority,max_runtime_s,x\n"
+        "a,0,100,1,1,,cs,0,,ignored\n"
+        "b,5,200,2,4,,cs,0,300,\n"
+        "c,5,-1,1,1,,cs,0,,\n"
+        "d,6,50,1,2,500,cs,0,,\n"
+        "e,7,60,1,1,250,ml,1,,\n")
+    result = bench.main(["--nodes", str(nodes), "--jobs", str(jobs), "--cycle-nodes", "10",
+                         "--cycle-waiting", "20", "--cycle-runs", "2"])
+    out = capsys.readouterr().out
+    assert f"{nodes}:3: invalid literal for int() with base 10: 'eight'; row skipped" in out
+    assert f"{jobs}:4: duration_s must be a positive number; row skipped" in out
+    assert f"{jobs}:5: gpu_milli below 1000 is a share of one GPU" in out
+    assert result["results"]["classhub"].jobs == 3
+    assert len(result["errors"]) == 3

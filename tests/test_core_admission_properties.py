@@ -1,0 +1,221 @@
+"""Properties of gang admission over random clusters and queues (hypothesis).
+
+- no node resource is ever over-committed; all replicas of a job are placed or none;
+- quotas hold, except for admissions declared as borrowed (which stay within borrowing limits);
+- the same input gives the same decisions (whatever the order jobs are given in);
+- with exact runtimes, a backfilled job never delays the reserved job: it starts by its
+  reservation time;
+- with bounded runtimes, every job that can fit the cluster eventually starts.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hub_ext.core.admission import (
+    CourseQuota,
+    NodeState,
+    QueueSnapshot,
+    RunningJob,
+    Snapshot,
+    admission_cycle,
+    refuse_at_submit,
+)
+from hub_ext.core.jobs import Job, Role
+from hub_ext.core.quota import Limits, Usage
+from hub_ext.core.resources import CPU, NVIDIA_GPU, ResourceVector, sum_vectors
+
+G = NVIDIA_GPU
+COURSES = ("a", "b", "c")
+
+
+def rv(gpus, cpu=0) -> ResourceVector:
+    return ResourceVector({G: gpus, CPU: cpu})
+
+
+@st.composite
+def clusters(draw):
+    sizes = draw(st.lists(st.sampled_from([1, 2, 4, 8]), min_size=1, max_size=5))
+    return [(f"n{i}", size) for i, size in enumerate(sizes)]
+
+
+@st.composite
+def job_lists(draw, max_jobs=8, prefix="j"):
+    jobs = []
+    for k in range(draw(st.integers(1, max_jobs))):
+        replicas = draw(st.integers(1, 3))
+        gpus = draw(st.sampled_from([Fraction(1, 2), 1, 2, 4, 8]))
+        roles = [Role("w", replicas, rv(gpus, draw(st.integers(0, 2))))]
+        if draw(st.booleans()):
+            roles.append(Role("ps", 1, rv(draw(st.sampled_from([1, 2])))))
+        jobs.append(Job(f"{prefix}{k}", draw(st.sampled_from(["u1", "u2"])),
+                        draw(st.sampled_from(COURSES)), tuple(roles),
+                        float(draw(st.integers(1, 20)) * 100), float(draw(st.integers(0, 50))),
+                        draw(st.integers(0, 1))))
+    return jobs
+
+
+def alloc(size):
+    return ResourceVector({G: size, CPU: 16})
+
+
+def snapshot_for(cluster, running, now, **kw):
+    used: dict[str, list[ResourceVector]] = {}
+    for run in running:
+        for node, held in run.per_node.items():
+            used.setdefault(node, []).append(held)
+    nodes = tuple(NodeState(name, alloc(size), (alloc(size) - sum_vectors(used.get(name, []))).clamp())
+                  for name, size in cluster)
+    return Snapshot(now, nodes, tuple(running), **kw)
+
+
+def fitting(jobs, cluster):
+    empty = [NodeState(name, alloc(size), alloc(size)) for name, size in cluster]
+    return [j for j in jobs if refuse_at_submit(j, empty) is None]
+
+
+@st.composite
+def situations(draw):
+    cluster = draw(clusters())
+    now = 10_000.0
+    # some jobs already run: placed one by one on the empty cluster by the cycle itself
+    running: list[RunningJob] = []
+    for j in draw(job_lists(max_jobs=4, prefix="r")):
+        snap = snapshot_for(cluster, running, now)
+        result = admission_cycle(snap, QueueSnapshot.of([j]))
+        for a in result.admitted:
+            running.append(RunningJob(a.job, a.placement.replicas, now - draw(st.integers(0, 500)),
+                                      borrowed=draw(st.booleans())))
+    waiting = draw(job_lists())
+    courses = {}
+    for course in COURSES:
+        held = sum_vectors(r.job.total for r in running if r.job.course == course)
+        ceiling = draw(st.one_of(st.none(), st.integers(0, 12)))
+        limits = Limits() if ceiling is None else Limits(
+            resources=rv(max(ceiling, int(held[G]) + 1)) if ceiling or held[G] else ResourceVector(),
+            zero=frozenset() if ceiling or held[G] else frozenset({G}))
+        courses[course] = CourseQuota(
+            nominal=rv(draw(st.integers(0, 8))),
+            borrowing_limit=draw(st.one_of(st.none(), st.builds(rv, st.integers(0, 8)))),
+            limits=limits, usage=Usage(held))
+    return cluster, running, waiting, courses, now
+
+
+@settings(max_examples=60)
+@given(situations())
+def test_no_overcommit_all_or_nothing_and_quotas_hold(situation):
+    cluster, running, waiting, courses, now = situation
+    snap = snapshot_for(cluster, running, now, courses=courses)
+    result = admission_cycle(snap, QueueSnapshot.of(waiting))
+    free = {n.name: n.free for n in snap.nodes}
+    usage = {c: q.usage.resources for c, q in courses.items()}
+    for a in result.admitted:
+        job = a.job
+        # all or nothing: every (role, replica) exactly once
+        expected = sorted((role.name, k) for role in job.roles for k in range(role.replicas))
+        assert sorted((r, k) for r, k, _ in a.placement.replicas) == expected
+        requests = {role.name: role.request for role in job.roles}
+        for role, _k, node in a.placement.replicas:
+            free[node] = free[node] - requests[role]
+            assert free[node].is_nonnegative(), f"{node} over-committed by {job.name}"
+        before = usage[job.course]
+        after = before + job.total
+        q = courses[job.course]
+        for name in job.total:
+            cap = q.limits.ceiling(name)
+            assert cap is None or after[name] <= cap, "a hard ceiling was crossed"
+        judged = [n for n in job.total if n in q.nominal or n == G]
+        within = all(after[n] <= q.nominal[n] for n in judged)
+        assert a.borrowed == (not within)
+        if a.borrowed and q.borrowing_limit is not None:
+            assert all(after[n] <= q.nominal[n] + q.borrowing_limit[n] for n in judged)
+        usage[job.course] = after
+    by_name = {j.name: j for j in waiting}
+    for p in result.preemptions:
+        victim = next(r for r in running if r.job.name == p.job)
+        assert victim.borrowed, "only borrowed jobs are preempted"
+        assert victim.job.course != by_name[p.for_job].course
+        assert p.ends_by <= now + snap.grace
+
+
+@settings(max_examples=40)
+@given(situations(), st.randoms(use_true_random=False))
+def test_the_same_input_gives_the_same_decisions(situation, rnd):
+    cluster, running, waiting, courses, now = situation
+    snap = snapshot_for(cluster, running, now, courses=courses)
+    first = admission_cycle(snap, QueueSnapshot.of(waiting))
+    shuffled = list(waiting)
+    rnd.shuffle(shuffled)
+    again = admission_cycle(snapshot_for(cluster, running, now, courses=courses),
+                            QueueSnapshot.of(shuffled))
+    assert [(a.job.name, a.placement, a.borrowed) for a in first.admitted] == \
+        [(a.job.name, a.placement, a.borrowed) for a in again.admitted]
+    assert first.reservation == again.reservation
+    assert first.preemptions == again.preemptions
+    assert {j.name: first.waiting(j.name) for j in waiting} == \
+        {j.name: again.waiting(j.name) for j in waiting}
+
+
+def simulate(cluster, jobs, courses=None, limit=400):
+    """Run cycles at every job end, runtimes exactly max_runtime; returns starts and promises."""
+    now = 0.0
+    running: list[RunningJob] = []
+    waiting = {j.name: j for j in jobs}
+    starts: dict[str, float] = {}
+    promised: dict[str, float] = {}
+    reserved, placement = None, ()
+    for _ in range(limit):
+        arrived = [j for j in waiting.values() if j.submit_time <= now]
+        usage = {c: sum_vectors(r.job.total for r in running if r.job.course == c) for c in COURSES}
+        quotas = {c: CourseQuota(nominal=q.nominal, borrowing_limit=q.borrowing_limit,
+                                 usage=Usage(usage[c])) for c, q in (courses or {}).items()}
+        snap = snapshot_for(cluster, running, now, courses=quotas, reserved_job=reserved,
+                            reserved_placement=placement)
+        result = admission_cycle(snap, QueueSnapshot.of(arrived))
+        for a in result.admitted:
+            running.append(RunningJob(a.job, a.placement.replicas, now, a.borrowed))
+            starts[a.job.name] = now
+            del waiting[a.job.name]
+        for p in result.preemptions:
+            running = [RunningJob(r.job, r.placement, r.started, r.borrowed, p.ends_by)
+                       if r.job.name == p.job else r for r in running]
+        if result.reservation:
+            promised.setdefault(result.reservation.job, result.reservation.start)
+        reserved = result.reserved_job
+        placement = result.reservation.placement.replicas if result.reservation else ()
+        if not waiting:
+            return starts, promised
+        upcoming = [r.expected_end for r in running] + [j.submit_time for j in waiting.values()
+                                                        if j.submit_time > now]
+        assert upcoming, f"stuck at {now}: {sorted(waiting)} wait and nothing runs"
+        now = min(upcoming)
+        for r in [r for r in running if r.expected_end <= now]:
+            running.remove(r)
+            if r.preempted and r.expected_end < r.started + r.job.max_runtime:
+                waiting[r.job.name] = r.job  # preempted: back in the queue
+                starts.pop(r.job.name, None)
+    raise AssertionError(f"jobs still waiting after {limit} cycles: {sorted(waiting)}")
+
+
+@settings(max_examples=50)
+@given(clusters(), job_lists(max_jobs=10))
+def test_with_exact_runtimes_backfill_never_delays_the_reserved_job(cluster, jobs):
+    jobs = fitting(jobs, cluster)
+    starts, promised = simulate(cluster, jobs)
+    for name, start in promised.items():
+        assert starts[name] <= start, f"{name} promised {start}, started {starts[name]}"
+
+
+@settings(max_examples=40)
+@given(clusters(), job_lists(max_jobs=10),
+       st.fixed_dictionaries({c: st.integers(0, 8) for c in COURSES}))
+def test_with_bounded_runtimes_every_job_eventually_starts(cluster, jobs, shares):
+    jobs = fitting(jobs, cluster)
+    courses = {c: CourseQuota(nominal=rv(n)) for c, n in shares.items()}
+    starts, _ = simulate(cluster, jobs, courses)
+    assert set(starts) == {j.name for j in jobs}
+    horizon = max((j.submit_time for j in jobs), default=0) + sum(j.max_runtime + 30 for j in jobs)
+    assert all(t <= horizon for t in starts.values())
