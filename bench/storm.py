@@ -194,7 +194,9 @@ def report(t: Tally, users: int, window: float) -> None:
               f"  ({len(values)} requests)")
     if t.cpu:
         used = ", ".join(f"{role} {seconds:.1f} s" for role, seconds in t.cpu.items())
-        print(f"  CPU during the storm: {used} (2 cores: {2 * t.storm_seconds:.0f} s available)")
+        print(f"  CPU during the storm: {used} ({psutil.cpu_count()} cores: "
+              f"{psutil.cpu_count() * t.storm_seconds:.0f} s available; the latencies compare only when "
+              "little else ran)")
     print(f"  429 retries {t.retries_429}; errors {t.errors}: {len(t.failed_starts)} failed starts, "
           f"{len(t.server_errors)} 5xx answers")
     for line in (t.failed_starts + t.server_errors)[:10]:
@@ -273,15 +275,21 @@ def role(cmdline: list[str]) -> str:
     text = " ".join(cmdline)
     for needle, name in (("configurable-http-proxy", "proxy"), ("hub_ext.service", "classhub service"),
                          ("-m culler", "culler"), ("tests.kubefake", "fake cluster"),
-                         ("jupyterhub", "hub")):
+                         ("jupyterhub", "hub"), ("postgres", "postgresql")):
         if needle in text:
             return name
     return "other"
 
 
 def cpu_seconds(pids: list[int]) -> dict[int, tuple[str, float]]:
-    """pid -> (role, user + system CPU seconds) of the given processes and their descendants."""
-    out: dict[int, tuple[str, float]] = {}
+    """pid -> (role, user + system CPU seconds) of this process (the students' and readers'
+    client), the given processes and their descendants; pid 0: every process of the machine."""
+    me = psutil.Process().cpu_times()
+    machine = psutil.cpu_times()
+    busy = machine.user + machine.nice + machine.system + getattr(machine, "irq", 0.0) + \
+        getattr(machine, "softirq", 0.0) + getattr(machine, "steal", 0.0)
+    out: dict[int, tuple[str, float]] = {0: ("machine", busy), os.getpid(): ("benchmark client",
+                                                                           me.user + me.system)}
     for pid in pids:
         with contextlib.suppress(psutil.Error):
             top = psutil.Process(pid)
@@ -384,6 +392,7 @@ class Run:
         self.data.mkdir()
         self.cluster = cluster
         self.cluster_pid = 0
+        self.extra_pids: list[int] = []  # PostgreSQL's
         self.kubeconfig = kubeconfig
         self.databases = databases
         self.tally = Tally(kind)
@@ -586,7 +595,7 @@ class Run:
         stop = asyncio.Event()
         t0 = time.monotonic()
         assert self.hub is not None
-        pids = [self.hub.proc.pid, self.cluster_pid]
+        pids = [self.hub.proc.pid, self.cluster_pid, *self.extra_pids]
         cpu_before = cpu_seconds(pids)
         sampler = asyncio.ensure_future(self.sampler(client, stop))
         readers = None
@@ -597,6 +606,8 @@ class Run:
         self.tally.storm_seconds = time.monotonic() - t0
         for pid, (name, seconds) in cpu_seconds(pids).items():
             self.tally.cpu[name] = self.tally.cpu.get(name, 0.0) + seconds - cpu_before.get(pid, ("", 0.0))[1]
+        machine = self.tally.cpu.pop("machine")
+        self.tally.cpu["anything else on the machine"] = max(0.0, machine - sum(self.tally.cpu.values()))
         stop.set()
         await sampler
         if readers is not None:
@@ -669,6 +680,7 @@ async def run_all(args: argparse.Namespace, procs: Processes, work: Path,
         for kind in order:
             run = Run(kind, args, procs, work, cluster, kubeconfig, databases)
             run.cluster_pid = cluster_proc.pid
+            run.extra_pids = list(getattr(databases, "pids", []))
             tallies[kind] = run.tally
             client = Client(run.tally, connector)
             await empty_namespace(client, cluster)
@@ -735,6 +747,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ready_ratio = percentile(ours.ready, 95) / percentile(stock.ready, 95)
     api_ratio = percentile(ours.hub_api, 95) / percentile(stock.hub_api, 95)
     errors = ours.errors + stock.errors
+    hub_cpu = ours.cpu.get("hub", math.nan) / stock.cpu.get("hub", math.nan)
+    print(f"hub process CPU during the storm, classhub / stock: {hub_cpu:.2f} (less sensitive to other "
+          "load on the machine than the latencies)")
     print(f"{args.users} users within {args.window:g} s on {args.db}: wall time "
           f"{time.monotonic() - wall:.0f} s (goals: ratios <= 1.2, 0 errors)")
     line = f"storm ratio p95_ready={ready_ratio:.3f} hub_api_p95={api_ratio:.3f} errors={errors}"
@@ -761,7 +776,12 @@ def _databases(kind: str, procs: Processes) -> Callable[[], str]:
     server = PostgresCluster(bindir)
     procs.stops.append(server.stop)  # also removes its folder if start fails half-way
     server.start()
-    return server.create_database
+
+    def create() -> str:
+        return server.create_database()
+
+    create.pids = [int((server.data / "postmaster.pid").read_text().split()[0])]  # type: ignore[attr-defined]
+    return create
 
 
 if __name__ == "__main__":

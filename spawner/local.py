@@ -303,6 +303,7 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
             self.pid, 0 if now else self.stop_grace, reap=proc.poll if proc else lambda: None
         )
         await self.poll()
+        await self.release_reservation()
 
     async def move_certs(self, paths: dict) -> dict:
         """Internal SSL is not used by the local mode."""

@@ -253,8 +253,20 @@ class ProfilesMixin(HasTraits):
             orm.user_options = {k: v for k, v in stored.items() if k != "template"}
             self.db.commit()
 
+    async def stop(self, now: bool = False) -> None:
+        """Stop the server, then give back its reservation (`release_reservation`)."""
+        await super().stop(now=now)
+        await self.release_reservation()
+
+    async def release_reservation(self) -> None:
+        """Give back the server's reservation before the hub reports it stopped, so a student
+        who sees the server stopped also sees the quota free (in a worker thread)."""
+        if self.classhub_db_url and self.classhub_profiles_enabled():
+            await quota.release_now(self.classhub_db_url, self.user.name, self.name)
+
     def clear_state(self) -> None:
-        """The server is gone (stopped, failed, found dead): release its quota reservation."""
+        """The server is gone (stopped, failed, found dead): release its quota reservation (a
+        stop already did; a failed spawn or a server found dead did not)."""
         super().clear_state()
         if self.classhub_db_url and self.classhub_profiles_enabled():
             quota.release(self.classhub_db_url, self.user.name, self.name)

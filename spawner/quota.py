@@ -81,6 +81,11 @@ async def reserve(url: str, username: str, server_name: str, selection: Selectio
     )
 
 
+async def release_now(url: str, username: str, server_name: str) -> None:
+    """Give back the server's reservation and wait until it is given back (in a thread)."""
+    await asyncio.to_thread(_release_sync, url, server_key(username, server_name), _now())
+
+
 def release(url: str, username: str, server_name: str) -> None:
     """Give back the server's reservation (idempotent).
 

@@ -143,19 +143,37 @@ def test_sigkill_in_the_middle_of_spawns_then_restart_reconciles(quota_hub):
 
     hub.start()
     token = HubSession(hub, "admin").new_token()
+    headers = {"Authorization": f"token {token}"}
 
-    def consistent():
-        running = {f"server:{n}/" for n in STUDENTS if user_server(hub, token, n) is not None}
-        held = set(active(hub.db_url))
-        return (running, held) if running == held else None
+    seen: list = []
 
-    running, held = wait_for(consistent, 60, "the ledger to match the running servers")
-    assert len(held) <= 4
-    for key in running:
-        name = key.removeprefix("server:").removesuffix("/")
-        wait_for(lambda n=name: (user_server(hub, token, n) or {}).get("ready"), 120, f"{name} ready")
-        requests.delete(f"{hub.url}/hub/api/users/{name}/server",
-                        headers={"Authorization": f"token {token}"}, timeout=60)
+    def settled():
+        """Each interrupted spawn has ended one way (README, "Courses and quotas"): its server is
+        ready (the hub adopted it) or gone, and the ledger holds exactly the ready ones."""
+        servers = {n: user_server(hub, token, n) for n in STUDENTS}
+        seen[:] = [{n: s for n, s in servers.items() if s is not None}, active(hub.db_url)]
+        if any(s is not None and not s.get("ready") for s in servers.values()):
+            return None
+        running = {f"server:{n}/" for n, s in servers.items() if s is not None}
+        return [running] if running == set(active(hub.db_url)) else None  # (truthy when empty)
+
+    try:
+        [running] = wait_for(settled, 120, "every interrupted spawn to end and the ledger to match")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; last seen: servers {seen[0]}, ledger {seen[1]}") from None
+    assert len(running) <= 4
+    # a student whose spawn was lost starts again, and gets the quota the lost spawn held
+    retry = next(n for n in STUDENTS[:10] if f"server:{n}/" not in running)
+    r = requests.post(f"{hub.url}/hub/api/users/{retry}/server", headers=headers, timeout=60)
+    if len(running) == 4:  # every held reservation became a running server: the course is full
+        assert r.status_code == 403 and MESSAGE in r.text, r.text
+        retried = []
+    else:
+        assert r.status_code in (201, 202), r.text
+        wait_for(lambda: (user_server(hub, token, retry) or {}).get("ready"), 120, f"{retry} ready")
+        retried = [retry]
+    for name in [*retried, *(k.removeprefix("server:").removesuffix("/") for k in running)]:
+        requests.delete(f"{hub.url}/hub/api/users/{name}/server", headers=headers, timeout=60)
     wait_for(lambda: not active(hub.db_url), 60, "every reservation released")
     for p in procs:
         if "jupyterhub.singleuser" in cmdline(p) and p.is_running():

@@ -241,7 +241,7 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
     async def identify(self) -> dict[str, Any] | None:
         """Ask the hub who sends this request, without blocking the event loop (HubOAuth's
         synchronous lookup would wait for the hub's answer on the loop); once per request."""
-        if not self._identified:
+        if not self._identified and "hub_auth" in self.settings:
             self._hub_model = await self.hub_auth.get_user(self, sync=False)
             self._identified = True
         return self._hub_model
