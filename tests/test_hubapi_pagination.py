@@ -64,6 +64,15 @@ def test_every_page_is_read(hub, admin_token):
     assert admins == {"admin", "p5"}
 
 
+def test_the_culler_sees_every_user_with_a_server(hub, admin_token):
+    from culler.app import ClasshubCuller
+
+    culler = ClasshubCuller(hub_api_url=f"{hub.url}/hub/api", api_token=admin_token, page_size=2)
+    culler.api = HubAPI(culler.hub_api_url, culler.api_token)
+    users = asyncio.run(culler.users())
+    assert {u["name"] for u in users} == set(RUNNING)
+
+
 def test_reconcile_keeps_every_running_servers_reservation(hub, admin_token):
     ledger = store.Ledger(store.connect(f"sqlite:///{hub.data_dir / 'classhub.sqlite'}"))
     client = HubAPI(f"{hub.url}/hub/api", admin_token)
