@@ -201,6 +201,15 @@ class HubSession:
         return self.http.get(f"{self.hub.url}{path}", **kwargs)
 
 
+def hub_with_config(root: Path, name: str, config: str, **kwargs: Any) -> LocalHub:
+    """A started ``classhub local`` hub in ``root/name`` whose data-dir ``jupyterhub_config.py``
+    (loaded last) is `config`: extra accounts, admins, services, hub settings."""
+    data = root / name
+    data.mkdir()
+    (data / "jupyterhub_config.py").write_text(config)
+    return LocalHub(data_dir=data, **kwargs).start()
+
+
 def api(hub: LocalHub, method: str, path: str, token: str | None = None,
         **kwargs) -> requests.Response:
     """Call the classhub REST API, as a script would: with a token or anonymously."""

@@ -18,7 +18,7 @@ import pytest
 from hub_ext import store
 from hub_ext.service.hubapi import HubAPI
 from hub_ext.service.reconcile import reconcile_once, running_server_keys
-from tests.hubproc import HubSession, LocalHub, api, start_server
+from tests.hubproc import HubSession, api, hub_with_config, start_server
 
 USERS = ["p1", "p2", "p3", "p4", "p5"]
 RUNNING = USERS[:4]
@@ -32,10 +32,7 @@ c.DemoAuthenticator.admin_users = {{"admin", "p5"}}
 
 @pytest.fixture(scope="module")
 def hub(hub_root: Path):
-    data = hub_root / "paging"
-    data.mkdir()
-    (data / "jupyterhub_config.py").write_text(EXTRA_CONFIG)
-    hub = LocalHub(data_dir=data).start()
+    hub = hub_with_config(hub_root, "paging", EXTRA_CONFIG)
     yield hub
     hub.stop()
 

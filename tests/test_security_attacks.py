@@ -14,7 +14,7 @@ import requests
 
 from hub_ext import store
 from hub_ext.store.models import AuditLog
-from tests.hubproc import HubSession, LocalHub, api, start_server
+from tests.hubproc import HubSession, api, hub_with_config, start_server
 
 C, OTHER = "cs101", "bio201"
 USERS = ["t_cs", "a_cs", "s_cs", "t_bio", "s_bio", "s_new", "s_new2", "s_other"]
@@ -28,10 +28,7 @@ c.DemoAuthenticator.accounts = ["admin", "teacher1", "ta1", "student1", "student
 
 @pytest.fixture(scope="module")
 def hub(hub_root: Path):
-    data = hub_root / "attacks"
-    data.mkdir()
-    (data / "jupyterhub_config.py").write_text(EXTRA_CONFIG)
-    hub = LocalHub(data_dir=data).start()
+    hub = hub_with_config(hub_root, "attacks", EXTRA_CONFIG)
     yield hub
     hub.stop()
 

@@ -11,12 +11,11 @@ The expected table is written out here, independently of hub_ext.core.authz.
 from __future__ import annotations
 
 import secrets
-from pathlib import Path
 
 import pytest
 import requests
 
-from tests.hubproc import HubSession, LocalHub, api
+from tests.hubproc import HubSession, api, hub_with_config
 
 SERVICE_TOKEN = secrets.token_hex(16)
 C, OTHER = "cs101", "bio201"
@@ -36,17 +35,9 @@ c.JupyterHub.load_roles.append({{
 """
 
 
-def start_hub(root: Path, name: str) -> LocalHub:
-    """A classhub local hub whose data-dir config adds the test accounts and a hub service."""
-    data = root / name
-    data.mkdir()
-    (data / "jupyterhub_config.py").write_text(EXTRA_CONFIG)
-    return LocalHub(data_dir=data).start()
-
-
 @pytest.fixture(scope="module")
 def hub(hub_root):
-    hub = start_hub(hub_root, "authz")
+    hub = hub_with_config(hub_root, "authz", EXTRA_CONFIG)  # the test accounts and a hub service
     yield hub
     hub.stop()
 
