@@ -38,16 +38,22 @@ class WindowBook:
             for run in running:
                 self.book(run.job, run.started, run.expected_end)
 
-    def blocking(self, job: Job, start: float, end: float) -> CourseWindow | None:
-        """The first window of another course that running `job` over [start, end) would eat into."""
-        if not self.windows:
-            return None
+    def _others_overlapping(self, job: Job, start: float, end: float):
+        """(index, window, the job's total need) for each window of another course that
+        [start, end) overlaps; the need is computed once, and only when some window overlaps."""
         amounts = None
         for k, window in enumerate(self.windows):
             if window.course == job.course or not window.overlaps(start, end):
                 continue
             if amounts is None:
                 amounts = job.total_need
+            yield k, window, amounts
+
+    def blocking(self, job: Job, start: float, end: float) -> CourseWindow | None:
+        """The first window of another course that running `job` over [start, end) would eat into."""
+        if not self.windows:
+            return None
+        for k, window, amounts in self._others_overlapping(job, start, end):
             other = self._other[k]
             for name, limit in self._limit[k].items():
                 if other.get(name, 0) + amounts.get(name, 0) > limit and amounts.get(name, 0) > 0:
@@ -56,12 +62,7 @@ class WindowBook:
 
     def book(self, job: Job, start: float, end: float) -> None:
         """Count `job` over [start, end) in every window of another course it overlaps."""
-        amounts = None
-        for k, window in enumerate(self.windows):
-            if window.course == job.course or not window.overlaps(start, end):
-                continue
-            if amounts is None:
-                amounts = job.total_need
+        for k, _window, amounts in self._others_overlapping(job, start, end):
             other = self._other[k]
             for name, amount in amounts.items():
                 other[name] = other.get(name, 0) + amount
