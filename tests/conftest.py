@@ -87,3 +87,7 @@ def v1(cluster):
     client = kubernetes.config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     yield kubernetes.client.CoreV1Api(client)
     client.close()
+
+
+# The browser tier's fixtures (Chromium via Playwright): tests/browser.py.
+from tests.browser import browser, page  # noqa: E402,F401
