@@ -29,7 +29,7 @@ from tornado import web
 from traitlets import Float, Instance, Unicode, default
 
 from hub_ext.backends.kubernetes import servers
-from hub_ext.backends.kubernetes.capacity import KubernetesBackend
+from hub_ext.backends.kubernetes.informer import live_capacity
 from hub_ext.backends.kubernetes.servers import ApiFailure
 from hub_ext.backends.kubernetes.templates import seed_pod_parts
 from hub_ext.backends.local.templates import ClasshubTemplates
@@ -105,9 +105,10 @@ class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
         return bool(self.profiles) or not self.profile_list
 
     async def capacity_view(self) -> CapacitySnapshot | None:
-        """A fresh snapshot of the cluster, so "N free now" is true when the page loads."""
+        """The cluster's capacity now, from the hub's live view (a watch on every pod), so "N free
+        now" is true when the page loads and a start costs no list of the cluster's pods."""
         try:
-            return await KubernetesBackend(api=self.api).capacity_snapshot()
+            return await live_capacity(self.api).snapshot()
         except Exception as e:  # the form still works; counts show as unknown
             self.log.warning("classhub: no capacity snapshot for %s's form: %r", self._log_name, e)
             return None

@@ -281,6 +281,21 @@ def is_terminated(pod: Mapping[str, Any]) -> bool:
 
 
 @dataclass(frozen=True)
+class PodUsage:
+    """What one pod holds: its requests, on its node ("" while the scheduler has not bound it)."""
+
+    node: str
+    requests: ResourceVector
+
+
+def pod_usage(pod: Mapping[str, Any]) -> PodUsage | None:
+    """The pod's `PodUsage`, or None when it holds nothing (Succeeded or Failed)."""
+    if is_terminated(pod):
+        return None
+    return PodUsage((pod.get("spec") or {}).get("nodeName") or "", pod_requests(pod))
+
+
+@dataclass(frozen=True)
 class CapacitySnapshot:
     """Capacity of every node at one moment, with totals and "how many fit" queries.
 
@@ -303,16 +318,28 @@ class CapacitySnapshot:
         Pods bound to nodes that are not in `nodes` are ignored: they hold nothing that this
         snapshot could offer.
         """
+        return cls.from_usage(nodes, (pod_usage(pod) for pod in _items(pods)))
+
+    @classmethod
+    def from_usage(
+        cls,
+        nodes: Iterable[Mapping[str, Any]] | Mapping[str, Any],
+        usage: Iterable[PodUsage | None],
+    ) -> CapacitySnapshot:
+        """From node JSON and each pod's `pod_usage` (None for a pod that holds nothing).
+
+        Why separate: a live view of the cluster (a watch on every pod) keeps each pod's usage
+        from the last time the pod changed, so a snapshot costs a sum, not a parse of every pod.
+        """
         per_node: dict[str, list[ResourceVector]] = {}
         unbound = 0
-        for pod in _items(pods):
-            if is_terminated(pod):
+        for held in usage:
+            if held is None:
                 continue
-            node_name = (pod.get("spec") or {}).get("nodeName")
-            if not node_name:
+            if not held.node:
                 unbound += 1
                 continue
-            per_node.setdefault(node_name, []).append(pod_requests(pod))
+            per_node.setdefault(held.node, []).append(held.requests)
         built = []
         for node in _items(nodes):
             name = (node.get("metadata") or {}).get("name")

@@ -1,0 +1,110 @@
+"""A live view of the cluster's capacity in the hub process: a watch on every pod, nodes listed
+every few seconds.
+
+Why: every start checks "is there room for this profile" and every spawn form shows "N free
+now". Listing and decoding every pod of the cluster for each of them made a 300-student class
+start cost the hub's event loop seconds of CPU. A watch (KubeSpawner's own ``ResourceReflector``,
+the way it follows its pods) keeps each pod in memory as it changes, and each pod's usage is
+parsed once per change; a snapshot is then a sum. Nodes change rarely and are few: a list at
+most every ``node_ttl`` seconds, shared by concurrent callers.
+
+When the hub may not watch pods in every namespace (a namespaced Role), the view falls back to
+the two list calls of ``KubernetesBackend.capacity_snapshot`` for every snapshot, and says so
+once in the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from kubespawner.reflector import MultiNamespaceResourceReflector
+from traitlets.config import LoggingConfigurable
+
+from hub_ext.core.capacity import CapacitySnapshot, PodUsage, pod_usage
+
+from .capacity import KubernetesBackend
+
+
+class _AllPods(MultiNamespaceResourceReflector):
+    """Every pod of the cluster (terminated ones too: they are cheap to skip)."""
+
+    kind = "pods"
+
+
+class LiveCapacity(LoggingConfigurable):
+    """Capacity snapshots from a pod watch and a node list cached for ``node_ttl`` seconds."""
+
+    def __init__(self, backend: KubernetesBackend, node_ttl: float = 5.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.backend = backend
+        self.node_ttl = node_ttl
+        self._pods: _AllPods | None = None
+        self._started: asyncio.Task | None = None
+        self._watching = False
+        self._usage: dict[str, tuple[str, PodUsage | None]] = {}
+        self._nodes: list[dict[str, Any]] = []
+        self._nodes_at = float("-inf")
+        self._nodes_lock = asyncio.Lock()
+
+    async def _start(self) -> None:
+        try:
+            self._pods = _AllPods(parent=self)
+            await self._pods.start()
+            self._watching = True
+        except Exception as e:  # e.g. 403: no cluster-wide pod watch for this service account
+            self.log.warning("classhub: no watch on the cluster's pods (%r); capacity comes from a "
+                             "pod list at every look", e)
+            if self._pods is not None:
+                await self._pods.stop()
+            self._pods = None
+
+    async def _nodes_json(self) -> list[dict[str, Any]]:
+        async with self._nodes_lock:  # one list for concurrent callers
+            if time.monotonic() - self._nodes_at > self.node_ttl:
+                self._nodes = list((await self.backend._list("list_node")).get("items") or ())
+                self._nodes_at = time.monotonic()
+            return self._nodes
+
+    def _pod_usage(self) -> list[PodUsage | None]:
+        """Each pod's usage, parsed again only for pods whose resourceVersion changed."""
+        assert self._pods is not None
+        pods = dict(self._pods.resources)  # the reflector replaces entries atomically
+        usage = self._usage
+        for gone in usage.keys() - pods.keys():
+            del usage[gone]
+        out = []
+        for key, pod in pods.items():
+            version = (pod.get("metadata") or {}).get("resourceVersion") or ""
+            cached = usage.get(key)
+            if cached is None or cached[0] != version:
+                cached = usage[key] = (version, pod_usage(pod))
+            out.append(cached[1])
+        return out
+
+    async def snapshot(self) -> CapacitySnapshot:
+        """The capacity now (the watch's view, at most ``node_ttl`` seconds old for nodes)."""
+        if self._started is None:
+            self._started = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._started)
+        if not self._watching:
+            return await self.backend.capacity_snapshot()
+        return CapacitySnapshot.from_usage(await self._nodes_json(), self._pod_usage())
+
+    async def stop(self) -> None:
+        if self._pods is not None:
+            await self._pods.stop()
+
+
+#: One live view per event loop (the hub has one), as KubeSpawner keeps one client per loop.
+_views: dict[asyncio.AbstractEventLoop, LiveCapacity] = {}
+
+
+def live_capacity(api: Any, node_ttl: float = 5.0) -> LiveCapacity:
+    """The running loop's shared `LiveCapacity` (created on first use, with ``api`` for lists)."""
+    loop = asyncio.get_running_loop()
+    view = _views.get(loop)
+    if view is None:
+        view = _views[loop] = LiveCapacity(KubernetesBackend(api=api), node_ttl=node_ttl)
+    return view
