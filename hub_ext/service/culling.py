@@ -16,17 +16,17 @@ culler's metrics are in hub_ext.service.metrics, its warning on hub pages in hub
 from __future__ import annotations
 
 import asyncio
-import math
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, ClassVar
 
+from pydantic import ValidationInfo, field_validator, model_validator
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from tornado import web
 
 from hub_ext import store
 from hub_ext.core import bodies
-from hub_ext.service import handlers
+from hub_ext.service import body_models, handlers
 from hub_ext.service.apidoc import json_body, ok, op
 from hub_ext.store import culler_models as cm
 
@@ -188,6 +188,119 @@ class MyWarningsHandler(CullingHandler):
         self.write_json(await self.culling.of_user(caller.name))
 
 
+class PersistentBody(body_models.Body):
+    """``PUT /api/culling/persistent``: mark (or unmark) one server persistent."""
+
+    example: ClassVar[str] = '{"user": "demo", "server_name": "", "persistent": true, "note": "open day"}'
+    user: str
+    server_name: str = ""
+    persistent: bool = True
+    note: str = ""
+
+    @field_validator("user", mode="before")
+    @classmethod
+    def _user(cls, v: Any) -> str:
+        return body_models.name(v, "user", cls.example)
+
+    @field_validator("server_name", mode="before")
+    @classmethod
+    def _server_name(cls, v: Any) -> str:
+        if not isinstance(v, str) or len(v) > 255:
+            raise ValueError('server_name must be a string ("" for the default server).')
+        return v
+
+    @field_validator("persistent", mode="before")
+    @classmethod
+    def _persistent(cls, v: Any) -> bool:
+        return bool(body_models.flag(v, "persistent"))
+
+    @field_validator("note", mode="before")
+    @classmethod
+    def _note(cls, v: Any) -> str:
+        return body_models.short_text(v, "note")
+
+
+class PolicyBody(body_models.Body):
+    """``PUT /api/culling/courses/<c>/policy``: a course's timeouts for one kind of profile;
+    fields left out take the site default; ``remove`` drops the course's own policy."""
+
+    example: ClassVar[str] = ('{"kind": "gpu", "idle_timeout": 3600, "warn_before": 600} (or {"kind": '
+                              '"gpu", "remove": true}); fields left out take the site default')
+    kind: str = ""
+    remove: bool = False
+    idle_timeout: float | None = None
+    max_age: float | None = None
+    warn_before: float | None = None
+    pressure_min_idle: float | None = None
+    never_cull: bool | None = None
+
+    @field_validator("kind", mode="before")
+    @classmethod
+    def _kind(cls, v: Any) -> str:
+        if v not in cm.KINDS:
+            raise ValueError(f"kind must be one of {', '.join(repr(k) for k in cm.KINDS)} "
+                             "(\"\" for every kind of the course).")
+        return v
+
+    @field_validator("idle_timeout", "max_age", "warn_before", "pressure_min_idle", mode="before")
+    @classmethod
+    def _seconds(cls, v: Any, info: ValidationInfo) -> float | None:
+        return body_models.seconds(v, info.field_name)
+
+    @field_validator("never_cull", "remove", mode="before")
+    @classmethod
+    def _flags(cls, v: Any, info: ValidationInfo) -> bool | None:
+        return body_models.flag(v, info.field_name, null_ok=info.field_name == "never_cull")
+
+    def fields(self) -> dict[str, Any] | None:
+        """The policy's fields for the store, or None to remove the course's policy."""
+        return None if self.remove else {f: getattr(self, f) for f in cm.POLICY_FIELDS}
+
+
+class WindowBody(body_models.Body):
+    """``POST /api/culling/courses/<c>/windows``: a no-cull window (at most 14 days, not over)."""
+
+    example: ClassVar[str] = ('{"start": "2026-12-14T09:00:00+01:00", "end": "2026-12-14T12:00:00+01:00", '
+                              '"note": "exam"}')
+    start: datetime
+    end: datetime
+    note: str = ""
+
+    @field_validator("start", "end", mode="before")
+    @classmethod
+    def _instant(cls, v: Any, info: ValidationInfo) -> datetime:
+        return body_models.instant(v, info.field_name)
+
+    @field_validator("note", mode="before")
+    @classmethod
+    def _note(cls, v: Any) -> str:
+        return body_models.short_text(v, "note")
+
+    @model_validator(mode="after")
+    def _span(self) -> WindowBody:
+        if self.end <= self.start:
+            raise ValueError("end must be after start.")
+        if (self.end - self.start).total_seconds() > 14 * 86400:
+            raise ValueError("A window may last at most 14 days; mark servers persistent instead.")
+        if self.end <= _now():
+            raise ValueError("This window is already over; give an end in the future.")
+        return self
+
+
+class WindowIdBody(body_models.Body):
+    """``DELETE /api/culling/courses/<c>/windows``: which window to cancel."""
+
+    example: ClassVar[str] = '{"id": 3}, the id of the window to cancel'
+    id: int
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _id(cls, v: Any) -> int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"The body must be {cls.example}.")
+        return v
+
+
 class PersistentHandler(CullingHandler):
     """``/api/culling/persistent``: GET lists marked servers; PUT marks or unmarks one (admins)."""
 
@@ -197,38 +310,10 @@ class PersistentHandler(CullingHandler):
 
     async def put(self) -> None:
         caller = await self.require_admin("mark servers persistent")
-        body = self.json_body()
-        example = '{"user": "demo", "server_name": "", "persistent": true, "note": "open day"}'
-        if not isinstance(body, dict) or not set(body) <= {"user", "server_name", "persistent", "note"}:
-            raise web.HTTPError(400, f"The body must be {example}.")
-        user, name = body.get("user"), body.get("server_name", "")
-        persistent, note = body.get("persistent", True), body.get("note", "")
-        if not isinstance(user, str) or not user or len(user) > 255:
-            raise web.HTTPError(400, f"user must be a hub user name, e.g. {example}.")
-        if not isinstance(name, str) or len(name) > 255:
-            raise web.HTTPError(400, 'server_name must be a string ("" for the default server).')
-        if not isinstance(persistent, bool):
-            raise web.HTTPError(400, "persistent must be true or false.")
-        if not isinstance(note, str) or len(note) > 255:
-            raise web.HTTPError(400, "note must be a string of at most 255 characters.")
-        await self.culling.set_persistent(caller.name, user, name, persistent, note)
-        self.write_json({"user": user, "server_name": name, "persistent": persistent, "note": note})
-
-
-#: The longest timeout a policy may set: 100 years (the culler adds it to datetimes, which end
-#: in the year 9999; a float column would hold far more).
-MAX_SECONDS = 100 * 365 * 86400
-
-
-def _seconds(body: dict[str, Any], name: str) -> float | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if (isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
-            or not 0 <= value <= MAX_SECONDS):
-        raise web.HTTPError(400, f"{name} must be a number of seconds >= 0 (or null for the site default), "
-                            f"at most {MAX_SECONDS} (100 years).")
-    return float(value)
+        body = self.body_as(PersistentBody)
+        await self.culling.set_persistent(caller.name, body.user, body.server_name, body.persistent,
+                                          body.note)
+        self.write_json(body.model_dump())
 
 
 class CoursePolicyHandler(CullingHandler):
@@ -241,42 +326,8 @@ class CoursePolicyHandler(CullingHandler):
     async def put(self, course: str) -> None:
         caller = await self.require_admin("set a course's culling policy")
         await self.courses.get(course)  # 404 with a sentence when there is no such course
-        body = self.json_body()
-        example = '{"kind": "gpu", "idle_timeout": 3600, "warn_before": 600}'
-        if not isinstance(body, dict) or not set(body) <= {"kind", "remove", *cm.POLICY_FIELDS}:
-            raise web.HTTPError(400, f"The body must be like {example} (or {{\"kind\": \"gpu\", "
-                                "\"remove\": true}); fields left out take the site default.")
-        kind = body.get("kind", "")
-        if kind not in cm.KINDS:
-            raise web.HTTPError(400, f"kind must be one of {', '.join(repr(k) for k in cm.KINDS)} "
-                                "(\"\" for every kind of the course).")
-        if body.get("remove"):
-            fields = None
-        else:
-            fields = {f: _seconds(body, f) for f in cm.POLICY_FIELDS if f != "never_cull"}
-            never = body.get("never_cull")
-            if never is not None and not isinstance(never, bool):
-                raise web.HTTPError(400, "never_cull must be true, false or null.")
-            fields["never_cull"] = never
-        self.write_json(await self.culling.set_policy(caller.name, course, kind, fields))
-
-
-def _time(body: dict[str, Any], name: str) -> datetime:
-    value = body.get(name)
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00")) if isinstance(value, str) else None
-    except ValueError:
-        parsed = None
-    if parsed is None or parsed.tzinfo is None or parsed.utcoffset() is None:
-        raise web.HTTPError(400, f"{name} must be an ISO 8601 time with a zone, e.g. "
-                            "\"2026-12-14T09:00:00+01:00\".")
-    try:  # the year 9999 with a negative offset is past the last datetime in UTC
-        utc = parsed.astimezone(timezone.utc)
-    except OverflowError:
-        utc = None
-    if utc is None or not 1970 <= utc.year <= 9998:
-        raise web.HTTPError(400, f"{name} must be a time between the years 1970 and 9998.")
-    return utc
+        body = self.body_as(PolicyBody)
+        self.write_json(await self.culling.set_policy(caller.name, course, body.kind, body.fields()))
 
 
 class WindowsHandler(CullingHandler):
@@ -290,33 +341,16 @@ class WindowsHandler(CullingHandler):
     async def post(self, course: str) -> None:
         caller = await self.require_course_role(course, ("teacher",), "reserve a no-cull window")
         await self.courses.get(course)
-        body = self.json_body()
-        example = '{"start": "2026-12-14T09:00:00+01:00", "end": "2026-12-14T12:00:00+01:00", "note": "exam"}'
-        if not isinstance(body, dict) or not set(body) <= {"start", "end", "note"}:
-            raise web.HTTPError(400, f"The body must be {example}.")
-        start, end = _time(body, "start"), _time(body, "end")
-        note = body.get("note", "")
-        if end <= start:
-            raise web.HTTPError(400, "end must be after start.")
-        if (end - start).total_seconds() > 14 * 86400:
-            raise web.HTTPError(400, "A window may last at most 14 days; mark servers persistent instead.")
-        if end <= _now():
-            raise web.HTTPError(400, "This window is already over; give an end in the future.")
-        if not isinstance(note, str) or len(note) > 255:
-            raise web.HTTPError(400, "note must be a string of at most 255 characters.")
-        self.write_json(await self.culling.add_window(caller.name, course, start, end, note), 201)
+        body = self.body_as(WindowBody)
+        self.write_json(await self.culling.add_window(caller.name, course, body.start, body.end,
+                                                      body.note), 201)
 
     async def delete(self, course: str) -> None:
         """Cancel a window: body ``{"id": 3}`` (teachers of the course, admins)."""
         caller = await self.require_course_role(course, ("teacher",), "cancel a no-cull window")
-        body = self.json_body()
-        window_id = body.get("id") if isinstance(body, dict) else None
-        if isinstance(window_id, bool) or not isinstance(window_id, int):
-            raise web.HTTPError(400, 'The body must be {"id": 3}, the id of the window to cancel.')
-        await self.culling.remove_window(caller.name, course, window_id)
+        await self.culling.remove_window(caller.name, course, self.body_as(WindowIdBody).id)
         self.set_status(204)
         self.finish()
-
 
 
 _C = r"api/culling/courses/([^/]+)"

@@ -20,7 +20,7 @@ from tornado import httputil, web
 
 from hub_ext import __version__
 from hub_ext.core import authz, bodies, roles
-from hub_ext.service import metrics, servers
+from hub_ext.service import body_models, metrics, servers
 from hub_ext.service.courses import Courses, course_name_problem
 from hub_ext.service.hubapi import HubAPI, HubAPIError
 
@@ -176,6 +176,14 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
             self._parsed_body = self._parse_json(self.request.body or b"null")
         return self._parsed_body
 
+    def body_as(self, model: type[body_models.B]) -> body_models.B:
+        """The JSON body as the pydantic ``model``; 400 with the sentence of the first wrong
+        field (hub_ext.service.body_models)."""
+        try:
+            return body_models.parse(model, self.json_body())
+        except body_models.BodyError as e:
+            raise web.HTTPError(400, str(e)) from None
+
     def decode_argument(self, value: bytes, name: str | None = None) -> str:
         """Path and query values; a NUL in one names nothing (404 in a path, 400 in a query)."""
         text = super().decode_argument(value, name)
@@ -292,7 +300,7 @@ class MeHandler(APIHandler):
             self.write_json({"name": caller["name"], "kind": caller["kind"], "admin": False,
                              "groups": [], "role": None, "courses": {}})
             return
-        user = await self.hub.user(caller["name"])
+        user = await self.hub.recent_user(caller["name"])
         in_courses = await self.courses.roles_of(user["name"])
         self.write_json(
             {

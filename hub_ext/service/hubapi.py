@@ -47,6 +47,7 @@ class HubAPI:
         self.backoff = backoff
         #: requests sent (the culler reports it per cycle)
         self.sent = 0
+        self._recent: dict[str, tuple[float, asyncio.Future]] = {}
 
     async def request(self, method: str, path: str, body: Any = None,
                       headers: dict[str, str] | None = None) -> Any:
@@ -111,6 +112,24 @@ class HubAPI:
 
     async def user(self, name: str) -> dict[str, Any]:
         return await self.get(f"users/{quote(name, safe='')}")
+
+    async def recent_user(self, name: str, max_age: float = 5.0) -> dict[str, Any]:
+        """The user's model, asked at most once per ``max_age`` seconds (concurrent callers share
+        one request). For answers that only show who the caller is (``/api/me``): twenty
+        students refreshing a page must not each cost the hub a request. Authorization never
+        reads it (it asks the hub, or the caller's own token, every time)."""
+        now = time.monotonic()
+        cached = self._recent.get(name)
+        if cached is None or now - cached[0] > max_age:
+            cached = self._recent[name] = (now, asyncio.ensure_future(self.user(name)))
+            if len(self._recent) > 4096:  # a bounded memo: drop the oldest answers
+                for old in sorted(self._recent, key=lambda k: self._recent[k][0])[:1024]:
+                    del self._recent[old]
+        try:
+            return await asyncio.shield(cached[1])
+        except Exception:
+            self._recent.pop(name, None)  # a failure is not remembered
+            raise
 
     async def groups(self) -> list[dict[str, Any]]:
         """All groups with their properties."""
