@@ -51,6 +51,7 @@ class LiveCapacity(LoggingConfigurable):
     async def _start(self) -> None:
         try:
             self._pods = _AllPods(parent=self)
+            self._pods.api = self.backend.api  # the caller's client (the spawner's shared one)
             await self._pods.start()
             self._watching = True
         except Exception as e:  # e.g. 403: no cluster-wide pod watch for this service account

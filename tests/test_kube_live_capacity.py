@@ -1,0 +1,62 @@
+"""The hub's live view of the cluster's capacity (a pod watch) agrees with a fresh list, follows
+pods as they come and go, and falls back to lists when it may not watch."""
+
+from __future__ import annotations
+
+import kubernetes_asyncio
+import pytest
+
+from hub_ext.backends.kubernetes import KubernetesBackend
+from hub_ext.backends.kubernetes.informer import LiveCapacity
+from tests.kubefake import FakeCluster
+from tests.kubefake.waiting import async_wait_for
+
+NODES = [{"name": f"gpu-{i}", "allocatable": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4"}}
+         for i in range(2)]
+
+
+def gpu_pod(name: str, gpus: int) -> dict:
+    resources = {"requests": {"cpu": "1", "nvidia.com/gpu": str(gpus)},
+                 "limits": {"nvidia.com/gpu": str(gpus)}}
+    return {"metadata": {"name": name},
+            "spec": {"containers": [{"name": "main", "image": "python:3.11", "resources": resources}]}}
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with FakeCluster(nodes=NODES) as fake:
+        fake.write_kubeconfig(tmp_path / "config")
+        yield fake
+
+
+@pytest.fixture
+async def backend(cluster):
+    api_client = await kubernetes_asyncio.config.new_client_from_config(
+        config_file=str(cluster.kubeconfig_path))
+    async with api_client:
+        yield KubernetesBackend(api=kubernetes_asyncio.client.CoreV1Api(api_client))
+
+
+async def test_the_live_view_follows_pods_and_agrees_with_a_fresh_list(backend, cluster):
+    cluster.create("pods", gpu_pod("before", 3), "default")
+    live = LiveCapacity(backend, node_ttl=0)
+    try:
+        async def used_gpus() -> int:
+            return (await live.snapshot()).total_used["nvidia.com/gpu"]
+
+        await async_wait_for(lambda: _is(used_gpus, 3), timeout=20, what="the first pod bound")
+        assert await live.snapshot() == await backend.capacity_snapshot()
+
+        cluster.create("pods", gpu_pod("after", 4), "default")
+        await async_wait_for(lambda: _is(used_gpus, 7), timeout=20, what="7 GPUs used in the live view")
+        assert await live.snapshot() == await backend.capacity_snapshot()
+
+        cluster.delete("pods", "before", "default")
+        await async_wait_for(lambda: _is(used_gpus, 4), timeout=20, what="the deleted pod's GPUs freed")
+        assert await live.snapshot() == await backend.capacity_snapshot()
+    finally:
+        await live.stop()
+
+
+async def _is(read, expected) -> bool:
+    return await read() == expected
