@@ -60,3 +60,25 @@ async def test_the_live_view_follows_pods_and_agrees_with_a_fresh_list(backend, 
 
 async def _is(read, expected) -> bool:
     return await read() == expected
+
+
+async def test_without_a_cluster_wide_watch_the_view_lists_at_every_look(backend, cluster):
+    """A hub whose service account may not list pods of every namespace (a namespaced Role)
+    still answers from lists, through the same call the first look made; nothing crashes."""
+    rule = cluster.faults.add(403, verbs="list", path=r"^/api/v1/pods", count=1,
+                              message='pods is forbidden: User "system:serviceaccount:jhub:hub" '
+                                      'cannot list resource "pods" at the cluster scope')
+    live = LiveCapacity(backend, node_ttl=0)
+    try:
+        cluster.create("pods", gpu_pod("one", 2), "default")
+        snapshot = await live.snapshot()  # the watch's first list is refused: lists from now on
+        assert rule.hits == 1 and not live._watching
+        assert snapshot == await backend.capacity_snapshot()
+        cluster.create("pods", gpu_pod("two", 1), "default")
+
+        async def agrees() -> bool:
+            return await live.snapshot() == await backend.capacity_snapshot()
+
+        await async_wait_for(agrees, timeout=20, what="the listed view to see the new pod")
+    finally:
+        await live.stop()
