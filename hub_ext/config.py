@@ -259,13 +259,20 @@ def _add_sharing(c: Any, service_url: str) -> None:
     if not callable(site_oauth):
         c.Spawner.oauth_client_allowed_scopes = _ServerScopes(
             dict.fromkeys([*(site_oauth or []), *OAUTH_CLIENT_SCOPES]))
-    if hasattr(spawner, "keys"):
-        env = dict(spawner["environment"]) if "environment" in spawner else {}
-    else:
-        env = dict(getattr(spawner, "environment", None) or {})
-    env["CLASSHUB_SERVICE_API_URL"] = f"{service_url.rstrip('/')}/services/{SERVICE_NAME}/api"
-    c.Spawner.environment = env
+    api_url = f"{service_url.rstrip('/')}/services/{SERVICE_NAME}/api"
+    # A more specific class's setting wins in traitlets: z2jh always sets KubeSpawner.environment,
+    # so the servers' classhub address is added to every spawner section that sets one.
+    for name in SPAWNER_SECTIONS:
+        section = c[name]
+        if name == "Spawner" or ("environment" in section if hasattr(section, "keys") else False):
+            env = dict(section["environment"]) if "environment" in section else {}
+            env["CLASSHUB_SERVICE_API_URL"] = api_url
+            c[name].environment = env
 
+
+#: Config sections of the spawner classes a classhub hub may use, most general first.
+SPAWNER_SECTIONS = ("Spawner", "LocalProcessSpawner", "KubeSpawner", "ClasshubLocalSpawner",
+                    "ClasshubKubeSpawner")
 
 CULLER_NAME = "classhub-culler"
 #: What the idle culler may do in the hub: list users with their servers and activity, read the

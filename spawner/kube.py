@@ -20,6 +20,7 @@ The spawn path makes the same API calls as KubeSpawner's; the additions are book
 from __future__ import annotations
 
 import asyncio
+import re
 from typing import Any
 
 from jupyterhub.utils import exponential_backoff
@@ -53,6 +54,31 @@ def spawn_error(message: str, reason: str, log_message: str = "") -> web.HTTPErr
     error = _SpawnError(message, reason=reason, log_message=log_message or message)
     error.jupyterhub_message = message  # read by the hub's progress API and error page
     return error
+
+
+_CLAIM_REFUSAL = re.compile(r'persistentvolumeclaim "([^"]+)" (not found|is being deleted)')
+
+
+def scheduling_sentence(message: str) -> str:
+    """A FailedScheduling message in words. The scheduler's volume check refuses a pod before any
+    node is considered (a claim not bound yet, missing, or being deleted); those refusals name no
+    node reasons, so they get their own sentence saying which volume and what to do."""
+    if "unbound immediate PersistentVolumeClaims" in (message or ""):
+        return ("Your storage volume is not ready yet: the cluster is still provisioning it. If "
+                "your server does not start, try again in a minute.")
+    refusal = _CLAIM_REFUSAL.search(message or "")
+    if refusal is None:
+        return unschedulable_message(message)
+    claim, state = refusal.groups()
+    if state == "is being deleted":
+        return (f"The storage volume {claim} is still being deleted, so your server cannot start "
+                "yet. Try again in a minute.")
+    return (f"The storage volume {claim} that this profile mounts does not exist, so your server "
+            "cannot start. Please tell the hub admin.")
+
+
+#: Settings KubeSpawner accepts as a list or as a dict of named items (z2jh sets dicts).
+_MERGEABLE = frozenset({"tolerations", "volumes", "volume_mounts", "init_containers", "extra_containers"})
 
 
 class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
@@ -131,7 +157,10 @@ class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
                 "extra_resource_guarantees", "extra_resource_limits", "init_containers", "extra_containers",
                 "cmd")
         if self._base is None:
-            self._base = {k: getattr(self, k) for k in keys}
+            # KubeSpawner (and z2jh, always) may give these as dicts keyed for merging; the pod
+            # gets their values in key order, which is also what the profile's items extend.
+            self._base = {k: self._sorted_dict_values(getattr(self, k)) if k in _MERGEABLE
+                          else getattr(self, k) for k in keys}
         base = self._base
         settings = pod_settings(selection.profile)
         self.cpu_guarantee = float(selection.cpu.guarantee)
@@ -236,7 +265,7 @@ class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
         for condition in status.get("conditions") or ():
             if (condition.get("type") == "PodScheduled" and condition.get("status") == "False"
                     and condition.get("reason") == "Unschedulable"):
-                return unschedulable_message(condition.get("message") or ""), "unschedulable"
+                return scheduling_sentence(condition.get("message") or ""), "unschedulable"
         for container in status.get("containerStatuses") or ():
             waiting = (container.get("state") or {}).get("waiting") or {}
             if waiting.get("reason") and waiting["reason"] != "ContainerCreating":
@@ -306,7 +335,7 @@ class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
         async for event in super().progress():
             raw = event.get("raw_event") or {}
             if raw.get("reason") == "FailedScheduling":
-                event = {**event, "message": unschedulable_message(raw.get("message") or "")}
+                event = {**event, "message": scheduling_sentence(raw.get("message") or "")}
             yield event
 
     async def poll(self) -> int | None:

@@ -17,6 +17,8 @@ Exposed:
 - ``classhub_spawns_denied_total{reason}``: spawns refused, by reason code (hub_ext.core.quota).
 - ``classhub_culls_total{reason, resource}``, ``classhub_culler_gpu_hours_reclaimed_total``,
   ``classhub_culler_pending_warnings``: the idle culler (`CullCollector`).
+- ``classhub_server_devices{course, user, resource}``: GPU devices held by running servers
+  (`ServerDeviceCollector`), to join with the DCGM exporter's per-pod GPU metrics.
 
 Scrapes read through the store's readers (they never wait on a writer) and count in SQL, on the
 audit log's index by action: a scrape does not load every audit row.
@@ -33,7 +35,8 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from hub_ext.store import AuditLog, Course, CourseQuota, Ledger, readers
+from hub_ext.core.resources import ResourceVector, is_gpu_resource
+from hub_ext.store import AuditLog, Course, CourseQuota, Ledger, Reservation, readers
 from hub_ext.store.culler_models import CULLED_ACTION, CullWarning
 
 SPAWN_DENIED = "spawn_denied"
@@ -132,11 +135,45 @@ class CullCollector(Collector):
         yield pending
 
 
+class ServerDeviceCollector(Collector):
+    """GPU devices held by each user's running servers, from the ledger, at each scrape.
+
+    Why per user: NVIDIA's DCGM exporter labels GPU metrics with the pod, and a user's default
+    server pod is ``jupyter-<user>``; joining on the user is how a dashboard shows GPU
+    utilisation by course (helm-values/dashboards/).
+    """
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self.sessions = readers(sessions)
+
+    def collect(self) -> Iterator[Metric]:
+        held = GaugeMetricFamily(
+            "classhub_server_devices", "GPU devices (whole GPUs, MIG slices, shares) held by a user's "
+            "running servers, per course and resource.", labels=["course", "user", "resource"],
+        )
+        with self.sessions() as session:
+            rows = session.execute(
+                select(Reservation.username, Course.name, Reservation.resources)
+                .outerjoin(Course, Course.id == Reservation.course_id)
+                .where(Reservation.released_at.is_(None), Reservation.kind == "server")
+            ).all()
+        totals: dict[tuple[str, str, str], float] = {}
+        for user, course, resources in rows:
+            for resource, amount in ResourceVector.from_k8s(resources).items():
+                if is_gpu_resource(resource):
+                    key = (course or "", user, resource)
+                    totals[key] = totals.get(key, 0.0) + float(amount)
+        for labels, amount in sorted(totals.items()):
+            held.add_metric(list(labels), amount)
+        yield held
+
+
 def registry_for(sessions: sessionmaker[Session]) -> CollectorRegistry:
     """A registry of its own (not the process-global one), so tests and apps do not mix."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StoreCollector(sessions))
     registry.register(CullCollector(sessions))
+    registry.register(ServerDeviceCollector(sessions))
     return registry
 
 

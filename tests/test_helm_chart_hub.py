@@ -1,0 +1,234 @@
+"""The hub starts from the z2jh chart's own jupyterhub_config.py with helm-values/ mounted as the
+chart mounts them, on the fake cluster, and a student spawns a GPU profile of the overlay.
+
+What is real: the chart's ``jupyterhub_config.py`` and ``z2jh.py`` (chart 4.4.0, unchanged but for
+their mount path), the merged values in the hub Secret's ``values.yaml``, the environment of the
+chart's hub Deployment, configurable-http-proxy as its own process (the proxy pod), JupyterHub,
+classhub's service and spawner, and PostgreSQL for both databases. The cluster is tests/kubefake,
+its GPU nodes made from the GPU Operator settings beside the overlay (tests/helmchart.py).
+
+The values layered over base + overlay say only what this machine has instead of a cluster:
+loopback addresses instead of the hub's and the proxy's Service names, the test database URL,
+the demo login instead of a site's authenticator, and no user-scheduler (the fake cluster runs
+the default scheduler only). They are validated against the chart's schema like the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from hub_ext import demo
+from hub_ext.core.resources import parse_quantity
+from tests.helmchart import (
+    HELM_VALUES,
+    ChartHub,
+    chart_values,
+    dashboard_metrics,
+    dcgm_default_metrics,
+    exported_names,
+    operator_nodes,
+    overlays,
+    read_yaml,
+    schema_errors,
+)
+from tests.kubefake import FakeCluster
+from tests.kubefake.waiting import wait_for
+from tests.kubehub import request_server, server_model, wait_stopped
+from tests.pg import postgres_server  # noqa: F401 - fixture
+
+pytestmark = [pytest.mark.hub, pytest.mark.cluster]
+
+OVERLAY = "mig-mixed"
+HARDWARE = [("h200-mig-0", "NVIDIA-H200", 2)]  # 2 GPUs x (2 x 1g.18gb + 2g.35gb + 3g.71gb)
+PYTORCH = "registry.example.org/classhub/pytorch:0.1.0"
+
+
+def test_overlay(hub: ChartHub, hub_db: str, data: str) -> dict[str, Any]:
+    return {
+        "hub": {
+            "db": {"url": hub_db},
+            "extraEnv": {"CLASSHUB_SERVICE_URL": f"http://127.0.0.1:{hub.service_port}"},
+            "config": {
+                "JupyterHub": {
+                    "hub_bind_url": f"http://127.0.0.1:{hub.hub_port}",
+                    "hub_connect_url": f"http://127.0.0.1:{hub.hub_port}",
+                    "authenticator_class": "hub_ext.demo.DemoAuthenticator",
+                },
+                "ConfigurableHTTPProxy": {"api_url": f"http://127.0.0.1:{hub.proxy_api_port}"},
+                "DemoAuthenticator": {"accounts": demo.DEMO_ACCOUNTS,
+                                      "password_file": f"{data}/demo-password",
+                                      "admin_users": [demo.DEMO_ADMIN]},
+            },
+        },
+        "scheduling": {"userScheduler": {"enabled": False}},
+    }
+
+
+test_overlay.__test__ = False  # a helper, not a test
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with FakeCluster(nodes=operator_nodes(OVERLAY, HARDWARE)) as fake:
+        fake.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def hub(cluster, postgres_server, tmp_path_factory):  # noqa: F811 - fixture
+    root = tmp_path_factory.mktemp("charthub")
+    hub_db, classhub_db = postgres_server.create_database(), postgres_server.create_database()
+    data = root / "data"
+    data.mkdir()
+    password = demo.demo_password(data)
+    hub = ChartHub(root, values={}, kubeconfig=cluster.kubeconfig_path,
+                   secret_refs={("classhub-db", "url"): classhub_db})
+    hub.values = chart_values(HELM_VALUES / "base.yaml", HELM_VALUES / "overlays" / f"{OVERLAY}.yaml",
+                              test_overlay(hub, hub_db, str(data)))
+    assert schema_errors(hub.values) == []
+    hub.password = password
+    hub.start()
+    yield hub
+    hub.stop()
+    for url in (hub_db, classhub_db):
+        postgres_server.drop_database(url)
+
+
+def offers(session) -> dict[str, str]:
+    page = session.get(f"/hub/spawn/{session.username}")
+    assert page.status_code == 200
+    return dict(re.findall(r'data-profile="([a-z0-9-]+)".*?class="classhub-free">([^<]*)<', page.text, re.S))
+
+
+def test_the_hub_runs_the_charts_config_with_classhub(hub):
+    log = hub.log_path.read_text(errors="replace")
+    assert "Loading extra config: 00-classhub" in log  # hub.extraConfig, run by the chart's config
+    assert "Loading pass-through config section hub.config.ClasshubKubeSpawner" in log
+    admin = hub.login(demo.DEMO_ADMIN, hub.password)
+    listed = admin.hub_api("GET", "services").json()
+    assert {"classhub", "classhub-culler", "prometheus"} <= set(listed)
+    assert "jupyterhub-idle-culler" not in listed  # classhub's culler replaces z2jh's
+
+
+def test_a_student_spawns_the_overlays_gpu_profile(hub, cluster):
+    student = hub.login("student1", hub.password)
+    offered = offers(student)
+    # free counts come from the nodes the GPU Operator settings make: 2 GPUs x 2 slices of 1g.18gb
+    assert list(offered) == ["cpu", "mig-1g", "mig-2g"], offered  # mig-3g: teachers, TAs, admins
+    assert (offered["mig-1g"], offered["mig-2g"]) == ("4 free now", "2 free now")
+    r = request_server(student, {"user_options": {"profile": "mig-1g"}})
+    assert r.status_code in (201, 202), r.text
+    wait_for(lambda: (m := server_model(student)) and m.get("ready"), timeout=60, what="student1's server")
+
+    pod = cluster.get("pods", "jupyter-student1", "default")
+    spec = pod["spec"]
+    container = spec["containers"][0]
+    limits, requests_ = container["resources"]["limits"], container["resources"]["requests"]
+    # what the overlay's mig-1g profile says
+    assert limits["nvidia.com/mig-1g.18gb"] == requests_["nvidia.com/mig-1g.18gb"] == "1"
+    assert parse_quantity(limits["cpu"]) == 4 and parse_quantity(requests_["cpu"]) == 1
+    assert parse_quantity(limits["memory"]) == parse_quantity("16Gi")
+    assert container["image"] == PYTORCH
+    assert any(t["key"] == "nvidia.com/gpu" for t in spec["tolerations"])
+    assert spec["nodeName"] == "h200-mig-0"
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}} in spec["volumes"]
+    # what the base says: classhub's home volume, the service URL, the chart's own labels
+    home = next(v for v in spec["volumes"] if v["name"] == "home")
+    claim = home["persistentVolumeClaim"]["claimName"]
+    assert {"name": "home", "mountPath": "/home/jovyan"} in [
+        {k: m[k] for k in ("name", "mountPath")} for m in container["volumeMounts"]]
+    pvc = cluster.get("persistentvolumeclaims", claim, "default")
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "10Gi"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["CLASSHUB_PROFILE"] == "mig-1g"
+    assert env["CLASSHUB_SERVICE_API_URL"].endswith("/services/classhub/api")
+    assert pod["metadata"]["labels"]["helm.sh/chart"] == "jupyterhub-4.4.0"
+    assert pod["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "kubespawner"
+    # the slice is taken: the next student's form counts one fewer
+    assert offers(hub.login("student2", hub.password))["mig-1g"] == "3 free now"
+    student.hub_api("DELETE", "users/student1/server")
+    wait_stopped(student, 60)
+
+
+def scrape_jobs() -> dict[str, dict[str, Any]]:
+    config = read_yaml(HELM_VALUES / "dashboards" / "prometheus-scrape.yaml")
+    return {job["job_name"]: job for job in config["scrape_configs"]}
+
+
+def scrape(hub: ChartHub, job: dict[str, Any]) -> str:
+    """One scrape as Prometheus does it with this job: its path, its token scheme, the chart's token."""
+    assert job["authorization"]["type"] == "token"
+    [target] = job["static_configs"][0]["targets"]
+    reply = hub.get(job["metrics_path"], hub.secret("hub.services.prometheus.apiToken"),
+                    url=hub.service_address(target))
+    assert reply.status_code == 200, (job["job_name"], reply.status_code, reply.text[:300])
+    return reply.text
+
+
+def test_prometheus_scrapes_the_hub_and_classhub_with_the_charts_token(hub):
+    jobs = scrape_jobs()
+    assert "jupyterhub_running_servers" in scrape(hub, jobs["jupyterhub"])
+    names = {f.name for f in text_string_to_metric_families(scrape(hub, jobs["classhub"]))}
+    assert {"classhub_quota", "classhub_usage", "classhub_culls", "classhub_server_devices"} <= names
+    # without the token, no metrics
+    job = jobs["classhub"]
+    url = hub.service_address(job["static_configs"][0]["targets"][0])
+    assert hub.get(job["metrics_path"], "not-a-token", url=url).status_code in (401, 403)
+
+
+def test_every_metric_in_a_dashboard_is_exported(hub):
+    """classhub_* by the running classhub service, jupyterhub_* by the hub, DCGM_* by the DCGM
+    exporter's default metric list (the exporter the GPU Operator deploys)."""
+    jobs = scrape_jobs()
+    exported = exported_names(scrape(hub, jobs["classhub"])) | exported_names(scrape(hub, jobs["jupyterhub"]))
+    exported |= dcgm_default_metrics()
+    used = dashboard_metrics()
+    assert any(n.startswith("classhub_job_") for n in used)  # the queue dashboard is in the set
+    missing = {name: sorted(boards) for name, boards in used.items() if name not in exported}
+    assert missing == {}
+
+
+LOAD_CONFIG = """
+import json, sys
+from traitlets.config.loader import PyFileConfigLoader
+config = PyFileConfigLoader(sys.argv[1]).load_config()
+print(json.dumps({
+    "spawner_class": config.JupyterHub.spawner_class,
+    "services": [s["name"] for s in config.JupyterHub.services],
+    "profiles": [p["slug"] for p in config.ClasshubKubeSpawner.profiles],
+    "environment": sorted(config.KubeSpawner.environment),
+    "volumes": config.ClasshubKubeSpawner.volumes,
+    "db_url": config.JupyterHub.db_url,
+}))
+"""
+
+
+@pytest.mark.parametrize("overlay", overlays())
+def test_each_overlay_loads_through_the_charts_config(overlay, tmp_path):
+    """Base + each overlay, mounted as the chart mounts them, make a classhub hub configuration
+    (the config file is loaded as ``jupyterhub`` loads it; no hub is started)."""
+    hub = ChartHub(tmp_path, values=chart_values(HELM_VALUES / "base.yaml",
+                                                 HELM_VALUES / "overlays" / f"{overlay}.yaml"),
+                   kubeconfig=tmp_path / "kubeconfig",
+                   secret_refs={("classhub-db", "url"): f"sqlite:///{tmp_path}/classhub.sqlite"})
+    hub.write_mounts()
+    out = subprocess.run([sys.executable, "-c", LOAD_CONFIG, str(hub.mount / "jupyterhub_config.py")],
+                         env=hub.environment(), cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert loaded["spawner_class"] == "classhub-kube"
+    assert {"classhub", "classhub-culler", "prometheus"} <= set(loaded["services"])
+    assert "jupyterhub-idle-culler" not in loaded["services"]
+    overlay_profiles = read_yaml(HELM_VALUES / "overlays" / f"{overlay}.yaml")["hub"]["config"][
+        "ClasshubKubeSpawner"]["profiles"]
+    assert loaded["profiles"] == [p["slug"] for p in overlay_profiles]
+    assert "CLASSHUB_SERVICE_API_URL" in loaded["environment"]
+    assert loaded["volumes"][0]["persistentVolumeClaim"]["claimName"] == "{pvc_name}"
+    assert loaded["db_url"].startswith("postgresql+psycopg2://")  # the base's PostgreSQL
