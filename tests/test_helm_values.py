@@ -169,3 +169,21 @@ def test_the_chart_copies_name_their_source():
     assert "tag:        4.4.0" in source and "5c5f5df751588a68a7781ead01d0f62e88e2e72f" in source
     for name in ("values.schema.yaml", "values.yaml", "jupyterhub_config.py", "z2jh.py", "LICENSE"):
         assert (Z2JH / name).stat().st_size > 0 and f"-> {name}" in source
+
+
+def test_the_capacity_rbac_is_valid_and_grants_what_the_live_view_reads():
+    """helm-values/capacity-rbac.yaml: valid RBAC objects (Kubernetes' own schema) that let the
+    chart's hub ServiceAccount read nodes and watch the pods of every namespace."""
+    import kubernetes_validate
+    import yaml
+
+    docs = list(yaml.safe_load_all((HELM_VALUES / "capacity-rbac.yaml").read_text()))
+    version = kubernetes_validate.latest_version()
+    for doc in docs:
+        kubernetes_validate.validate(doc, version, strict=True)
+    role = next(d for d in docs if d["kind"] == "ClusterRole")
+    binding = next(d for d in docs if d["kind"] == "ClusterRoleBinding")
+    granted = {(r, v) for rule in role["rules"] for r in rule["resources"] for v in rule["verbs"]}
+    assert {("nodes", "list"), ("pods", "list"), ("pods", "watch")} <= granted
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "hub", "namespace": "classhub"}]
