@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 
@@ -21,6 +22,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", required=True, help="where to write the kubeconfig")
     parser.add_argument("--nodes", default=str(SAMPLE_NODES), help="nodes YAML (default: the sample)")
     parser.add_argument("--kubelet-mode", choices=("standin", "process"), default="standin")
+    parser.add_argument(
+        "--latencies",
+        default=os.environ.get("KUBEFAKE_LATENCIES", ""),
+        help="realistic, none, or name=seconds,... (see latency.py; default: $KUBEFAKE_LATENCIES or none)",
+    )
     args = parser.parse_args(argv)
 
     async def serve() -> None:
@@ -28,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        cluster = FakeCluster(nodes=args.nodes, port=args.port, kubelet_mode=args.kubelet_mode)
+        cluster = FakeCluster(
+            nodes=args.nodes, port=args.port, kubelet_mode=args.kubelet_mode, latencies=args.latencies
+        )
 
         async def announce() -> None:
             while cluster.port == 0 or not getattr(cluster, "api", None) or not cluster.api.address:

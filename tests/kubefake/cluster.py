@@ -24,10 +24,12 @@ from typing import Any, TypeVar
 import yaml
 from aiohttp import web
 
+from .admission import admit_create
 from .controllers import Controllers
 from .events import EventRecorder
 from .faults import Faults
 from .kubelet import Kubelet
+from .latency import Latencies
 from .nodes import SAMPLE_NODES, load_nodes
 from .objects import deep
 from .registry import Registry, ResourceType, default_registry
@@ -53,12 +55,19 @@ class FakeCluster:
         port: int = 0,
         pod_ip_base: str | None = None,
         registry: Registry | None = None,
+        latencies: Latencies | str | None = None,
     ) -> None:
         """``nodes``: YAML path/text or parsed list (see nodes.py); ``kubelet_mode``: the default
         way pods run, ``standin`` or ``process`` (per-pod annotation ``kubefake.classhub/run``);
         ``pod_ip_base``: pods get consecutive loopback IPs after it (default: random 127.x.y.1);
         ``history_size``: watch events kept (older resourceVersions get 410 Gone);
-        ``bookmark_interval``: seconds between BOOKMARK events on watches that allow them."""
+        ``bookmark_interval``: seconds between BOOKMARK events on watches that allow them;
+        ``latencies``: how long slow steps take (``Latencies``, ``"realistic"``; default: what
+        ``KUBEFAKE_LATENCIES`` says, none when unset)."""
+        if latencies is None:
+            self.latencies = Latencies.from_env()
+        else:
+            self.latencies = latencies if isinstance(latencies, Latencies) else Latencies.parse(latencies)
         self.node_specs = nodes
         self.kubelet_mode = kubelet_mode
         self.history_size = history_size
@@ -89,13 +98,19 @@ class FakeCluster:
         self.loop = loop
         self.store = Store(self.registry, self.history_size)
         recorder = EventRecorder(self.store)
-        self.controllers = Controllers(self.store, loop)
+        self.controllers = Controllers(self.store, loop, self.latencies)
         self.scheduler = Scheduler(self.store, recorder, loop)
-        self.kubelet = Kubelet(self.store, recorder, loop, self.kubelet_mode, self.pod_ip_base)
-        self.api = ApiServer(self.store, self.scheduler, self.kubelet, self.faults, self.bookmark_interval)
+        self.kubelet = Kubelet(
+            self.store, recorder, loop, self.kubelet_mode, self.pod_ip_base, self.latencies
+        )
+        self.api = ApiServer(
+            self.store, self.scheduler, self.kubelet, self.faults, self.bookmark_interval, self.latencies
+        )
         ns_type = self.registry.by_name("namespaces")
-        for name in SYSTEM_NAMESPACES:
+        sa_type = self.registry.by_name("serviceaccounts")
+        for name in SYSTEM_NAMESPACES:  # a running cluster's namespaces have their default account
             self.store.create(ns_type, None, {"metadata": {"name": name}})
+            self.store.create(sa_type, name, {"metadata": {"name": "default"}})
         for node in load_nodes(self.node_specs):
             self.store.create(self.registry.by_name("nodes"), None, node)
         self._runner = web.AppRunner(self.api.app(), shutdown_timeout=0.5, access_log=None)
@@ -234,9 +249,14 @@ class FakeCluster:
         return self.call(lambda: deep(self.store.list(rtype, namespace)))
 
     def create(self, resource: str, obj: dict[str, Any], namespace: str | None = "default") -> dict[str, Any]:
-        """Create an object as a client would (validation, defaulting, events)."""
+        """Create an object as a client would (admission, validation, defaulting, events)."""
         rtype = self._type(resource)
-        return self.call(lambda: deep(self.store.create(rtype, namespace, obj)))
+
+        def create() -> dict[str, Any]:
+            body = admit_create(self.store, rtype, namespace, obj)
+            return deep(self.store.create(rtype, namespace, body))
+
+        return self.call(create)
 
     def delete(
         self, resource: str, name: str, namespace: str | None = "default", grace: int | None = None

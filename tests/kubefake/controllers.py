@@ -1,6 +1,9 @@
 """Control loops that kube-controller-manager would run: garbage collector (ownerReferences,
-foreground deletion), namespace controller (empties a Terminating namespace), and a dynamic
-volume provisioner (binds Pending PVCs).
+foreground deletion), namespace controller (empties a Terminating namespace), a dynamic
+volume provisioner (binds Pending PVCs), the service-account controller (a ``default``
+ServiceAccount in every namespace) and the PVC protection controller (drops the
+``kubernetes.io/pvc-protection`` finalizer of a deleted claim once no scheduled pod uses it).
+Steps with a configured latency (see latency.py) happen that long after they became due.
 
 Each loop is a full pass over the store, scheduled (coalesced) after any change.
 """
@@ -12,20 +15,27 @@ import contextlib
 from typing import Any
 
 from . import status
+from .latency import Latencies
 from .objects import now_iso
 from .store import Event, Store
+
+PVC_PROTECTION = "kubernetes.io/pvc-protection"
 
 
 class Controllers:
     """Runs :meth:`sync` soon after every store change."""
 
-    def __init__(self, store: Store, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, store: Store, loop: asyncio.AbstractEventLoop, latencies: Latencies | None = None
+    ) -> None:
         self.store = store
         self.loop = loop
+        self.latencies = latencies or Latencies()
         self._scheduled = False
+        self._due: dict[tuple[str, str], float] = {}  # (step, object uid) -> loop time it is due
         store.listeners.append(self._on_event)
 
-    def _on_event(self, event: Event) -> None:
+    def _on_event(self, event: Event | None) -> None:
         if not self._scheduled:
             self._scheduled = True
             self.loop.call_soon(self.sync)
@@ -37,6 +47,23 @@ class Controllers:
         self._foreground()
         self._namespaces()
         self._volumes()
+        self._service_accounts()
+        self._pvc_protection()
+
+    def _ready(self, step: str, uid: str, delay: float) -> bool:
+        """True once ``delay`` seconds passed since the step was first seen due (then forgotten)."""
+        if delay <= 0:
+            return True
+        key = (step, uid)
+        now = self.loop.time()
+        if key not in self._due:
+            self._due[key] = now + delay
+            self.loop.call_later(delay, self._on_event, None)  # come back when it is due
+            return False
+        if now >= self._due[key]:
+            del self._due[key]
+            return True
+        return False
 
     def _all(self) -> list[tuple[Any, dict[str, Any]]]:
         out = []
@@ -103,7 +130,11 @@ class Controllers:
                 for obj in self.store.list(rtype, name):
                     remaining += 1
                     self._delete(rtype, obj)
-            if remaining == 0 and self.store.find(ns_type, None, name) is not None:
+            if (
+                remaining == 0
+                and self.store.find(ns_type, None, name) is not None
+                and self._ready("finalize", ns["metadata"]["uid"], self.latencies.namespace_finalize)
+            ):
                 self.store.remove(ns_type, None, name)
 
     def _volumes(self) -> None:
@@ -113,6 +144,8 @@ class Controllers:
             if (pvc.get("status") or {}).get("phase") != "Pending" or pvc["metadata"].get(
                 "deletionTimestamp"
             ):
+                continue
+            if not self._ready("bind", pvc["metadata"]["uid"], self.latencies.volume_bind):
                 continue
 
             def bind(o: dict[str, Any]) -> None:
@@ -131,3 +164,49 @@ class Controllers:
                 annotations.setdefault("kubefake.classhub/provisioned-at", now_iso())
 
             self.store.mutate(pvc_type, pvc["metadata"]["namespace"], pvc["metadata"]["name"], bind)
+
+    def _service_accounts(self) -> None:
+        ns_type = self.store.registry.lookup("", "v1", "namespaces")
+        sa_type = self.store.registry.lookup("", "v1", "serviceaccounts")
+        assert ns_type is not None and sa_type is not None
+        for ns in list(self.store.objects.get(ns_type.key, {}).values()):
+            name = ns["metadata"]["name"]
+            if ns["metadata"].get("deletionTimestamp") or self.store.find(sa_type, name, "default"):
+                continue
+            if self._ready("serviceaccount", ns["metadata"]["uid"], self.latencies.service_account):
+                self.store.create(sa_type, name, {"metadata": {"name": "default", "namespace": name}})
+
+    def _pvc_protection(self) -> None:
+        pvc_type = self.store.registry.lookup("", "v1", "persistentvolumeclaims")
+        pod_type = self.store.registry.lookup("", "v1", "pods")
+        assert pvc_type is not None and pod_type is not None
+        for pvc in list(self.store.objects.get(pvc_type.key, {}).values()):
+            md = pvc["metadata"]
+            if not md.get("deletionTimestamp") or PVC_PROTECTION not in (md.get("finalizers") or []):
+                continue
+            if any(claim_in_use(pod, md["name"]) for pod in self.store.list(pod_type, md["namespace"])):
+                continue
+
+            def release(o: dict[str, Any]) -> None:
+                rest = [f for f in o["metadata"].get("finalizers") or [] if f != PVC_PROTECTION]
+                if rest:
+                    o["metadata"]["finalizers"] = rest
+                else:
+                    o["metadata"].pop("finalizers", None)
+
+            self.store.mutate(pvc_type, md["namespace"], md["name"], release)
+
+
+def claimed_names(pod: dict[str, Any]) -> list[str]:
+    """The PVC names a pod's volumes refer to."""
+    return [
+        v["persistentVolumeClaim"]["claimName"]
+        for v in (pod.get("spec") or {}).get("volumes") or []
+        if isinstance(v.get("persistentVolumeClaim"), dict) and v["persistentVolumeClaim"].get("claimName")
+    ]
+
+
+def claim_in_use(pod: dict[str, Any], claim: str) -> bool:
+    """The PVC protection controller's test: a scheduled pod that mounts the claim uses it, until
+    the pod object is gone (a completed pod still holds it)."""
+    return bool((pod.get("spec") or {}).get("nodeName")) and claim in claimed_names(pod)

@@ -24,6 +24,7 @@ SUBRESOURCE_VERBS = {
     "binding": (["create"], "Binding"),
     "eviction": (["create"], "Eviction"),
     "finalize": (["update"], None),
+    "exec": (["create", "get"], "PodExecOptions"),
 }
 
 

@@ -7,15 +7,23 @@ Each pod gets its own loopback address (127.x.y.2, 127.x.y.3, ..., a block per c
 A container runs in one of two ways, chosen per pod by the annotation
 ``kubefake.classhub/run: process|standin`` (default: the cluster's ``kubelet_mode``):
 
-* ``standin``: a tiny HTTP server on ``podIP:containerPort`` for every declared TCP port,
-  answering 200 with a JSON description; it runs until the pod is deleted, or exits after
-  ``kubefake.classhub/exit-after`` seconds with ``kubefake.classhub/exit-code`` (default 0).
+* ``standin``: a tiny HTTP server on ``podIP:port`` for every declared TCP port and every port
+  a probe checks (a real container may listen on ports it does not declare, and its probes
+  reach them), answering 200 with a JSON description; for a JupyterHub single-user container
+  (``JUPYTERHUB_SERVICE_PREFIX`` or ``JUPYTERHUB_API_TOKEN`` in its env) pages answer as
+  jupyterhub-singleuser does without a token: the base URL 302 to ``<prefix>lab``, pages
+  under the prefix 302 to the hub's OAuth authorize URL (``<prefix>api`` stays 200); it runs
+  until the pod is deleted, or exits after ``kubefake.classhub/exit-after`` seconds with
+  ``kubefake.classhub/exit-code`` (default 0).
 * ``process``: ``command + args`` as a local subprocess (own session), with the container's
   env (value, fieldRef, secretKeyRef, configMapKeyRef, envFrom; ``$(VAR)`` expansion) plus
   ``POD_IP``/``POD_NAME``/``POD_NAMESPACE`` unless set, stdout+stderr captured for logs.
 
 Exit codes drive ``containerStatuses`` and the phase according to ``restartPolicy``; deletion
-sends SIGTERM, waits up to the grace period, then SIGKILL, then removes the pod.
+sends SIGTERM, waits up to the grace period, then SIGKILL, then removes the pod. With
+latencies (latency.py), an image not yet on the node is pulled first (``Pulling``/``Pulled``
+events), a container takes a while to start, and a stand-in takes a while to exit on SIGTERM.
+``exec_context`` gives ``pods/exec`` (podexec.py) a running container's environment.
 """
 
 from __future__ import annotations
@@ -31,10 +39,12 @@ import signal
 import tempfile
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 from aiohttp import web
 
 from .events import EventRecorder
+from .latency import Latencies
 from .logs import LogBuffer
 from .objects import now_iso, set_condition
 from .store import Event, Store
@@ -95,6 +105,7 @@ class Kubelet:
         loop: asyncio.AbstractEventLoop,
         mode: str = "standin",
         ip_base: str = "127.1.0.1",
+        latencies: Latencies | None = None,
     ) -> None:
         self.store = store
         self.recorder = recorder
@@ -103,6 +114,8 @@ class Kubelet:
         self.pods_type = store.registry.lookup("", "v1", "pods")
         self.nodes_type = store.registry.lookup("", "v1", "nodes")
         self.runtimes: dict[str, PodRuntime] = {}
+        self.latencies = latencies or Latencies()
+        self._images: dict[str, set[str]] = {}  # node -> images already pulled there
         self._next_ip = int(ipaddress.IPv4Address(ip_base))
         self._workdir = tempfile.mkdtemp(prefix="kubefake-kubelet-")
         store.listeners.append(self._on_event)
@@ -293,22 +306,33 @@ class Kubelet:
     ) -> None:
         name = container["name"]
         field_path = f"spec.containers{{{name}}}"
-        self.recorder.record(
-            pod,
-            "Normal",
-            "Pulled",
-            f'Container image "{container.get("image")}" already present on machine',
-            KUBELET,
-            node,
-            field_path,
-        )
+        await self._pull(pod, container, node, field_path)
         self.recorder.record(pod, "Normal", "Created", f"Created container {name}", KUBELET, node, field_path)
+        if self.latencies.container_start > 0:
+            await asyncio.sleep(self.latencies.container_start)
         cont.done = self.loop.create_future()
         if self._pod_mode(pod) == "process" and (container.get("command") or container.get("args")):
             await self._start_process(rt, pod, container, cont)
         else:
             await self._start_standin(rt, pod, container, cont)
         self.recorder.record(pod, "Normal", "Started", f"Started container {name}", KUBELET, node, field_path)
+
+    async def _pull(self, pod: dict[str, Any], container: dict[str, Any], node: str, field_path: str) -> None:
+        image = container.get("image")
+        pulled = self._images.setdefault(node, set())
+        delay = self.latencies.image_pull
+        if delay <= 0 or (image in pulled and container.get("imagePullPolicy") != "Always"):
+            message = f'Container image "{image}" already present on machine'
+            self.recorder.record(pod, "Normal", "Pulled", message, KUBELET, node, field_path)
+            return
+        self.recorder.record(pod, "Normal", "Pulling", f'Pulling image "{image}"', KUBELET, node, field_path)
+        await asyncio.sleep(delay)
+        pulled.add(str(image))
+        message = (
+            f'Successfully pulled image "{image}" in {delay:.3g}s ({delay:.3g}s including waiting). '
+            "Image size: 0 bytes."
+        )
+        self.recorder.record(pod, "Normal", "Pulled", message, KUBELET, node, field_path)
 
     async def _start_process(
         self, rt: PodRuntime, pod: dict[str, Any], container: dict[str, Any], cont: Container
@@ -353,17 +377,24 @@ class Kubelet:
             "container": container["name"],
         }
 
+        env = {v["name"]: str(v["value"]) for v in container.get("env") or [] if "value" in v}
+        singleuser = any(k in env for k in ("JUPYTERHUB_SERVICE_PREFIX", "JUPYTERHUB_API_TOKEN"))
+        prefix = env.get("JUPYTERHUB_SERVICE_PREFIX") or "/"
+
         async def handle(request: web.BaseRequest) -> web.StreamResponse:
+            path = request.path
+            if singleuser and path in ("/", prefix):  # jupyter-server: base URL -> default URL
+                raise web.HTTPFound(prefix + "lab")
+            if singleuser and path.startswith(prefix) and not path.startswith(prefix + "api"):
+                raise web.HTTPFound(singleuser_login(env, request.path_qs))
             return web.json_response({**info, "method": request.method, "path": request.path_qs})
 
-        for port in container.get("ports") or []:
-            if port.get("protocol", "TCP") != "TCP":
-                continue
-            server = await self.loop.create_server(web.Server(handle), rt.ip, int(port["containerPort"]))
+        for port in standin_ports(container):
+            server = await self.loop.create_server(web.Server(handle), rt.ip, port)
             cont.servers.append(server)
             cont.log.write(
                 f"kubefake stand-in for {rt.namespace}/{rt.name} container {container['name']} "
-                f"listening on http://{rt.ip}:{port['containerPort']}"
+                f"listening on http://{rt.ip}:{port}"
             )
         if not cont.servers:
             cont.log.write(
@@ -581,7 +612,10 @@ class Kubelet:
                 server.close()
             cont.servers.clear()
             if cont.done is not None and not cont.done.done() and cont.process is None:
-                cont.done.set_result(137 if grace == 0 else 0)
+                if grace > 0 and self.latencies.container_stop > 0:  # a stand-in handling SIGTERM
+                    await asyncio.sleep(min(self.latencies.container_stop, grace))
+                if not cont.done.done():
+                    cont.done.set_result(137 if grace == 0 else 0)
             if cont.process is not None and cont.process.returncode is None:
                 procs.append(cont.process)
                 _signal(cont.process, signal.SIGKILL if grace == 0 else signal.SIGTERM)
@@ -639,10 +673,55 @@ class Kubelet:
             return None
         return cont.previous if previous else cont.log
 
+    def exec_context(self, uid: str, container: str) -> tuple[dict[str, str], str] | None:
+        """(environment, working directory) for a command run in a running container, else None."""
+        rt = self.runtimes.get(uid)
+        cont = rt.containers.get(container) if rt else None
+        if rt is None or rt.stopping or cont is None or cont.done is None or cont.done.done():
+            return None
+        pod = self._pod(rt)
+        spec = next(
+            (c for c in (pod or {}).get("spec", {}).get("containers") or [] if c["name"] == container), None
+        )
+        if pod is None or spec is None:
+            return None
+        workdir = spec.get("workingDir")
+        return self._env(rt, pod, spec), workdir if workdir and os.path.isdir(workdir) else rt.workdir
+
     def pod_ip(self, uid: str) -> str | None:
         """The loopback address given to a pod."""
         rt = self.runtimes.get(uid)
         return rt.ip if rt else None
+
+
+def singleuser_login(env: dict[str, str], path: str) -> str:
+    """Where jupyterhub-singleuser sends a request without a token: the hub's OAuth authorize URL
+    (a stand-in for a JupyterHub single-user container answers its pages with this 302)."""
+    query = urlencode(
+        {
+            "client_id": env.get("JUPYTERHUB_CLIENT_ID", ""),
+            "redirect_uri": env.get("JUPYTERHUB_OAUTH_CALLBACK_URL", ""),
+            "response_type": "code",
+            "state": path,
+        }
+    )
+    return f"{env.get('JUPYTERHUB_BASE_URL', '/').rstrip('/')}/hub/api/oauth2/authorize?{query}"
+
+
+def standin_ports(container: dict[str, Any]) -> list[int]:
+    """Declared TCP container ports plus the ports its probes check (by number or port name)."""
+    named = {p.get("name"): p.get("containerPort") for p in container.get("ports") or [] if p.get("name")}
+    ports = [
+        int(p["containerPort"]) for p in container.get("ports") or [] if p.get("protocol", "TCP") == "TCP"
+    ]
+    for kind in ("readinessProbe", "livenessProbe", "startupProbe"):
+        probe = container.get(kind) or {}
+        target = (probe.get("httpGet") or probe.get("tcpSocket") or {}).get("port")
+        target = named.get(target, target)
+        numeric = isinstance(target, int) or (isinstance(target, str) and target.isdigit())
+        if numeric and int(target) not in ports:
+            ports.append(int(target))
+    return ports
 
 
 def _signal(proc: asyncio.subprocess.Process, sig: int) -> None:

@@ -134,7 +134,7 @@ def default_registry() -> Registry:
             "pods",
             "Pod",
             True,
-            ("status", "log", "binding", "eviction"),
+            ("status", "log", "binding", "eviction", "exec"),
             ("po",),
             categories=("all",),
             return_deleted=True,

@@ -1,7 +1,8 @@
 """A fake kube-scheduler: binds pending pods to nodes where they fit, else marks them
 Unschedulable and records a ``FailedScheduling`` event with the real scheduler's wording.
 
-Filters run in the default plugin order (NodeUnschedulable, TaintToleration, NodeAffinity,
+First the VolumeBinding PreFilter (a missing, deleted or unbound claim keeps the pod off every
+node); then filters run in the default plugin order (NodeUnschedulable, TaintToleration, NodeAffinity,
 NodeResourcesFit); the first failing plugin gives a node's reason(s), and the reasons are
 counted per node and sorted like ``FitError.Error()``::
 
@@ -133,7 +134,7 @@ class Scheduler:
     # ----- triggers -----------------------------------------------------------------------------
     def _on_event(self, event: Event) -> None:
         key = event.rtype.key
-        if key == ("", "nodes"):
+        if key in (("", "nodes"), ("", "persistentvolumeclaims")):  # a claim bound/created/deleted
             self._generation += 1
         elif key == ("", "pods"):
             old, new = event.old, event.obj
@@ -224,6 +225,13 @@ class Scheduler:
     def _schedule(self, pod: dict[str, Any]) -> None:
         assert self.nodes is not None and self.pods is not None
         nodes = self.store.list(self.nodes)
+        refusal = volume_prefilter(self.store, pod)
+        if refusal and nodes:
+            self._attempted[pod["metadata"]["uid"]] = self._generation
+            n = len(nodes)
+            preemption = f"preemption: 0/{n} nodes are available: {n} {NOT_HELPFUL}."
+            self._unschedulable(pod, f"0/{n} nodes are available: {refusal}. {preemption}")
+            return
         used = self._used()
         feasible, reasons = [], Counter()
         resolvable = 0
@@ -305,6 +313,25 @@ class Scheduler:
             SCHEDULER,
         )
         return stored
+
+
+def volume_prefilter(store: Store, pod: dict[str, Any]) -> str | None:
+    """The VolumeBinding plugin's PreFilter: why the pod's claims keep it off every node, if so
+    (a missing claim, a claim being deleted, an immediate-binding claim not bound yet)."""
+    pvc_type = store.registry.lookup("", "v1", "persistentvolumeclaims")
+    assert pvc_type is not None
+    unbound = False
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+        if not claim:
+            continue
+        pvc = store.find(pvc_type, pod["metadata"]["namespace"], claim)
+        if pvc is None:
+            return f'persistentvolumeclaim "{claim}" not found'
+        if pvc["metadata"].get("deletionTimestamp"):
+            return f'persistentvolumeclaim "{claim}" is being deleted'
+        unbound = unbound or (pvc.get("status") or {}).get("phase") != "Bound"
+    return "pod has unbound immediate PersistentVolumeClaims" if unbound else None
 
 
 def _resource_order(res: str) -> tuple[int, str]:

@@ -1,4 +1,4 @@
-"""The aiohttp application: routing, verbs, lists, watches, patches, logs, faults, admin.
+"""The aiohttp application: routing, verbs, lists, watches, patches, logs, exec, faults, admin.
 
 Every request goes through :meth:`ApiServer.handle`, which works out the Kubernetes verb,
 applies injected faults, and dispatches. Failures are ``Status`` bodies (see status.py).
@@ -16,9 +16,12 @@ import yaml
 from aiohttp import web
 
 from . import discovery, patch, status
+from .admission import admit_create
 from .faults import Faults
 from .kubelet import Kubelet
+from .latency import Latencies
 from .paths import Target, parse_path
+from .podexec import serve_exec
 from .scheduler import Scheduler
 from .selection import parse_field_selector, parse_label_selector
 from .store import Store, Watcher, encode
@@ -62,8 +65,10 @@ class ApiServer:
         kubelet: Kubelet,
         faults: Faults,
         bookmark_interval: float = 5.0,
+        latencies: Latencies | None = None,
     ) -> None:
         self.store = store
+        self.latencies = latencies or Latencies()
         self.scheduler = scheduler
         self.kubelet = kubelet
         self.faults = faults
@@ -144,12 +149,18 @@ class ApiServer:
             if request.method != "GET":
                 raise status.method_not_allowed()
             return await self._logs(request, t)
+        if t.subresource == "exec":
+            if request.method not in ("GET", "POST"):
+                raise status.method_not_allowed()
+            return await serve_exec(request, self.store, self.kubelet, t)
         if t.subresource in ("binding", "eviction"):
             if request.method != "POST":
                 raise status.method_not_allowed()
             return await self._pod_action(request, t)
         if verb == "watch":
             return await self._watch(request, t)
+        if verb in ("list", "get"):
+            await self._wait_fresh(q.get("resourceVersion"), q.get("resourceVersionMatch"))
         if verb == "list":
             return self._list(request, t)
         if verb == "get":
@@ -169,6 +180,7 @@ class ApiServer:
                 raise status.method_not_allowed()
             body = await self._body(request)
             self._check_kind(t, body)
+            body = admit_create(self.store, t.rtype, t.namespace, body)
             return _json(self.store.create(t.rtype, t.namespace, body), 201)
         if verb == "update":
             body = await self._body(request)
@@ -181,6 +193,22 @@ class ApiServer:
         if verb == "deletecollection":
             return await self._delete_collection(request, t)
         raise status.method_not_allowed()
+
+    async def _wait_fresh(self, rv_text: str | None, match: str | None) -> None:
+        """A read "not older than" a resourceVersion the server has not reached waits for it (the
+        watch cache's wait), then fails 504 "Too large resource version", as kube-apiserver does."""
+        if not rv_text or rv_text == "0" or match == "Exact":
+            return
+        try:
+            wanted = int(rv_text)
+        except ValueError as exc:
+            raise status.bad_request(f"invalid resource version: {rv_text}") from exc
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.latencies.too_large_rv_wait
+        while wanted > self.store.rv and loop.time() < deadline:
+            await asyncio.sleep(0.05)
+        if wanted > self.store.rv:
+            raise too_large_rv(wanted, self.store.rv)
 
     @staticmethod
     async def _body(request: web.Request) -> Any:
@@ -258,6 +286,8 @@ class ApiServer:
         resp = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})
         resp.enable_chunked_encoding()
         try:
+            if since is not None and since > self.store.rv:
+                await self._wait_fresh(rv_text, None)
             watcher = self.store.watch(t.rtype, t.namespace, labels, fields, since)
         except status.ApiError as err:
             await resp.prepare(request)
@@ -331,6 +361,7 @@ class ApiServer:
             if ptype != "apply":
                 raise status.not_found(t.rtype.group, t.rtype.plural, t.name or "")
             body.setdefault("metadata", {})["name"] = t.name
+            body = admit_create(self.store, t.rtype, t.namespace, body)
             return _json(self.store.create(t.rtype, t.namespace, body), 201)
         try:
             if ptype == "json":
@@ -538,3 +569,18 @@ class ApiServer:
             self.store.compact()
             return _json({"compactedResourceVersion": str(self.store.compacted_rv)})
         raise status.not_found("", "kubefake", path)
+
+
+def too_large_rv(wanted: int, current: int) -> status.ApiError:
+    """504 Timeout with the ``ResourceVersionTooLarge`` cause and a 1 s Retry-After, as the watch
+    cache answers a read at a resourceVersion it has not seen after waiting for it."""
+    return status.ApiError(
+        504,
+        "Timeout",
+        f"Timeout: Too large resource version: {wanted}, current: {current}",
+        {
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
+        },
+        headers={"Retry-After": "1"},
+    )

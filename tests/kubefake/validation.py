@@ -1,7 +1,10 @@
 """Create/update validation that kube-apiserver performs and clients rely on (422 Invalid).
 
 Covers: object names per resource rule (DNS-1123 subdomain/label, DNS-1035 label), label
-keys/values, pods without containers, container names, extended-resource requests vs limits.
+keys/values, pods without containers, container names, extended-resource requests vs limits,
+container ports (range, IANA names), volumes (names, one source, claimName) and volume mounts
+(known volume, unique path), and PVC specs (access modes, storage request). Messages are the
+field errors' ``ErrorBody()`` text, as kube-apiserver's StatusReasonInvalid causes carry them.
 """
 
 from __future__ import annotations
@@ -137,8 +140,8 @@ def _is_extended(resource: str) -> bool:
     return "/" in resource and not resource.startswith("kubernetes.io/")
 
 
-def check_container(container: Any, path: str, names: set[str]) -> list[Cause]:
-    """Validate one container: name, image, resources."""
+def check_container(container: Any, path: str, names: set[str], volumes: set[str]) -> list[Cause]:
+    """Validate one container: name, image, ports, volume mounts, resources."""
     if not isinstance(container, dict):
         return [_cause(path, "FieldValueInvalid", "must be an object", container)]
     causes: list[Cause] = []
@@ -152,6 +155,8 @@ def check_container(container: Any, path: str, names: set[str]) -> list[Cause]:
         names.add(name)
     if not container.get("image"):
         causes.append(_cause(f"{path}.image", "FieldValueRequired", ""))
+    causes += check_ports(container.get("ports") or [], f"{path}.ports")
+    causes += check_volume_mounts(container.get("volumeMounts") or [], f"{path}.volumeMounts", volumes)
     resources = container.get("resources") or {}
     requests = resources.get("requests") or {}
     limits = resources.get("limits") or {}
@@ -184,19 +189,167 @@ def check_container(container: Any, path: str, names: set[str]) -> list[Cause]:
     return causes
 
 
+_PORT_NAME_RE = re.compile(r"^[-a-z0-9]+$")
+VOLUME_SOURCES = (
+    "hostPath", "emptyDir", "gcePersistentDisk", "awsElasticBlockStore", "gitRepo", "secret", "nfs", "iscsi",
+    "glusterfs", "persistentVolumeClaim", "rbd", "flexVolume", "cinder", "cephfs", "flocker", "downwardAPI",
+    "fc", "azureFile", "configMap", "vsphereVolume", "quobyte", "azureDisk", "photonPersistentDisk",
+    "projected", "portworxVolume", "scaleIO", "storageos", "csi", "ephemeral", "image",
+)  # fmt: skip
+
+
+def port_name_errors(name: str) -> list[str]:
+    """The messages of IsValidPortName (an IANA_SVC_NAME), in its order."""
+    errors = []
+    if len(name) > 15:
+        errors.append("must be no more than 15 characters")
+    if not _PORT_NAME_RE.match(name):
+        errors.append("must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)")
+    if not re.search("[a-z]", name):
+        errors.append("must contain at least one letter (a-z)")
+    if "--" in name:
+        errors.append("must not contain consecutive hyphens")
+    if name.startswith("-") or name.endswith("-"):
+        errors.append("must not begin or end with a hyphen")
+    return errors
+
+
+def check_ports(ports: list[Any], path: str) -> list[Cause]:
+    """Container ports: IANA port names (unique), 1..65535, TCP/UDP/SCTP (validateContainerPorts)."""
+    causes: list[Cause] = []
+    names: set[str] = set()
+    for i, port in enumerate(ports):
+        here = f"{path}[{i}]"
+        name = port.get("name") or ""
+        if name:
+            errors = port_name_errors(name)
+            causes += [_cause(f"{here}.name", "FieldValueInvalid", msg, name) for msg in errors]
+            if not errors and name in names:
+                causes.append(_cause(f"{here}.name", "FieldValueDuplicate", f'Duplicate value: "{name}"'))
+            names.add(name)
+        number = port.get("containerPort")
+        if not number:
+            causes.append(_cause(f"{here}.containerPort", "FieldValueRequired", ""))
+        elif not isinstance(number, int) or not 1 <= number <= 65535:
+            causes.append(
+                _cause(
+                    f"{here}.containerPort",
+                    "FieldValueInvalid",
+                    "must be between 1 and 65535, inclusive",
+                    number,
+                )
+            )
+        protocol = port.get("protocol")
+        if protocol is not None and protocol not in ("TCP", "UDP", "SCTP"):
+            causes.append(
+                _cause(
+                    f"{here}.protocol",
+                    "FieldValueNotSupported",
+                    f'Unsupported value: "{protocol}": supported values: "SCTP", "TCP", "UDP"',
+                )
+            )
+    return causes
+
+
+def check_volumes(volumes: list[Any], path: str) -> tuple[list[Cause], set[str]]:
+    """Pod volumes: DNS-label names, unique, exactly one source, a claimName (validateVolumes).
+
+    Returns the causes and the set of valid volume names (what volumeMounts may refer to)."""
+    causes: list[Cause] = []
+    names: set[str] = set()
+    for i, volume in enumerate(volumes):
+        here = f"{path}[{i}]"
+        name = volume.get("name") or ""
+        name_causes = (
+            check_name(name, "label", f"{here}.name")
+            if name
+            else [_cause(f"{here}.name", "FieldValueRequired", "")]
+        )
+        causes += name_causes
+        if name and name in names:
+            causes.append(_cause(f"{here}.name", "FieldValueDuplicate", f'Duplicate value: "{name}"'))
+        elif not name_causes:
+            names.add(name)
+        sources = [key for key in VOLUME_SOURCES if volume.get(key) is not None]
+        if not sources:
+            causes.append(_cause(here, "FieldValueRequired", "must specify a volume type"))
+        elif len(sources) > 1:
+            causes.append(
+                _cause(
+                    f"{here}.{sources[1]}",
+                    "FieldValueForbidden",
+                    "Forbidden: may not specify more than 1 volume type",
+                )
+            )
+        claim = volume.get("persistentVolumeClaim")
+        if isinstance(claim, dict) and not claim.get("claimName"):
+            causes.append(_cause(f"{here}.persistentVolumeClaim.claimName", "FieldValueRequired", ""))
+    return causes, names
+
+
+def check_volume_mounts(mounts: list[Any], path: str, volumes: set[str]) -> list[Cause]:
+    """Volume mounts: the volume exists, mountPath set and unique (ValidateVolumeMounts)."""
+    causes: list[Cause] = []
+    paths: set[str] = set()
+    for i, mount in enumerate(mounts):
+        here = f"{path}[{i}]"
+        name = mount.get("name") or ""
+        if not name:
+            causes.append(_cause(f"{here}.name", "FieldValueRequired", ""))
+        elif name not in volumes:
+            causes.append(_cause(f"{here}.name", "FieldValueNotFound", f'Not found: "{name}"'))
+        mount_path = mount.get("mountPath") or ""
+        if not mount_path:
+            causes.append(_cause(f"{here}.mountPath", "FieldValueRequired", ""))
+        elif mount_path in paths:
+            causes.append(_cause(f"{here}.mountPath", "FieldValueInvalid", "must be unique", mount_path))
+        paths.add(mount_path)
+    return causes
+
+
+def check_pvc_spec(spec: Any) -> list[Cause]:
+    """A claim needs an access mode and a storage request (ValidatePersistentVolumeClaimSpec)."""
+    spec = spec if isinstance(spec, dict) else {}
+    causes: list[Cause] = []
+    modes = spec.get("accessModes") or []
+    if not modes:
+        causes.append(_cause("spec.accessModes", "FieldValueRequired", "at least 1 access mode is required"))
+    supported = ("ReadOnlyMany", "ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod")
+    for mode in modes:
+        if mode not in supported:
+            causes.append(
+                _cause(
+                    "spec.accessModes",
+                    "FieldValueNotSupported",
+                    f'Unsupported value: "{mode}": supported values: '
+                    + ", ".join(f'"{m}"' for m in supported),
+                )
+            )
+    storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
+    if storage is None:
+        causes.append(_cause("spec.resources[storage]", "FieldValueRequired", ""))
+    elif not is_quantity(storage) or parse_quantity(storage) <= 0:
+        causes.append(
+            _cause("spec.resources[storage]", "FieldValueInvalid", "must be greater than zero", storage)
+        )
+    return causes
+
+
 def check_pod_spec(spec: Any, path: str = "spec") -> list[Cause]:
-    """Validate a PodSpec: at least one container, valid containers, restartPolicy."""
+    """Validate a PodSpec: volumes, at least one container, valid containers, restartPolicy."""
     if not isinstance(spec, dict):
         return [_cause(path, "FieldValueRequired", "")]
     causes: list[Cause] = []
     containers = spec.get("containers")
     if not containers:
         causes.append(_cause(f"{path}.containers", "FieldValueRequired", ""))
+    volume_causes, volumes = check_volumes(spec.get("volumes") or [], f"{path}.volumes")
+    causes += volume_causes
     names: set[str] = set()
     for i, container in enumerate(containers or []):
-        causes += check_container(container, f"{path}.containers[{i}]", names)
+        causes += check_container(container, f"{path}.containers[{i}]", names, volumes)
     for i, container in enumerate(spec.get("initContainers") or []):
-        causes += check_container(container, f"{path}.initContainers[{i}]", names)
+        causes += check_container(container, f"{path}.initContainers[{i}]", names, volumes)
     policy = spec.get("restartPolicy")
     if policy not in (None, "Always", "OnFailure", "Never"):
         causes.append(
@@ -215,6 +368,8 @@ def validate(obj: dict[str, Any], rtype: ResourceType, creating: bool) -> list[C
     causes = check_meta(obj, rtype, creating)
     if rtype.key == ("", "pods"):
         causes += check_pod_spec(obj.get("spec"))
+    elif rtype.key == ("", "persistentvolumeclaims"):
+        causes += check_pvc_spec(obj.get("spec"))
     return causes
 
 

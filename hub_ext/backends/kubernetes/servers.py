@@ -72,8 +72,11 @@ async def _transient(exc: ApiException) -> Attempt:
 async def create(api: Any, kind: str, namespace: str, body: Any, timeout: float) -> Attempt:
     """Create a namespaced ``kind`` ("pod" or "persistent_volume_claim").
 
-    409 means it exists: done, not created. A 403 on a PVC that exists anyway (a quota counts
-    the claim before noticing it exists) is also done, as KubeSpawner treats it.
+    409 means it exists: done, not created, except for a PVC that is being deleted: the
+    pvc-protection finalizer keeps an earlier attempt's claim Terminating until its pod is gone,
+    and a pod mounting it would stay Pending on a claim about to vanish, so that 409 is retried
+    until the old claim is gone and a new one can be made. A 403 on a PVC that exists anyway (a
+    quota counts the claim before noticing it exists) is also done, as KubeSpawner treats it.
     """
     call = getattr(api, f"create_namespaced_{kind}")
     try:
@@ -81,14 +84,16 @@ async def create(api: Any, kind: str, namespace: str, body: Any, timeout: float)
     except asyncio.TimeoutError:
         return Attempt(done=False)
     except ApiException as exc:
+        name = body["metadata"]["name"] if isinstance(body, dict) else body.metadata.name
         if exc.status == 409:
+            if kind == "persistent_volume_claim" and await terminating(api, kind, namespace, name, timeout):
+                return Attempt(done=False, status=409)
             return Attempt(done=True)
         if is_transient(exc.status):
             return await _transient(exc)
-        if exc.status == 403 and kind == "persistent_volume_claim":
-            name = body["metadata"]["name"] if isinstance(body, dict) else body.metadata.name
-            if await exists(api, kind, namespace, name, timeout):
-                return Attempt(done=True)
+        if (exc.status == 403 and kind == "persistent_volume_claim"
+                and await exists(api, kind, namespace, name, timeout)):
+            return Attempt(done=True)
         raise ApiFailure(exc.status, _status_message(exc), _what(kind)) from None
     return Attempt(done=True, created=True)
 
@@ -102,6 +107,17 @@ async def exists(api: Any, kind: str, namespace: str, name: str, timeout: float)
             return False
         raise
     return True
+
+
+async def terminating(api: Any, kind: str, namespace: str, name: str, timeout: float) -> bool:
+    """True when the object exists and is being deleted (has a deletionTimestamp)."""
+    try:
+        obj = await asyncio.wait_for(getattr(api, f"read_namespaced_{kind}")(name, namespace), timeout)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return getattr(obj.metadata, "deletion_timestamp", None) is not None
 
 
 async def delete(api: Any, kind: str, namespace: str, name: str, timeout: float,
