@@ -77,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--nvidia-smi", default="nvidia-smi -L", help="command listing local GPUs ('nvidia-smi -L')"
     )
     where.add_argument("--kubeconfig", help="read the nodes of this cluster instead")
+    from hub_ext.jobcli import add_job_parser
+
+    add_job_parser(sub)
     return parser
 
 
@@ -87,6 +90,10 @@ def main(argv: list[str] | None = None) -> None:
             run_local(args)
         elif args.command == "propose-profiles":
             print(json.dumps(propose(args), indent=2))
+        elif args.command == "job":
+            from hub_ext.jobcli import run_job
+
+            sys.exit(run_job(args))
     except CLIError as e:
         sys.exit(f"classhub: {e}")
 
@@ -125,6 +132,10 @@ def run_local(args: argparse.Namespace) -> None:
         create_system_users=args.create_system_users,
         db_url=db_url,
     )
+    from hub_ext.service.jobs.settings import local_service_env
+
+    service = next(s for s in c.JupyterHub.services if s.get("name") == "classhub")
+    service["environment"].update(local_service_env(data_dir / "homes", args.system_users, dict(os.environ)))
     c.JupyterHub.ip = args.ip
     c.JupyterHub.port = args.port
     c.JupyterHub.hub_ip = "127.0.0.1"

@@ -69,6 +69,12 @@ READ_ALL_USAGE = "read_all_usage"
 READ_OWN_USAGE = "read_own_usage"
 READ_METRICS = "read_metrics"
 CONTROL_SERVER = "control_server"
+# Distributed jobs: members submit in their course; the owner, the course's staff (read) or
+# teachers (cancel) and admins see and stop a job; staff see the course's queue.
+SUBMIT_JOB = "submit_job"
+READ_JOB = "read_job"
+CANCEL_JOB = "cancel_job"
+READ_COURSE_JOBS = "read_course_jobs"
 
 #: Scope that lets a token read the metrics (as for JupyterHub's own /hub/metrics).
 METRICS_SCOPE = "read:metrics"
@@ -161,6 +167,10 @@ _COURSE_RULES: Mapping[str, frozenset[str]] = MappingProxyType(
         READ_USER_QUOTA: _TEACHERS,  # and the user themselves, see decide()
         SET_USER_QUOTA: _TEACHERS,
         READ_COURSE_USAGE: _STAFF,
+        SUBMIT_JOB: _MEMBERS,
+        READ_JOB: _STAFF,  # and the job's owner, see decide()
+        CANCEL_JOB: _TEACHERS,  # and the job's owner, see decide()
+        READ_COURSE_JOBS: _STAFF,
     }
 )
 
@@ -175,6 +185,10 @@ _WHAT = {
     READ_USER_QUOTA: "see per-student quotas in {c}",
     SET_USER_QUOTA: "set per-student quotas in {c}",
     READ_COURSE_USAGE: "see the usage of {c}",
+    SUBMIT_JOB: "submit jobs in {c}",
+    READ_JOB: "see this job of {c}",
+    CANCEL_JOB: "cancel this job of {c}",
+    READ_COURSE_JOBS: "see the job queue of {c}",
 }
 
 _WHO = {
@@ -266,6 +280,8 @@ def decide(caller: Caller, action: str, *, course: str | None = None, user: str 
         return ALLOW
     if action == READ_USER_QUOTA and user is not None and role is not None and caller.name == user:
         return ALLOW  # members see their own limits
+    if action in (READ_JOB, CANCEL_JOB) and caller.is_user and caller.access and caller.name == user:
+        return ALLOW  # a job's owner sees and cancels it, even after leaving the course
     what = _WHAT[action].format(c=course)
     who = _WHO[allowed_roles].format(c=course)
     if role is None:

@@ -39,15 +39,24 @@ from hub_ext.core.resources import (
 )
 
 __all__ = [
+    "FINAL",
+    "HOLDING",
     "MAX_REPLICAS",
     "MAX_ROLES",
+    "STATES",
+    "STOP_REASONS",
     "SUCCESS_ALL",
     "SUCCESS_MAIN",
+    "TRANSITIONS",
     "FailurePolicy",
     "Job",
     "JobError",
     "Role",
+    "Submission",
+    "may_change",
+    "outcome",
     "parse_job",
+    "parse_submission",
 ]
 
 SUCCESS_ALL = "all"
@@ -312,3 +321,153 @@ def _parse_role(index: int, raw: object) -> Role:
         raise JobError(f"role {name}: {exc}") from None
     product = raw.get("gpu_product")
     return Role(name=name, replicas=replicas, request=request, gpu_product=product)
+
+
+# ---------------------------------------------------------------------------------------------
+# A job's life (issue 17): states, the changes allowed between them, and what a student submits.
+
+QUEUED = "queued"
+ADMITTED = "admitted"
+RUNNING = "running"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+CANCELLED = "cancelled"
+PREEMPTED = "preempted"
+STATES = (QUEUED, ADMITTED, RUNNING, SUCCEEDED, FAILED, CANCELLED, PREEMPTED)
+#: States a job never leaves.
+FINAL = frozenset({SUCCEEDED, FAILED, CANCELLED})
+#: States in which a job holds capacity (and its ledger reservation).
+HOLDING = frozenset({ADMITTED, RUNNING})
+
+#: Allowed changes. A preempted job goes back to the queue once its replicas are gone (it is
+#: "re-queued", never lost); a job that can no longer start (its course was deleted, its command
+#: cannot run) fails with a sentence.
+TRANSITIONS: Mapping[str, frozenset[str]] = {
+    QUEUED: frozenset({ADMITTED, CANCELLED, FAILED}),
+    ADMITTED: frozenset({RUNNING, SUCCEEDED, FAILED, CANCELLED, PREEMPTED}),
+    RUNNING: frozenset({SUCCEEDED, FAILED, CANCELLED, PREEMPTED}),
+    PREEMPTED: frozenset({QUEUED, CANCELLED}),
+    SUCCEEDED: frozenset(),
+    FAILED: frozenset(),
+    CANCELLED: frozenset(),
+}
+
+#: Why a job's replicas are stopped: stable strings (metric labels, API answers).
+STOP_CANCEL = "cancel"
+STOP_MAX_RUNTIME = "max_runtime"
+STOP_PREEMPT = "preempted"
+STOP_FAILURE = "replica_failed"
+STOP_REASONS = (STOP_CANCEL, STOP_MAX_RUNTIME, STOP_PREEMPT, STOP_FAILURE)
+
+
+def may_change(current: str, new: str) -> bool:
+    """Whether a job in state `current` may move to `new` (the store refuses anything else)."""
+    return new in TRANSITIONS.get(current, frozenset())
+
+
+def outcome(policy: FailurePolicy, main_role: str, role_replicas: Mapping[str, int],
+            ended: Mapping[tuple[str, int], int | None]) -> str | None:
+    """The job's end from the replicas that ended: SUCCEEDED, FAILED, or None (still running).
+
+    `ended` maps (role, index) -> exit code (None: killed without one). A job fails as soon as
+    more replicas failed than `tolerated_failures`; with the `main` policy it succeeds when every
+    replica of the main role exited 0, with `all` when every replica ended (tolerated failures
+    aside).
+    """
+    failed = sum(1 for code in ended.values() if code != 0)
+    if failed > policy.tolerated_failures:
+        return FAILED
+    if policy.success == SUCCESS_MAIN:
+        main = [code for (role, _i), code in ended.items() if role == main_role]
+        done = len(main) == role_replicas.get(main_role, 0) and all(code == 0 for code in main)
+        return SUCCEEDED if done else None
+    return SUCCEEDED if len(ended) == sum(role_replicas.values()) else None
+
+
+_CLIENT_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}\Z")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+_SUBMIT_KEYS = frozenset({"id", "course", "command", "env", "workdir", "replicas", "resources",
+                          "gpu_product"}) | _JOB_KEYS
+#: Environment variables the runner sets for every replica; a job may not set them itself.
+RESERVED_ENV = frozenset({
+    "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK",
+    "LOCAL_WORLD_SIZE", "CUDA_VISIBLE_DEVICES", "PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_NNODES",
+    "PET_NPROC_PER_NODE", "PET_NODE_RANK", "CLASSHUB_JOB_ID", "CLASSHUB_JOB_ROLE",
+    "CLASSHUB_REPLICA_INDEX", "HOME", "USER",
+})
+MAX_COMMAND_ARGS = 256
+MAX_ARG_CHARS = 4096
+
+
+@dataclass(frozen=True)
+class Submission:
+    """What a student asked for, checked: the course, the command and its environment, the
+    idempotency key, and the job fields `parse_job` reads (roles expanded from the shorthand)."""
+
+    client_id: str | None
+    course: str | None
+    name: str
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    workdir: str
+    job_fields: Mapping[str, Any]
+
+
+def parse_submission(data: Any) -> Submission:
+    """Check a submitted job (JSON) and expand the shorthand; `JobError` names what to change.
+
+    ```json
+    {"id": "run-42", "course": "cs101", "name": "resnet-ddp", "command": ["python", "train.py"],
+     "replicas": 2, "resources": {"nvidia.com/gpu": 1}, "max_runtime": 3600}
+    ```
+    `replicas`/`resources`/`gpu_product` are the shorthand for one role named `worker`; give
+    `roles` instead for a master and workers. `id` (optional) makes the submit idempotent: sending
+    the same id again returns the job made the first time.
+    """
+    if not isinstance(data, Mapping):
+        raise JobError("a job must be a JSON object such as "
+                       '{"command": ["python", "train.py"], "replicas": 2, '
+                       '"resources": {"nvidia.com/gpu": 1}}')
+    unknown = sorted(set(data) - _SUBMIT_KEYS)
+    if unknown:
+        raise JobError(f"unknown field {unknown[0]!r}; allowed: {', '.join(sorted(_SUBMIT_KEYS))}")
+    client_id = data.get("id")
+    if client_id is not None and (not isinstance(client_id, str) or not _CLIENT_ID_RE.match(client_id)):
+        raise JobError(f"id {client_id!r} is not valid: use 1 to 100 letters, digits, '.', '_', ':' "
+                       "or '-' (a name of your choosing, unique among your jobs)")
+    course = data.get("course")
+    if course is not None and (not isinstance(course, str) or not course):
+        raise JobError(f"course must be the name of one of your courses, not {course!r}")
+    name = data.get("name", "job")
+    _check_name("job name", name)
+    command = data.get("command")
+    if (not isinstance(command, list) or not command or len(command) > MAX_COMMAND_ARGS
+            or not all(isinstance(a, str) and a and len(a) <= MAX_ARG_CHARS and "\x00" not in a
+                       for a in command)):
+        raise JobError('command must be a list of 1 to 256 non-empty strings, e.g. '
+                       '["python", "train.py", "--epochs", "3"]')
+    env = data.get("env") or {}
+    if not isinstance(env, Mapping) or len(env) > 256:
+        raise JobError('env must be an object of at most 256 variables, e.g. {"EPOCHS": "3"}')
+    for key, value in env.items():
+        if not _ENV_NAME_RE.match(str(key)):
+            raise JobError(f"env: {key!r} is not a variable name (letters, digits and _)")
+        if key in RESERVED_ENV:
+            raise JobError(f"env: {key} is set by classhub for every replica; leave it out")
+        if not isinstance(value, str) or "\x00" in value or len(value) > MAX_ARG_CHARS:
+            raise JobError(f"env: {key} must be a string of at most {MAX_ARG_CHARS} characters")
+    workdir = data.get("workdir", "")
+    if not isinstance(workdir, str) or workdir.startswith("/") or ".." in workdir.split("/") or (
+            "\x00" in workdir) or len(workdir) > 1024:
+        raise JobError("workdir must be a folder inside your home, relative to it (e.g. lab3)")
+    fields = {k: data[k] for k in _JOB_KEYS if k in data and k != "name"}
+    shorthand = {k for k in ("replicas", "resources", "gpu_product") if k in data}
+    if shorthand and "roles" in data:
+        raise JobError("give either roles or replicas/resources (one role named worker), not both")
+    if "roles" not in data:
+        role: dict[str, Any] = {"name": "worker", "replicas": data.get("replicas", 1),
+                                "resources": data.get("resources", {"cpu": "1"})}
+        if "gpu_product" in data:
+            role["gpu_product"] = data["gpu_product"]
+        fields["roles"] = [role]
+    return Submission(client_id, course, name, tuple(command), dict(env), workdir, fields)

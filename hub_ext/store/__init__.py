@@ -4,7 +4,7 @@
 schema; `Ledger` makes quota admission race-free on top of it.
 """
 
-from hub_ext.store import culler_models, share_models, template_models  # noqa: F401  (register tables)
+from hub_ext.store import culler_models, job_models, share_models, template_models  # noqa: F401  (register tables)
 from hub_ext.store.courses import (
     add_member,
     all_members,

@@ -1,0 +1,368 @@
+"""The job records: every transaction of the job service, in one class (`JobStore`).
+
+Why one class: a job's state changes in exactly one place, each change checked against the
+allowed transitions (hub_ext.core.jobs.TRANSITIONS) and written with an event sentence, so the
+history a student reads and the state the admission loop acts on cannot disagree. Methods are
+synchronous (run them in a worker thread, docs/architecture.md, rule 7) and each is one short
+transaction.
+
+Resources a job holds are in the reservation ledger (kind "job", key "job:<job id>"): reserved
+when the job is admitted, released when its last replica is gone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, selectinload, sessionmaker
+
+from hub_ext.core import jobs as J
+from hub_ext.core.jobs import Job, Submission, parse_job
+from hub_ext.core.resources import ResourceVector
+from hub_ext.store import Course, Ledger, Reservation, readers
+from hub_ext.store.job_models import JobEvent, JobRecord, JobReplica
+
+__all__ = ["JobConflict", "JobStore", "job_key", "to_core"]
+
+
+class JobConflict(Exception):
+    """The request conflicts with the job's state; the message says what to do."""
+
+
+def job_key(job_id: str) -> str:
+    """The job's key in the reservation ledger."""
+    return f"job:{job_id}"
+
+
+def new_job_id(owner: str, name: str, client_id: str | None) -> str:
+    """A DNS-1123 name for everything the job makes: ``<name>-<8 hex>``; the same owner and
+    client id always give the same id (a retried submit names the same objects)."""
+    seed = f"{owner}\0{client_id}" if client_id else secrets.token_hex(16)
+    return f"{name[:50].rstrip('-')}-{hashlib.sha256(seed.encode()).hexdigest()[:8]}"
+
+
+def to_core(record: JobRecord, course: str) -> Job:
+    """The admission core's `Job` for a record (named by its job id, which is unique)."""
+    return parse_job(
+        {**record.spec["job"], "name": record.job_id},
+        owner=record.owner, course=course, submit_time=record.submitted_at.timestamp(),
+        default_max_runtime=record.max_runtime,
+    )
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """What the loop decided for one job: replicas (role, index, rank, node, devices)."""
+
+    job_id: str
+    replicas: tuple[tuple[str, int, int, str, tuple[str, ...]], ...]
+    port: int
+    borrowed: bool
+    request: ResourceVector
+
+
+class JobStore:
+    """Job records and their transitions (see the module docstring)."""
+
+    def __init__(self, sessions: sessionmaker[Session], ledger: Ledger | None = None) -> None:
+        self.sessions = sessions
+        self.ledger = ledger or Ledger(sessions)
+        #: reads never wait on (nor take) sqlite's write lock: the loop reads every few seconds
+        self.readers = readers(sessions)
+
+    # ------------------------------------------------------------------ reading
+    def get(self, job_id: str) -> JobRecord | None:
+        with self.readers() as session:
+            return session.scalars(
+                select(JobRecord).where(JobRecord.job_id == job_id)
+                .options(selectinload(JobRecord.replicas), selectinload(JobRecord.events),
+                         selectinload(JobRecord.course))
+            ).one_or_none()
+
+    def list(self, *, owner: str | None = None, courses: Iterable[str] | None = None,
+             states: Iterable[str] | None = None, offset: int = 0, limit: int = 50,
+             either: bool = False) -> tuple[list[JobRecord], int]:
+        """Jobs, newest first, and how many match. `owner` and `courses` filter (both given and
+        `either`: the owner's jobs *or* those of the courses, what a teacher sees)."""
+        query = select(JobRecord).join(Course, JobRecord.course_id == Course.id)
+        conditions = []
+        if owner is not None:
+            conditions.append(JobRecord.owner == owner)
+        if courses is not None:
+            conditions.append(Course.name.in_(list(courses)))
+        if conditions:
+            if either and len(conditions) == 2:
+                query = query.where(conditions[0] | conditions[1])
+            else:
+                for condition in conditions:
+                    query = query.where(condition)
+        if states is not None:
+            query = query.where(JobRecord.state.in_(list(states)))
+        with self.readers() as session:
+            total = session.scalar(select(func.count()).select_from(query.subquery())) or 0
+            rows = session.scalars(
+                query.options(selectinload(JobRecord.replicas), selectinload(JobRecord.course))
+                .order_by(JobRecord.submitted_at.desc(), JobRecord.id.desc())
+                .offset(offset).limit(limit)
+            ).all()
+        return list(rows), total
+
+    def in_states(self, states: Iterable[str]) -> list[JobRecord]:
+        """Jobs in `states`, oldest first, with replicas and course loaded (for the loop)."""
+        with self.readers() as session:
+            return list(session.scalars(
+                select(JobRecord).where(JobRecord.state.in_(list(states)))
+                .options(selectinload(JobRecord.replicas), selectinload(JobRecord.course))
+                .order_by(JobRecord.submitted_at, JobRecord.id)
+            ))
+
+    # ------------------------------------------------------------------ submit and cancel
+    def submit(self, owner: str, course: str, submission: Submission, job: Job, now: datetime,
+               ) -> tuple[JobRecord, bool]:
+        """Record a queued job; (record, created). The same `client_id` again returns the job
+        made the first time (created False) when it asks for the same, else JobConflict."""
+        spec = {"command": list(submission.command), "env": dict(submission.env),
+                "workdir": submission.workdir, "job": dict(submission.job_fields)}
+        for _attempt in range(3):
+            if submission.client_id is not None:
+                existing = self._by_client_id(owner, submission.client_id)
+                if existing is not None:
+                    if existing.spec != spec or existing.course.name != course:
+                        raise JobConflict(
+                            f"You already submitted a different job with id {submission.client_id!r} "
+                            f"({existing.job_id}); choose a new id for a new job.")
+                    return existing, False
+            try:
+                with self.sessions.begin() as session:
+                    course_row = session.scalars(select(Course).where(Course.name == course)).one()
+                    record = JobRecord(
+                        job_id=new_job_id(owner, submission.name, submission.client_id),
+                        client_id=submission.client_id, name=submission.name, owner=owner,
+                        course=course_row, spec=spec, priority=job.priority,
+                        max_runtime=job.max_runtime, state=J.QUEUED, reason_code="",
+                        reason="waiting for the next admission cycle", submitted_at=now,
+                        placement={}, preemptions=0,
+                    )
+                    session.add(record)
+                    session.add(JobEvent(job=record, at=now, state=J.QUEUED,
+                                         message=f"submitted by {owner}: {job.describe()}"))
+                    session.flush()
+                return self.get(record.job_id), True  # type: ignore[return-value]
+            except IntegrityError:
+                if submission.client_id is None:
+                    raise
+                continue  # the same id submitted concurrently: the next round returns it
+        raise JobConflict("The job could not be recorded; try again.")
+
+    def _by_client_id(self, owner: str, client_id: str) -> JobRecord | None:
+        with self.readers() as session:
+            return session.scalars(
+                select(JobRecord).where(JobRecord.owner == owner, JobRecord.client_id == client_id)
+                .options(selectinload(JobRecord.course), selectinload(JobRecord.replicas))
+            ).one_or_none()
+
+    def request_stop(self, job_id: str, reason: str, by: str, now: datetime,
+                     message: str) -> JobRecord:
+        """Ask for a job's end: a queued job is cancelled at once; an admitted or running one is
+        marked, and the loop stops its replicas (SIGTERM, grace, SIGKILL) and ends it. Asking
+        again, or for a job that already ended, changes nothing."""
+        with self.sessions.begin() as session:
+            record = self._locked(session, job_id)
+            if record.state in J.FINAL or record.stop_requested_at is not None:
+                pass
+            elif record.state == J.QUEUED or (record.state == J.PREEMPTED and reason == J.STOP_CANCEL):
+                self._move(session, record, J.CANCELLED, now, message)
+                record.stop_reason, record.stop_by, record.finished_at = reason, by, now
+                record.reason_code, record.reason, record.queue_position = "", "", None
+            else:
+                record.stop_reason, record.stop_by, record.stop_requested_at = reason, by, now
+                session.add(JobEvent(job=record, at=now, state=record.state, message=message))
+        return self.get(job_id)  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ the loop's writes
+    def admit(self, admitted: Admitted, now: datetime, delegate: str | None = None) -> bool:
+        """Reserve the job in the ledger and record its placement; False when it is no longer
+        queued (cancelled meanwhile). QuotaDenied propagates (a server took the room first).
+
+        Two transactions, ledger first: a crash between them leaves a reservation without an
+        admitted job, which the loop releases at its next cycle (`release_orphans`)."""
+        record = self.get(admitted.job_id)
+        if record is None or record.state != J.QUEUED:
+            return False
+        self.ledger.reserve(record.owner, record.course.name, job_key(record.job_id),
+                            admitted.request, now, kind="job")
+        with self.sessions.begin() as session:
+            record = self._locked(session, admitted.job_id)
+            if record.state != J.QUEUED:
+                return False
+            order = {role["name"]: i for i, role in enumerate(record.spec["job"]["roles"])}
+            for role, index, rank, node, devices in admitted.replicas:
+                session.add(JobReplica(job=record, role=role, role_order=order.get(role, 0),
+                                       index=index, rank=rank, node=node, state="pending",
+                                       devices={"gpu_uuids": list(devices)}, restarts=0))
+            record.placement = {"replicas": [[r[0], r[1], r[3]] for r in admitted.replicas],
+                                "port": admitted.port, "borrowed": admitted.borrowed}
+            record.admitted_at = now
+            record.waited_seconds = max(0.0, (now - record.submitted_at).total_seconds())
+            record.reason_code, record.reason, record.queue_position = "", "", None
+            record.estimated_start = None
+            where = sorted({r[3] for r in admitted.replicas})
+            message = (f"admitted: all {len(admitted.replicas)} replicas placed at once on "
+                       f"{', '.join(where)}" + (" (on borrowed capacity)" if admitted.borrowed else ""))
+            if delegate:
+                message = f"handed to {delegate}, which starts all {len(admitted.replicas)} replicas at once"
+            self._move(session, record, J.ADMITTED, now, message)
+        return True
+
+    def release_orphans(self, now: datetime) -> tuple[str, ...]:
+        """Release job reservations whose job holds nothing (crash between reserve and admit)."""
+        holding = {job_key(r.job_id) for r in self.in_states(J.HOLDING)}
+        with self.readers() as session:
+            held = set(session.scalars(select(Reservation.key).where(
+                Reservation.kind == "job", Reservation.released_at.is_(None))))
+        if not held - holding:  # the usual case: no write transaction at all
+            return ()
+        return self.ledger.reconcile(holding, now, kind="job", grace=timedelta(0),
+                                     actor="classhub-jobs").released
+
+    def update_replicas(self, job_id: str, statuses: Mapping[tuple[str, int], tuple[str, int | None, str]],
+                        now: datetime) -> JobRecord:
+        """Record what replicas do ((role, index) -> (state, exit code, node)); the job moves to
+        running when all replicas run."""
+        with self.sessions.begin() as session:
+            record = self._locked(session, job_id)
+            for replica in record.replicas:
+                state, code, node = statuses.get((replica.role, replica.index), (replica.state, None, ""))
+                if state == replica.state:
+                    continue
+                if state == "running" and replica.started_at is None:
+                    replica.started_at = now
+                if state == "ended":
+                    replica.exit_code, replica.finished_at = code, now
+                    state = "succeeded" if code == 0 else "failed"
+                    if replica.state in ("succeeded", "failed"):
+                        continue
+                replica.state = state
+                replica.node = node or replica.node
+            if record.state == J.ADMITTED and record.replicas and all(
+                    r.state != "pending" for r in record.replicas):
+                record.started_at = now
+                self._move(session, record, J.RUNNING, now,
+                           f"running: all {len(record.replicas)} replicas started")
+        return self.get(job_id)  # type: ignore[return-value]
+
+    def count_restart(self, job_id: str, role: str, index: int, now: datetime) -> None:
+        """Record that replica (role, index) failed and is started again."""
+        with self.sessions.begin() as session:
+            record = self._locked(session, job_id)
+            for replica in record.replicas:
+                if (replica.role, replica.index) == (role, index):
+                    replica.restarts += 1
+                    replica.state, replica.finished_at = "pending", None
+                    session.add(JobEvent(job=record, at=now, state=record.state, message=(
+                        f"{role}-{index} exited {replica.exit_code}; restart {replica.restarts} "
+                        f"of {record.spec['job'].get('max_restarts', 0)}")))
+
+    def finish(self, job_id: str, state: str, now: datetime, message: str) -> JobRecord:
+        """End a job that holds capacity: its final state (or PREEMPTED, then queued again) and
+        the ledger reservation released."""
+        with self.sessions.begin() as session:
+            record = self._locked(session, job_id)
+            if record.state not in J.HOLDING:
+                return record
+            for replica in record.replicas:
+                if replica.state in ("pending", "running"):
+                    replica.state = "killed" if record.stop_requested_at else "lost"
+                    replica.finished_at = now
+            self._move(session, record, state, now, message)
+            record.finished_at = now
+            if state == J.PREEMPTED:
+                record.preemptions += 1
+                for replica in list(record.replicas):
+                    session.delete(replica)
+                record.placement, record.stop_requested_at, record.stop_reason = {}, None, None
+                record.admitted_at = record.started_at = record.finished_at = None
+                self._move(session, record, J.QUEUED, now, "back in the queue after preemption")
+        self.ledger.release(job_key(job_id), now)
+        return self.get(job_id)  # type: ignore[return-value]
+
+    def fail_queued(self, job_id: str, now: datetime, message: str) -> None:
+        with self.sessions.begin() as session:
+            record = self._locked(session, job_id)
+            if record.state == J.QUEUED:
+                record.finished_at = now
+                self._move(session, record, J.FAILED, now, message)
+
+    def set_waiting(self, reasons: Mapping[str, tuple[str, str, datetime | None, int | None]]) -> None:
+        """Store why each queued job waits (code, sentence, estimated start, queue position)."""
+        if not reasons:
+            return
+        with self.sessions.begin() as session:
+            rows = session.scalars(select(JobRecord).where(JobRecord.job_id.in_(list(reasons)),
+                                                           JobRecord.state == J.QUEUED)).all()
+            for record in rows:
+                code, text, start, position = reasons[record.job_id]
+                if (record.reason_code, record.reason, record.queue_position) != (code, text, position):
+                    record.reason_code, record.reason, record.queue_position = code, text, position
+                record.estimated_start = start
+
+    # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def _locked(session: Session, job_id: str) -> JobRecord:
+        record = session.scalars(
+            select(JobRecord).where(JobRecord.job_id == job_id).with_for_update()
+            .options(selectinload(JobRecord.replicas))
+        ).one_or_none()
+        if record is None:
+            raise LookupError(job_id)
+        return record
+
+    @staticmethod
+    def _move(session: Session, record: JobRecord, state: str, now: datetime, message: str) -> None:
+        if not J.may_change(record.state, state):
+            raise JobConflict(f"job {record.job_id} cannot go from {record.state} to {state}")
+        record.state = state
+        session.add(JobEvent(job=record, at=now, state=state, message=message))
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def as_json(record: JobRecord, *, position_detail: bool = True) -> dict[str, Any]:
+    """The API's view of a job."""
+    spec = record.spec
+    out: dict[str, Any] = {
+        "id": record.job_id, "client_id": record.client_id, "name": record.name,
+        "owner": record.owner, "course": record.course.name, "state": record.state,
+        "command": spec["command"], "roles": spec["job"]["roles"], "priority": record.priority,
+        "max_runtime": record.max_runtime, "submitted_at": _iso(record.submitted_at),
+        "admitted_at": _iso(record.admitted_at), "started_at": _iso(record.started_at),
+        "finished_at": _iso(record.finished_at), "preemptions": record.preemptions,
+        "stop_requested": record.stop_requested_at is not None, "stop_reason": record.stop_reason,
+    }
+    if position_detail:
+        out.update({
+            "reason_code": record.reason_code or None, "reason": record.reason or None,
+            "queue_position": record.queue_position,
+            "estimated_start": _iso(record.estimated_start),
+            "replicas": [{"role": r.role, "index": r.index, "rank": r.rank, "state": r.state,
+                          "node": r.node or None, "exit_code": r.exit_code, "restarts": r.restarts,
+                          "gpus": r.devices.get("gpu_uuids", [])} for r in record.replicas],
+        })
+    return out
+
+
+def events_json(events: Sequence[JobEvent]) -> list[dict[str, Any]]:
+    return [{"at": _iso(e.at), "state": e.state, "message": e.message} for e in events]
+
+
+def _iso(at: datetime | None) -> str | None:
+    return None if at is None else at.isoformat()

@@ -1,0 +1,141 @@
+"""The job service's settings (`ClasshubJobs`) and the one object handlers and the loop share.
+
+Every knob is a trait (docs/architecture.md, rule 5), settable as ``c.ClasshubJobs.<name>`` in the
+service's config file or with its ``CLASSHUB_JOB_*`` variable (passed on by the hub).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+from traitlets import Bool, Float, List, Unicode
+from traitlets.config import Configurable
+
+from hub_ext.backends.jobs import JobBackend
+from hub_ext.envtraits import apply_env
+from hub_ext.service.jobs.loop import JobLoop, course_limits
+from hub_ext.service.jobs.records import JobStore
+from hub_ext.store import Ledger
+
+__all__ = ["ClasshubJobs", "JobService"]
+
+
+class _CommandList(List):
+    """A command given as JSON (``["cat", "/x"]``) or as a shell line (``nvidia-smi -L``)."""
+
+    def from_string(self, s: str) -> Any:
+        s = s.strip()
+        return json.loads(s) if s.startswith("[") else shlex.split(s)
+
+
+class ClasshubJobs(Configurable):
+    """Distributed jobs: admission loop timing, defaults and limits, and where local jobs run."""
+
+    interval = Float(3.0, config=True, help="Seconds between admission cycles (a submit, a cancel "
+                     "and a job's end also start one) ($CLASSHUB_JOB_INTERVAL).").tag(
+        env="CLASSHUB_JOB_INTERVAL")
+    grace = Float(10.0, config=True, help="Seconds a stopped job's replicas get after SIGTERM before "
+                  "SIGKILL: on cancel, max_runtime and preemption ($CLASSHUB_JOB_GRACE).").tag(
+        env="CLASSHUB_JOB_GRACE")
+    default_max_runtime = Float(3600.0, config=True, help="max_runtime in seconds of a job that "
+                                "gives none ($CLASSHUB_JOB_DEFAULT_MAX_RUNTIME).").tag(
+        env="CLASSHUB_JOB_DEFAULT_MAX_RUNTIME")
+    max_runtime_limit = Float(86400.0, config=True, help="The longest max_runtime a job may ask "
+                              "for, in seconds ($CLASSHUB_JOB_MAX_RUNTIME_LIMIT).").tag(
+        env="CLASSHUB_JOB_MAX_RUNTIME_LIMIT")
+    homes_dir = Unicode("", config=True, help="Local mode: the folder of the users' homes, as "
+                        "ClasshubLocalSpawner.homes_dir ($CLASSHUB_HOMES_DIR); jobs run there and "
+                        "log to <home>/.classhub/jobs/<id>/.").tag(env="CLASSHUB_HOMES_DIR")
+    gpu_discovery_command = _CommandList(
+        Unicode(), ["nvidia-smi", "-L"], config=True,
+        help="Local mode: the command listing the GPUs when NVML is not available, as "
+        "ClasshubLocalSpawner.gpu_discovery_command ($CLASSHUB_GPU_DISCOVERY_COMMAND).",
+    ).tag(env="CLASSHUB_GPU_DISCOVERY_COMMAND")
+    use_nvml = Bool(True, config=True, help="Local mode: ask NVML for the GPUs first "
+                    "($CLASSHUB_USE_NVML).").tag(env="CLASSHUB_USE_NVML")
+    system_users = Bool(False, config=True, help="Local mode: run each job as its owner's Unix "
+                        "account, as ClasshubLocalSpawner.system_users ($CLASSHUB_SYSTEM_USERS).").tag(
+        env="CLASSHUB_SYSTEM_USERS")
+    system_user_prefix = Unicode("jupyter-", config=True, help="Local mode: prefix of the users' "
+                                 "Unix accounts ($CLASSHUB_SYSTEM_USER_PREFIX).").tag(
+        env="CLASSHUB_SYSTEM_USER_PREFIX")
+
+    namespace = Unicode("", config=True, help="Kubernetes mode: the namespace of the jobs' "
+                        "PyTorchJobs (default: the hub's, $POD_NAMESPACE) ($CLASSHUB_JOB_NAMESPACE).").tag(
+        env="CLASSHUB_JOB_NAMESPACE")
+    image = Unicode("quay.io/jupyter/pytorch-notebook:latest", config=True,
+                    help="Kubernetes mode: the image of the jobs' containers ($CLASSHUB_JOB_IMAGE).").tag(
+        env="CLASSHUB_JOB_IMAGE")
+    scheduler_name = Unicode("", config=True, help="Kubernetes mode: the gang scheduler that binds "
+                             "the jobs' PodGroups (scheduler-plugins: scheduler-plugins-scheduler); "
+                             "empty: the default scheduler ($CLASSHUB_JOB_SCHEDULER).").tag(
+        env="CLASSHUB_JOB_SCHEDULER")
+    kueue_queue = Unicode("", config=True, help="Kubernetes mode: hand admission to Kueue, with "
+                          "this LocalQueue per course ({course} is replaced, e.g. {course}-queue); "
+                          "empty: classhub admits ($CLASSHUB_JOB_KUEUE_QUEUE).").tag(
+        env="CLASSHUB_JOB_KUEUE_QUEUE")
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        apply_env(self, given=kwargs)
+
+    def kubernetes_backend(self) -> JobBackend:
+        """PyTorchJobs in the cluster (clients made at first use)."""
+        import os
+
+        from hub_ext.backends.kubernetes.jobs import KubernetesJobs
+
+        namespace = self.namespace or os.environ.get("POD_NAMESPACE", "default")
+        return KubernetesJobs(namespace=namespace, image=self.image,
+                              scheduler=self.scheduler_name or None, kueue_queue=self.kueue_queue or None)
+
+    def local_backend(self) -> JobBackend:
+        """Processes on this machine, with the same GPUs the local spawner hands out."""
+        from hub_ext.backends.local import gpus
+        from hub_ext.backends.local.jobs import LocalJobs
+        from hub_ext.core.devices import Inventory
+
+        devices = gpus.discover(command=list(self.gpu_discovery_command), use_nvml=self.use_nvml)
+        homes = Path(self.homes_dir or "homes")
+        return LocalJobs(homes, Inventory(devices), system_users=self.system_users,
+                         user_prefix=self.system_user_prefix)
+
+
+@dataclass
+class JobService:
+    """What the job handlers need: the records, the loop, the backend and the settings."""
+
+    store: JobStore
+    loop: JobLoop
+    backend: JobBackend
+    settings: ClasshubJobs
+
+    @classmethod
+    def make(cls, sessions: sessionmaker[Session], backend: JobBackend,
+             settings: ClasshubJobs) -> JobService:
+        store = JobStore(sessions, Ledger(sessions))
+        loop = JobLoop(store, backend, interval=settings.interval, grace=settings.grace,
+                       delegate="Kueue" if settings.kueue_queue else None)
+        return cls(store, loop, backend, settings)
+
+    def limits(self, courses: set[str], now: datetime) -> dict:
+        return course_limits(self.store)(courses, now)
+
+
+#: Variables of the hub's environment passed on to the service for its jobs (see the traits).
+PASSED_ENV = ("CLASSHUB_GPU_DISCOVERY_COMMAND", "CLASSHUB_USE_NVML")
+
+
+def local_service_env(homes_dir: Path, system_users: bool, environ: dict[str, str]) -> dict[str, str]:
+    """What `classhub local` adds to the service's environment so its jobs run where the
+    servers run: the homes folder, the system-users setting, and every CLASSHUB_JOB_* and GPU
+    discovery variable of the hub's own environment."""
+    env = {"CLASSHUB_HOMES_DIR": str(homes_dir), "CLASSHUB_SYSTEM_USERS": "1" if system_users else "0"}
+    env.update({k: v for k, v in environ.items() if k.startswith("CLASSHUB_JOB_") or k in PASSED_ENV})
+    return env

@@ -1,0 +1,25 @@
+"""Run classhub's job admission loop alone, as the service runs it (for the SIGKILL tests).
+
+``python -m tests.jobs_loop_proc DB_URL HOMES INVENTORY``: the product's `JobService` with the
+local backend; nothing here stands in for product code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from hub_ext import store
+from hub_ext.service.jobs.settings import ClasshubJobs, JobService
+
+
+def main(db_url: str, homes: str, inventory: str) -> None:
+    settings = ClasshubJobs(homes_dir=homes, gpu_discovery_command=["cat", inventory], use_nvml=False,
+                            interval=0.2, grace=1.0)
+    sessions = store.connect(db_url)
+    service = JobService.make(sessions, settings.local_backend(), settings)
+    asyncio.run(service.loop.run_forever())
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])

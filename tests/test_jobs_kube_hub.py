@@ -1,0 +1,74 @@
+"""Distributed jobs through a real hub in Kubernetes mode (tests/kubehub.py), on the fake cluster
+with its training-operator and coscheduling stand-ins; the fake kubelet runs each replica's
+command as a process with the pod's environment.
+
+What a student would notice: a job submitted through the API becomes a PyTorchJob, runs its two
+replicas with the ranks the operator gives, ends succeeded, and its replicas' logs are readable.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.hubproc import api, wait_for
+from tests.kubefake.training import SCHEDULER_NAME, TrainingOperator
+from tests.kubehub import KubeHub, process_cluster
+
+NS = "classhub-jobs"
+NODES = [{"name": f"node-{i}", "allocatable": {"cpu": "8", "memory": "32Gi"}} for i in range(2)]
+EXTRA = f"""
+import os
+for _service in c.JupyterHub.services:
+    if _service["name"] == "classhub":
+        _service["environment"].update({{
+            "KUBECONFIG": os.environ["KUBECONFIG"], "CLASSHUB_JOB_NAMESPACE": "{NS}",
+            "CLASSHUB_JOB_SCHEDULER": "{SCHEDULER_NAME}", "CLASSHUB_JOB_INTERVAL": "0.5",
+            "CLASSHUB_JOB_GRACE": "2"}})
+"""
+PRINT_RANK = "import os; print('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], flush=True)"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    for fake in process_cluster(tmp_path_factory, NODES):
+        fake.create("namespaces", {"metadata": {"name": NS}}, None)
+        TrainingOperator(fake)
+        yield fake
+
+
+@pytest.fixture(scope="module")
+def hub(cluster, tmp_path_factory):
+    hub = KubeHub(tmp_path_factory.mktemp("kubehub"), cluster.kubeconfig_path, namespace=NS,
+                  extra_config=EXTRA)
+    hub.start()
+    yield hub
+    hub.stop()
+
+
+def test_a_job_submitted_to_a_kubernetes_mode_hub_runs_as_a_pytorchjob(hub, cluster):
+    admin = hub.login("admin").new_token()
+    assert api(hub, "POST", "courses", admin, json={"name": "gpu101"}).status_code == 201
+    r = api(hub, "PUT", "courses/gpu101/members", admin,
+            json={"add": [{"username": "student1", "role": "student"}]})
+    assert r.status_code == 200, r.text
+    student = hub.login("student1").new_token()
+    body = {"name": "ranks", "command": [sys.executable, "-c", PRINT_RANK], "replicas": 2,
+            "resources": {"cpu": "1"}}
+    r = api(hub, "POST", "jobs", student, json=body)
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    done = wait_for(lambda: (j := api(hub, "GET", f"jobs/{job_id}", student).json())["state"]
+                    in ("succeeded", "failed", "cancelled") and j, 120, "the job to end")
+    assert done["state"] == "succeeded", done["events"]
+    pods = {p["metadata"]["labels"]["training.kubeflow.org/replica-type"]: p["spec"]["nodeName"]
+            for p in cluster.list("pods", NS)
+            if p["metadata"]["labels"].get("training.kubeflow.org/job-name") == job_id}
+    assert [r["node"] for r in done["replicas"]] == [pods["master"], pods["worker"]]  # as placed
+    obj = cluster.get("pytorchjobs", job_id, NS)
+    assert obj["metadata"]["labels"]["classhub.io/user"] == "student1"
+    assert obj["spec"]["runPolicy"]["suspend"] is False
+    assert cluster.get("podgroups", job_id, NS)["spec"]["minMember"] == 2
+    log = api(hub, "GET", f"jobs/{job_id}/logs?index=1", student)
+    assert log.status_code == 200 and "rank 1 of 2" in log.text
