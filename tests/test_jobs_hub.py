@@ -11,6 +11,7 @@ only the owner, the teacher and admins cancel.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -135,6 +136,28 @@ def test_cancel_stops_every_replica_and_leaves_no_process(hub, tokens):
     assert done["state"] == "cancelled"
     assert "cancelled by teacher1" in done["events"][-1]["message"]
     assert job_processes(job_id) == []
+
+
+def gpu_free_now(session: HubSession) -> str:
+    """What the spawn form says of the whole-GPU profile, e.g. "1 free now"."""
+    html = session.get(f"/hub/spawn/{session.username}").text
+    found = re.search(rf'data-profile="{GPU_PROFILE}".*?(\d+ free now)', html, re.S)
+    assert found, html[:3000]
+    return found.group(1)
+
+
+def test_a_running_jobs_gpus_show_as_taken_in_the_spawn_form(hub, tokens):
+    student2 = HubSession(hub, "student2")
+    assert gpu_free_now(student2) == "3 free now"
+    r = api(hub, "POST", "jobs", tokens["student1"],
+            json={"name": "holds-two", "command": command("600"), "replicas": 2,
+                  "resources": {"nvidia.com/gpu": 1}})
+    job_id = r.json()["id"]
+    wait_for(lambda: job(hub, tokens["student1"], job_id)["state"] == "running", 60, "running")
+    assert gpu_free_now(student2) == "1 free now"
+    assert api(hub, "POST", f"jobs/{job_id}/cancel", tokens["student1"]).status_code == 202
+    ended(hub, tokens["student1"], job_id, timeout=30)
+    wait_for(lambda: gpu_free_now(student2) == "3 free now", 30, "the job's GPUs free again")
 
 
 def test_bad_submissions_get_a_sentence(hub, tokens):

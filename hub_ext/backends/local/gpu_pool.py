@@ -22,6 +22,10 @@ def product_label(product: str) -> str:
     return "-".join(product.split())
 
 
+#: The pool's owner name for GPUs that job replicas hold.
+JOBS_OWNER = "classhub-jobs"
+
+
 class GPUPool:
     """Inventory + assignments of one machine; methods are synchronous, hence atomic in the hub."""
 
@@ -61,10 +65,23 @@ class GPUPool:
             products = {product_label(p) for p in self.inventory.products_of(resource_name)}
             if product_label(product) not in products:
                 return 0
+        self._count_jobs()
         return self.assignments.free(self.inventory, resource_name)
 
     def assign(self, owner: str, resource_name: str, count: int) -> list[str]:
+        self._count_jobs()
         return self.assignments.assign(self.inventory, owner, resource_name, count)
+
+    def _count_jobs(self) -> None:
+        """Hold the devices that running job replicas use (the classhub service starts them, so
+        the hub learns of them from the process table): a GPU a job trains on is neither offered
+        as free nor handed to a notebook."""
+        from hub_ext.backends.local.jobs import job_devices  # the job runner of this machine
+
+        self.assignments.release(JOBS_OWNER)
+        held = [d.uuid for d in self.inventory.devices if d.uuid in job_devices()]
+        if held:
+            self.assignments.adopt(self.inventory, JOBS_OWNER, held)
 
     def release(self, owner: str) -> tuple[str, ...]:
         return self.assignments.release(owner)
