@@ -119,6 +119,9 @@ def test_cancel_stops_every_replica_and_leaves_no_process(hub, tokens):
     job_id = r.json()["id"]
     wait_for(lambda: job(hub, tokens["student1"], job_id)["state"] == "running", 60, "running")
     assert len(job_processes(job_id)) >= 2
+    # The course cannot be deleted from under a running job (its processes would be orphaned).
+    gone = api(hub, "DELETE", "courses/demo101", tokens["admin"])
+    assert gone.status_code == 409 and f"job:{job_id}" in gone.json()["message"], gone.text
     # Another student neither sees nor cancels it; the TA sees it; the teacher may cancel it.
     assert api(hub, "GET", f"jobs/{job_id}", tokens["student2"]).status_code == 404
     assert api(hub, "POST", f"jobs/{job_id}/cancel", tokens["student2"]).status_code == 404

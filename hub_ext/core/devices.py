@@ -469,3 +469,8 @@ def parse_cuda_visible_devices(value: str | None) -> list[str]:
     if not value:
         return []
     return list(dict.fromkeys(part.strip() for part in value.split(",") if part.strip()))
+
+
+def product_label(product: str) -> str:
+    """NVML/nvidia-smi names ("NVIDIA H200") as GPU feature discovery labels them ("NVIDIA-H200")."""
+    return "-".join(product.split())

@@ -27,6 +27,7 @@ from tornado import web
 
 from hub_ext import store
 from hub_ext.core import authz, roles, roster
+from hub_ext.core.jobs import FINAL as FINAL_JOB_STATES
 from hub_ext.core.quota import Limits, Usage, parse_limits, week_window
 from hub_ext.core.resources import is_mig_resource
 from hub_ext.service.hubapi import HubAPI
@@ -45,6 +46,7 @@ from hub_ext.store import (
     set_course_limits,
     set_user_limits,
 )
+from hub_ext.store.job_models import JobRecord
 from hub_ext.store.share_models import ta_access_by_course
 
 log = logging.getLogger(__name__)
@@ -271,11 +273,19 @@ class Courses:
                     Reservation.course_id == course.id, Reservation.released_at.is_(None)
                 )
             ).all()
-            if active:
+            # Jobs still waiting in the queue hold no reservation yet, but deleting the course
+            # would orphan them (and a running one's processes): they count too.
+            jobs = session.scalars(
+                select(JobRecord.id).where(JobRecord.course_id == course.id,
+                                           JobRecord.state.not_in(FINAL_JOB_STATES))
+            ).all()
+            held = sorted(set(active) | {f"job:{j}" for j in jobs})
+            if held:
                 raise web.HTTPError(
                     409,
-                    "Course %s still has %d running server(s) or job(s) (%s); stop them first.",
-                    name, len(active), ", ".join(active[:5]),
+                    "Course %s still has %d running server(s) or queued or running job(s) (%s); "
+                    "stop or cancel them first.",
+                    name, len(held), ", ".join(held[:5]),
                 )
             # Finished reservations stay as GPU-hour history of their users, outside any course.
             for reservation in session.scalars(

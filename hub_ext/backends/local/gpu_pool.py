@@ -12,14 +12,10 @@ import logging
 from collections.abc import Iterable, Sequence
 
 from hub_ext.backends.local import gpus
-from hub_ext.core.devices import Assignments, Inventory
+from hub_ext.backends.local.jobs import job_devices
+from hub_ext.core.devices import Assignments, Inventory, product_label
 
 log = logging.getLogger(__name__)
-
-
-def product_label(product: str) -> str:
-    """NVML/nvidia-smi names ("NVIDIA H200") as GPU feature discovery labels them ("NVIDIA-H200")."""
-    return "-".join(product.split())
 
 
 #: The pool's owner name for GPUs that job replicas hold.
@@ -76,8 +72,6 @@ class GPUPool:
         """Hold the devices that running job replicas use (the classhub service starts them, so
         the hub learns of them from the process table): a GPU a job trains on is neither offered
         as free nor handed to a notebook."""
-        from hub_ext.backends.local.jobs import job_devices  # the job runner of this machine
-
         self.assignments.release(JOBS_OWNER)
         held = [d.uuid for d in self.inventory.devices if d.uuid in job_devices()]
         if held:

@@ -36,9 +36,8 @@ import psutil
 
 from hub_ext.backends.jobs import ENDED, PENDING, RUNNING, Launch, ReplicaLaunch, ReplicaStatus, replica_name
 from hub_ext.backends.local import accounts
-from hub_ext.backends.local.gpu_pool import product_label
 from hub_ext.core.admission import NodeState
-from hub_ext.core.devices import Inventory, cuda_visible_devices
+from hub_ext.core.devices import Inventory, cuda_visible_devices, product_label
 from hub_ext.core.resources import PODS, ResourceVector
 
 __all__ = ["LocalJobs", "job_devices", "job_processes", "notebook_devices", "torch_env"]
