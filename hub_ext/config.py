@@ -96,6 +96,7 @@ def configure(
     if culler:
         _add_culler(c, db_url, culler_config)
     _add_sharing(c, service_url)
+    _add_pages(c)
     c.Spawner.default_url = "/lab"
     if mode == "local":
         c.JupyterHub.spawner_class = "classhub-local"
@@ -137,6 +138,21 @@ def _add_service(c: Any, service_url: str, bind_all: bool, db_url: str) -> None:
         }
     )
     c.JupyterHub.services = services
+
+
+#: A ``page.html`` extending the hub's own that adds classhub's pages to the hub's nav bar.
+HUB_TEMPLATES = Path(__file__).resolve().parent / "service" / "pages" / "hub_templates"
+
+
+def _add_pages(c: Any) -> None:
+    """Link classhub's pages from the hub's nav bar on every hub page (home, spawn, token):
+    ``JupyterHub.template_paths`` gets classhub's ``page.html`` after a site's own folders, so
+    a site's own ``page.html`` still wins. The classhub service itself skips the hub's
+    "Authorize access" page (``oauth_no_confirm`` on its service definition)."""
+    paths = [str(p) for p in _configured(c, "template_paths")]
+    if str(HUB_TEMPLATES) not in paths:
+        paths.append(str(HUB_TEMPLATES))
+    c.JupyterHub.template_paths = paths
 
 
 def _add_template_settings(c: Any, mode: str, data_dir: str | Path | None) -> None:
@@ -208,6 +224,9 @@ def _add_course_roles(c: Any, ta_server_access: bool) -> None:
 SERVER_TOKEN_SCOPES = [
     "users:activity!user", "access:servers!server", f"access:services!service={SERVICE_NAME}",
     "read:shares!server",  # who this server is shared with, and how (ClasshubAuthorizer)
+    # the JupyterLab panel acts for the owner with this token (hub_ext.singleuser.panel): share
+    # and revoke the owner's servers, restart theirs from a template (never for a visitor)
+    "shares!user", "servers!user",
 ]
 
 

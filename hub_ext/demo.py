@@ -1,11 +1,17 @@
 """Demo login for the local mode: five fixed accounts sharing one generated password.
 
+People a teacher adds to a course (on the course page, by roster or through the API) log in
+with the same password, so the whole teacher journey can be tried on ``make run``: the course
+store is asked at each login, so a student added a minute ago can log in now.
+
 This is a demo login, not an authentication system. Real sites configure another
 authenticator (see the README); the demo one then no longer applies.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hmac
 import os
 import secrets
@@ -63,7 +69,17 @@ class DemoAuthenticator(Authenticator):
         Unicode(), config=True, help="User names that may log in with the demo password."
     )
     password_file = Unicode(config=True, help="File holding the demo password.")
+    db_url = Unicode(
+        config=True,
+        help="The classhub store: members of any course there may log in too. Defaults to "
+        "the store configure() gives the local spawner (ClasshubLocalSpawner.classhub_db_url).",
+    )
     _password = Unicode()
+
+    @default("db_url")
+    def _db_url(self) -> str:
+        spawner = self.config.get("ClasshubLocalSpawner", {})
+        return str(spawner.get("classhub_db_url", "") or "")
 
     @default("allow_all")
     def _allow_all(self) -> bool:
@@ -76,8 +92,24 @@ class DemoAuthenticator(Authenticator):
 
     async def authenticate(self, handler, data: dict) -> str | None:
         name = self.normalize_username(data.get("username", ""))
-        if name not in self.accounts:
-            return None
         if not hmac.compare_digest(data.get("password", "").encode(), self._password.encode()):
             return None
+        if name not in self.accounts and not await asyncio.to_thread(self._in_a_course, name):
+            return None
         return name
+
+    def _in_a_course(self, name: str) -> bool:
+        """Whether `name` is a member of a course in the classhub store (a worker thread)."""
+        if not self.db_url or not name:
+            return False
+        try:
+            with _readers(self.db_url)() as session:
+                return bool(store.courses_of(session, name))
+        except Exception:  # the store unreadable: the fixed demo accounts still log in
+            self.log.exception("classhub demo login: could not read the course store")
+            return False
+
+
+@functools.cache
+def _readers(url: str):
+    return store.readers(store.connect(url))

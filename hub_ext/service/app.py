@@ -31,8 +31,11 @@ from hub_ext.service import (
     culling,
     handlers,
     invitations,
+    jobs,
     metrics,
     openapi,
+    pages,
+    panel,
     reconcile,
     sharing,
     templates,
@@ -63,6 +66,9 @@ ROUTES: list[tuple[str, type]] = [
     *sharing.ROUTES,
     *culling.ROUTES,
     *invitations.ROUTES,
+    *jobs.ROUTES,
+    *panel.ROUTES,
+    *pages.ROUTES,
 ]
 
 
@@ -144,15 +150,24 @@ class ClasshubService(Application):
             raise ConfigError("CLASSHUB_DB_URL is not set: start the service through configure(), "
                               "or set ClasshubService.db_url.")
         self.templates = ClasshubTemplates(parent=self)  # its settings, checked now
+        self.job_settings = jobs.ClasshubJobs(parent=self)
 
     def make_app(self) -> web.Application:
         hub_auth = HubOAuth(parent=self, cache_max_age=60)
         hub_api = HubAPI(hub_auth.api_url, hub_auth.api_token)
         sessions = store.connect(self.db_url)
+        registry = metrics.registry_for(sessions)
+        registry.register(jobs.JobCollector(sessions))
+        job_settings = getattr(self, "job_settings", None) or jobs.ClasshubJobs(parent=self)
+        job_backend = (job_settings.local_backend() if self.mode == "local"
+                       else job_settings.kubernetes_backend())
+        job_service = jobs.JobService.make(sessions, job_backend, job_settings)
         routes = [(url_path_join(self.prefix, path), handler) for path, handler in ROUTES]
         routes += [
             (url_path_join(self.prefix, "oauth_callback"), HubOAuthCallbackHandler),
+            (url_path_join(self.prefix, pages.STATIC_ROUTE[0]), pages.STATIC_ROUTE[1]),
             (url_path_join(self.prefix, "api", ".*"), handlers.NotFoundHandler),
+            (url_path_join(self.prefix, pages.NOT_FOUND_ROUTE[0]), pages.NOT_FOUND_ROUTE[1]),
         ]
         return web.Application(
             routes,
@@ -162,7 +177,8 @@ class ClasshubService(Application):
             courses=Courses(sessions, hub_api, ta_server_access=self.ta_server_access),
             shares=sharing.Shares(sessions, hub_api, url_path_join(self.prefix, "")),
             culling=culling.CullingSettings(sessions),
-            metrics_registry=metrics.registry_for(sessions),
+            metrics_registry=registry,
+            jobs=job_service,
             authenticate_metrics=self.authenticate_metrics,
             mode=self.mode,
             classhub_templates=getattr(self, "templates", None) or ClasshubTemplates(parent=self),
@@ -181,6 +197,8 @@ class ClasshubService(Application):
             self.reconcile_interval, self.reconcile_grace,
         ))
         roles_task = asyncio.create_task(self._roles(app.settings["courses"]))
+        jobs_task = (asyncio.create_task(app.settings["jobs"].loop.run_forever())
+                     if app.settings["jobs"] else None)
         server = app.listen(self.port or url.port or 10101, self.bind_ip or url.hostname)
         self.log.info("classhub service %s listening on %s", __version__, self.service_url)
         stop = asyncio.Event()
@@ -191,6 +209,8 @@ class ClasshubService(Application):
         ledger_task.cancel()
         share_task.cancel()
         roles_task.cancel()
+        if jobs_task is not None:
+            jobs_task.cancel()
         server.stop()
 
     async def _reconcile(self, courses: Courses, attempts: int = 20) -> None:

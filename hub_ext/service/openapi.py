@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from hub_ext import __version__
-from hub_ext.service import culling, handlers, invitations, sharing, templates
+from hub_ext.service import culling, handlers, invitations, jobs, panel, sharing, templates
 from hub_ext.service.apidoc import BODY_ERRORS, ERRORS, JSON, json_body, ok, op, ref
 
 _ADMIN = "hub admins"
@@ -232,7 +232,7 @@ def _error(description: str) -> dict[str, Any]:
 def document() -> dict[str, Any]:
     """The OpenAPI document (a fresh dict each call)."""
     paths = {**PATHS, **templates.OPENAPI_PATHS, **sharing.OPENAPI_PATHS, **culling.OPENAPI_PATHS,
-             **invitations.OPENAPI_PATHS}
+             **invitations.OPENAPI_PATHS, **panel.OPENAPI_PATHS, **jobs.OPENAPI_PATHS}
     paths = {path: {method: _with_common_errors(path, method, operation)
                     for method, operation in ops.items()}
              for path, ops in paths.items()}
@@ -270,6 +270,7 @@ def document() -> dict[str, Any]:
                 "server": {"name": "server", "in": "query", "required": False,
                            "schema": {"type": "string", "default": ""},
                            "description": "the server's name (empty: the default server)"},
+                **jobs.OPENAPI_PARAMETERS,
                 "remove_missing": {"name": "remove_missing", "in": "query", "required": False,
                                    "schema": {"type": "boolean", "default": False},
                                    "description": "remove students and TAs not in the file"},

@@ -22,7 +22,6 @@ import asyncio
 import hashlib
 import hmac
 import html
-import json
 import logging
 import secrets
 from datetime import datetime, timedelta, timezone
@@ -632,57 +631,6 @@ class CourseSharingHandler(_ShareHandler):
         self.write_json(await self.shares.course_settings(course))
 
 
-_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>classhub: sharing</title>
-<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}
-td,th{padding:.2em .6em;text-align:left}</style>
-</head><body><h1>Share my server</h1>
-<form id="f">Kind <select name="kind"><option>read-only</option><option>edit</option></select>
- with <select name="to"><option value="user">user</option><option value="group">group</option>
- <option value="link">link</option></select> <input name="name" placeholder="user or group">
- path <input name="path" placeholder="(whole server)"> minutes <input name="minutes" size="5">
- <label><input type="checkbox" name="auto_start"> auto-start</label> <button>Share</button></form>
-<p id="msg"></p><h2>My shares</h2><table id="mine"></table><h2>Shared with me</h2><table id="withme"></table>
-<script>
-const api = PREFIX + "api/shares";
-const xsrf = (document.cookie.match(/_xsrf=([^;]+)/) || [])[1] || "";
-const esc = s => String(s ?? "").replace(/[&<>"']/g, c => "&#" + c.charCodeAt(0) + ";");
-async function call(method, url, body) {
-  const r = await fetch(url, {method, headers: {"Content-Type": "application/json", "X-XSRFToken": xsrf},
-                              body: body && JSON.stringify(body)});
-  const j = await r.json(); if (!r.ok) throw new Error(j.message); return j;
-}
-async function load() {
-  const mine = (await call("GET", api)).shares, withme = (await call("GET", api + "/with-me")).shares;
-  document.getElementById("mine").innerHTML = mine.map(s => `<tr><td>${esc(s.kind)}</td>
-    <td>${esc(s.target_kind)} ${esc(s.target)}</td><td>${esc(s.path)}</td><td>${esc(s.expires_at)}</td>
-    <td><button data-id="${s.id}">Revoke</button></td></tr>`).join("");
-  document.getElementById("withme").innerHTML = withme.map(s => `<tr><td>${esc(s.owner)}</td>
-    <td>${esc(s.kind)}</td><td>${esc(s.path)}</td>
-    <td><a href="${esc(s.open_url)}">open</a></td></tr>`).join("");
-}
-document.getElementById("mine").onclick = async e => {
-  if (e.target.dataset.id) { await call("DELETE", api + "/" + e.target.dataset.id); load(); } };
-document.getElementById("f").onsubmit = async e => {
-  e.preventDefault(); const f = new FormData(e.target); const body = {kind: f.get("kind")};
-  if (f.get("to") === "link") body.link = true; else body[f.get("to")] = f.get("name");
-  if (f.get("path")) body.path = f.get("path"); if (f.get("minutes")) body.minutes = +f.get("minutes");
-  body.auto_start = f.get("auto_start") === "on";
-  try { const s = await call("POST", api, body);
-        document.getElementById("msg").textContent = "Shared: " + location.origin + s.open_url; load(); }
-  catch (err) { document.getElementById("msg").textContent = err.message; } };
-load();
-</script></body></html>"""
-
-
-class SharePageHandler(_ShareHandler):
-    """``GET /shares``: a small page to share, list and revoke (uses the API above)."""
-
-    async def get(self) -> None:
-        await self._caller()
-        self.set_header("Content-Type", "text/html; charset=utf-8")
-        self.finish(_PAGE.replace("PREFIX", json.dumps(self.shares.prefix)))
-
-
 ROUTES: list[tuple[str, type]] = [
     ("api/shares", SharesHandler),
     ("api/shares/with-me", SharedWithMeHandler),
@@ -690,7 +638,6 @@ ROUTES: list[tuple[str, type]] = [
     ("api/shares/accessed", ShareAccessHandler),
     (r"api/shares/([^/]+)", ShareHandler),
     (r"shares/([^/]+)/open", OpenShareHandler),
-    ("shares", SharePageHandler),
     (r"api/courses/([^/]+)/sharing", CourseSharingHandler),
 ]
 
@@ -740,7 +687,6 @@ def _openapi_paths() -> dict[str, Any]:
             "the share's recipients (a link: anyone with its code)",
             {"302": {"description": "Into the server"}, "409": {"description": "Server not running"},
              "410": {"description": "Share ended"}}, errors=("401", "403", "404"), params=("share",))},
-        "/shares": {"get": op("The sharing page (HTML)", user, ok("HTML page"))},
         "/api/courses/{course}/sharing": {
             "get": op("The course's sharing settings", "members of the course and hub admins",
                        ok("Settings", settings), params=("course",)),

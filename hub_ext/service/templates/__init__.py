@@ -28,14 +28,12 @@ from hub_ext.service.templates.browsing import (
     SettingsHandler,
     TemplateHandler,
     TemplateListHandler,
-    TemplatesPageHandler,
     VersionHandler,
 )
 from hub_ext.service.templates.publishing import PublishHandler, UploadHandler
 from hub_ext.service.templates.starting import StartHandler
 
 ROUTES: list[tuple[str, type]] = [
-    ("templates", TemplatesPageHandler),
     (f"api/{_COURSE}/templates", TemplateListHandler),
     (f"api/{_COURSE}/template-settings", SettingsHandler),
     (f"api/{_TEMPLATE}", TemplateHandler),
@@ -69,9 +67,6 @@ def _openapi_paths() -> dict[str, Any]:
         "application/x-tar": {"schema": {"type": "string", "format": "binary"}},
     }}
     return {
-        "/templates": {"get": op("A page listing your courses' templates, each with a Start button",
-                                  "any logged-in user (their courses)",
-                                  {"200": {"description": "HTML page"}})},
         "/api/courses/{course}/templates": {"get": op(
             "The course's templates and their versions", member,
             ok("Templates", {"type": "array", "items": template_schema}), errors=errs, params=("course",))},

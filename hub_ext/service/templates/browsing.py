@@ -1,23 +1,20 @@
-"""Reading templates and their versions, a course's re-seed setting, and the templates page."""
+"""Reading templates and their versions, and a course's re-seed setting (the templates page is
+hub_ext.service.pages)."""
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from sqlalchemy import select
 from tornado import web
-from tornado.escape import xhtml_escape
 
 from hub_ext import store
 from hub_ext.core import templates as rules
 from hub_ext.service.templates.base import TemplatesBase, _now
-from hub_ext.store.models import Course
 from hub_ext.store.template_models import (
     Template,
     TemplateSettings,
-    TemplateVersion,
     find_template,
     find_version,
     reseed_mode,
@@ -117,55 +114,3 @@ class SettingsHandler(TemplatesBase):
                 setting.reseed = mode
             store.record(session, actor, "template_settings", _now(), course=course, reseed=mode)
         return {"course": course, "reseed": mode}
-
-
-_PAGE = """<!doctype html>
-<html><head><meta charset="utf-8"><title>classhub templates</title>
-<style>body{{font-family:sans-serif;max-width:50em;margin:2em auto}} li{{margin:.6em 0}}
-small{{color:#555}}</style></head><body>
-<h1>Course templates</h1>
-{body}
-<p id="status" role="status"></p>
-<script>
-async function start(course, name) {{
-  const status = document.getElementById("status");
-  status.textContent = "Starting your server from " + course + "/" + name + "...";
-  const r = await fetch("api/courses/" + encodeURIComponent(course) + "/templates/"
-      + encodeURIComponent(name) + "/start", {{method: "POST",
-      headers: {{"X-XSRFToken": {xsrf}, "Content-Type": "application/json"}}, body: "{{}}"}});
-  const data = await r.json();
-  if (r.ok) {{ window.location.href = data.server.url; }}
-  else {{ status.textContent = data.message; }}
-}}
-</script></body></html>"""
-
-
-class TemplatesPageHandler(TemplatesBase):
-    """``GET /templates``: a page listing the caller's courses' templates with a Start button."""
-
-    async def get(self) -> None:
-        caller = await self.courses.caller(self.require_user())
-        rows = await self.db(self._rows, sorted(caller.courses))
-        items = []
-        for course, name, version in rows:
-            desc = xhtml_escape(version.description or "")
-            items.append(
-                f'<li><strong>{xhtml_escape(course)} / {xhtml_escape(name)}</strong> '
-                f"v{version.version} <small>{desc}</small> "
-                f"<button data-course=\"{xhtml_escape(course)}\" "
-                f"data-name=\"{xhtml_escape(name)}\" "
-                "onclick=\"start(this.dataset.course, this.dataset.name)\">Start</button></li>")
-        body = f"<ul>{''.join(items)}</ul>" if items else "<p>Your courses have no templates yet.</p>"
-        xsrf = json.dumps(self.xsrf_token.decode() if isinstance(self.xsrf_token, bytes) else self.xsrf_token)
-        self.set_header("Content-Type", "text/html; charset=utf-8")
-        self.finish(_PAGE.format(body=body, xsrf=xsrf.replace("<", "\\u003c")))
-
-    def _rows(self, courses: list[str]) -> list[tuple[str, str, TemplateVersion]]:
-        rows = []
-        with self.settings["sessions"]() as session:
-            for course in courses:
-                for template in session.scalars(select(Template).join(Course).where(Course.name == course)
-                                                .order_by(Template.name)):
-                    if template.versions:
-                        rows.append((course, template.name, template.versions[-1]))
-        return rows

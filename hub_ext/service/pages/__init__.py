@@ -1,0 +1,106 @@
+"""classhub's pages: Home, Course, Templates and Sharing, inside the hub's own page template.
+
+`ROUTES` (relative to the service prefix) are mounted by hub_ext.service.app; `OPENAPI_PATHS`
+are merged into the OpenAPI document with the rest of the service's paths.
+
+Pages read through the same domain classes and authorization decisions as the API; every action
+a page offers is JavaScript calling the REST API (one code path, one authorization). The hub's
+own pages link here through `HUB_TEMPLATES` (a ``page.html`` that adds classhub to the hub's nav
+bar), which ``configure()`` puts into ``JupyterHub.template_paths``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hub_ext.service.apidoc import ok, op
+from hub_ext.service.pages import api
+from hub_ext.service.pages.render import HUB_TEMPLATES
+from hub_ext.service.pages.views import (
+    CoursePage,
+    HomePage,
+    NotFoundPage,
+    SharingPage,
+    StaticHandler,
+    TemplatesPage,
+)
+
+__all__ = ["HUB_TEMPLATES", "NOT_FOUND_ROUTE", "OPENAPI_PATHS", "ROUTES", "STATIC_ROUTE",
+           "hub_templates_path"]
+
+ROUTES: list[tuple[str, type]] = [
+    ("", HomePage),
+    (r"courses/([^/]+)", CoursePage),
+    ("templates", TemplatesPage),
+    ("shares", SharingPage),
+    ("api/files", api.FilesHandler),
+    (r"api/courses/([^/]+)/roster/preview", api.RosterPreviewHandler),
+    (r"api/courses/([^/]+)/audit", api.AuditHandler),
+    (r"api/users/([^/]+)/server", api.StopServerHandler),
+]
+
+#: The pages' CSS and JavaScript (not part of the API, so not in `ROUTES` and its document).
+STATIC_ROUTE: tuple[str, type] = (r"static/(.*)", StaticHandler)
+#: Mounted last: any other path is a 404 page with the hub's nav bar.
+NOT_FOUND_ROUTE: tuple[str, type] = (r".*", NotFoundPage)
+
+
+def hub_templates_path() -> str:
+    """The folder ``configure()`` adds to ``JupyterHub.template_paths`` (classhub in the hub's nav)."""
+    return str(HUB_TEMPLATES)
+
+
+def _html(what: str) -> dict[str, Any]:
+    return {"200": {"description": what, "content": {"text/html": {}}}}
+
+
+_USER = "any logged-in user"
+_STAFF = "teachers and TAs of the course, and hub admins"
+_PREVIEW = {"type": "object", "properties": {
+    "add": {"type": "array", "items": {"type": "object"}},
+    "change": {"type": "array", "items": {"type": "object"}},
+    "remove": {"type": "array", "items": {"type": "object"}},
+    "unchanged": {"type": "array", "items": {"type": "string"}},
+    "protected": {"type": "array", "items": {"type": "string"}},
+    "errors": {"type": "array", "items": {"type": "object"}},
+    "encoding": {"type": "string"}}}
+_FILES = {"type": "object", "properties": {
+    "path": {"type": "string"}, "folders": {"type": "array", "items": {"type": "string"}},
+    "files": {"type": "array", "items": {"type": "object"}}}}
+_AUDIT = {"type": "object", "properties": {
+    "course": {"type": "string"}, "total": {"type": "integer"}, "offset": {"type": "integer"},
+    "limit": {"type": "integer"}, "entries": {"type": "array", "items": {"type": "object"}}}}
+_CSV = {"required": True, "content": {
+    "text/csv": {"schema": {"type": "string"}},
+    "multipart/form-data": {"schema": {"type": "object", "properties": {
+        "file": {"type": "string", "format": "binary"}}}}}}
+
+OPENAPI_PATHS: dict[str, Any] = {
+    "/": {"get": op("The classhub home page: my courses, server, usage, templates, shares, "
+                     "invitations (HTML)", _USER, _html("HTML page"))},
+    "/courses/{course}": {"get": op(
+        "The course page: members, roster, limits, usage, servers, culling, audit log (HTML)",
+        "members of the course (students: a summary) and hub admins", _html("HTML page"),
+        errors=("401", "403", "404"), params=("course",))},
+    "/templates": {"get": op("The templates page: start, publish, versions (HTML)", _USER,
+                              _html("HTML page"))},
+    "/shares": {"get": op("The sharing page: share, revoke, shared with me (HTML)", _USER,
+                           _html("HTML page"))},
+    "/api/files": {"get": op(
+        "The folders and files of a folder of my running server (query argument path, relative "
+        "to the server's root; hidden files left out)", _USER,
+        ok("Folder", _FILES), errors=("400", "401", "403", "404", "409"))},
+    "/api/courses/{course}/roster/preview": {"post": op(
+        "What importing this roster CSV would change, and each bad line; changes nothing",
+        "teachers of the course and hub admins", ok("The preview", _PREVIEW),
+        errors=("400", "401", "403", "404"), params=("course", "remove_missing"), body=_CSV)},
+    "/api/courses/{course}/audit": {"get": op(
+        "The course's audit log, newest first (query arguments offset, default 0, and limit, "
+        "1 to 200, default 50)", _STAFF, ok("Entries", _AUDIT),
+        errors=("400", "401", "403", "404"), params=("course",))},
+    "/api/users/{user}/server": {"delete": op(
+        "Stop the user's server (the owner, hub admins, the teachers of the owner's course), "
+        "with the caller's own hub credentials", "the owner, teachers of the owner's course, "
+        "hub admins", ok("Stopped", {"type": "object"}), errors=("401", "403", "404", "409"),
+        params=("user",))},
+}

@@ -1,0 +1,269 @@
+"""The classhub pages: Home, Course, Templates, Sharing.
+
+Handlers are thin (docs/architecture.md, rule 3): who asks, the same authorization decision as
+the matching API endpoint (hub_ext.core.authz), the same domain classes for the data (`Courses`,
+`Shares`, `CullingSettings`, the template store), then a template. What a page lets a person do
+is done by its JavaScript through the REST API, never here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from sqlalchemy import select
+from tornado import web
+
+from hub_ext.core import authz
+from hub_ext.core import templates as template_rules
+from hub_ext.service.hubapi import HubAPIError
+from hub_ext.service.pages.render import STATIC, PageHandler
+from hub_ext.store.models import Course
+from hub_ext.store.template_models import Template, reseed_mode, version_json
+
+#: Resources shown as bars on the Home and Course pages, in this order when limited.
+_STAFF = ("teacher", "ta")
+
+
+def _server_of(model: dict[str, Any]) -> dict[str, Any] | None:
+    """The default server of a hub user model, when it runs or is starting."""
+    server = (model.get("servers") or {}).get("")
+    return server or None
+
+
+def _bars(usage: dict[str, Any], limits: dict[str, Any]) -> list[dict[str, Any]]:
+    """Usage against limits as rows a bar can show: what, used, limit (None: not limited)."""
+    rows = []
+    used_res = usage.get("resources") or {}
+    lim_res = limits.get("resources") or {}
+    for name in sorted(set(used_res) | set(lim_res)):
+        rows.append({"what": name, "used": used_res.get(name, 0), "limit": lim_res.get(name)})
+    rows.append({"what": "servers", "used": usage.get("servers", 0), "limit": limits.get("servers")})
+    rows.append({"what": "GPU-hours this week", "used": round(float(usage.get("gpu_hours_week") or 0), 2),
+                 "limit": limits.get("gpu_hours_per_week")})
+    for row in rows:
+        row["percent"] = _percent(row["used"], row["limit"])
+    return rows
+
+
+def _number(value: Any) -> float:
+    """A usage or limit value as a number (Kubernetes quantities such as ``4Gi`` included)."""
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = str(value or "0")
+    units = {"m": 1e-3, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9}
+    for suffix, factor in sorted(units.items(), key=lambda kv: -len(kv[0])):
+        if text.endswith(suffix):
+            try:
+                return float(text[: -len(suffix)]) * factor
+            except ValueError:
+                return 0.0
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
+
+
+def _percent(used: Any, limit: Any) -> int | None:
+    if limit is None:
+        return None
+    top = _number(limit)
+    if top <= 0:
+        return 100
+    return max(0, min(100, round(100 * _number(used) / top)))
+
+
+class _Pages(PageHandler):
+    @property
+    def shares(self) -> Any:
+        return self.settings["shares"]
+
+    async def _templates(self, courses: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """Each course's templates with their versions (newest last), from the store."""
+        def read() -> dict[str, list[dict[str, Any]]]:
+            found: dict[str, list[dict[str, Any]]] = {c: [] for c in courses}
+            with self.settings["sessions"]() as session:
+                for course in courses:
+                    for t in session.scalars(select(Template).join(Course).where(Course.name == course)
+                                             .order_by(Template.name)):
+                        versions = [version_json(course, t.name, v) for v in t.versions]
+                        for before, after in zip([None, *versions], versions, strict=False):
+                            after["diff"] = _diff(before, after)
+                        found[course].append({"name": t.name, "versions": versions,
+                                              "latest": versions[-1] if versions else None})
+                    found.setdefault(course, [])
+            return found
+        return await asyncio.to_thread(read)
+
+    async def _reseed(self, courses: list[str]) -> dict[str, str]:
+        def read() -> dict[str, str]:
+            with self.settings["sessions"]() as session:
+                return {c: reseed_mode(session, c) for c in courses}
+        return await asyncio.to_thread(read)
+
+
+def _diff(before: dict[str, Any] | None, after: dict[str, Any]) -> str:
+    """A one-line summary of a version against the previous one (files and bytes)."""
+    if before is None:
+        return f"first version: {after['files']} files"
+    files = after["files"] - before["files"]
+    size = after["bytes"] - before["bytes"]
+    return f"{files:+d} files, {size:+,d} bytes against v{before['version']}"
+
+
+class HomePage(_Pages):
+    """``GET /``: my courses and role, my server, my usage against my limits, my courses'
+    templates, shares with me and by me, cull warnings, invitations; admins: every course and
+    a new-course form. The hub's Services menu and nav bar link here."""
+
+    page_title = "classhub"
+
+    async def get(self) -> None:
+        caller = await self.page_caller()
+        name = caller.name
+        model, usage, invitations, culling = await asyncio.gather(
+            self.hub.user(name), self.courses.my_usage(name), self.courses.invitations_of(name),
+            self.settings["culling"].of_user(name))
+        courses = sorted(caller.courses)
+        templates = await self._templates(courses)
+        mine = await self.shares.mine(name)
+        with_me = await self.shares.with_me(name, model.get("groups", []))
+        all_courses = await self.courses.list(caller) if caller.is_admin else []
+        per_course = []
+        for course in courses:
+            info = usage["courses"].get(course, {})
+            per_course.append({
+                "name": course, "role": caller.courses[course],
+                "bars": _bars(info.get("usage", {}), info.get("limits", {})),
+                "templates": templates.get(course, []),
+            })
+        self.render_page("home.html", caller, courses=per_course, server=_server_of(model),
+                         shares_mine=mine, shares_with_me=with_me, invitations=invitations,
+                         warnings=culling.get("warnings", []), all_courses=all_courses)
+
+
+class CoursePage(_Pages):
+    """``GET /courses/<course>``: members, roster, limits, usage, running servers, culling
+    settings and the audit log (teachers, TAs, admins); a read-only summary for students."""
+
+    async def get(self, course: str) -> None:
+        caller = await self.page_caller()
+        verdict = authz.decide(caller, authz.READ_COURSE, course=course)
+        if not verdict:
+            raise web.HTTPError(verdict.status, verdict.message)
+        info = await self.courses.get(course)
+        role = caller.role_in(course)
+        staff = caller.is_admin or role in _STAFF
+        teacher = caller.is_admin or role == "teacher"
+        self.page_title = f"classhub: {info['display_name']}"
+        quota = await self.courses.course_quota(course)
+        ns: dict[str, Any] = {"course": info, "role": role or ("admin" if caller.is_admin else None),
+                              "staff": staff, "teacher": teacher, "quota": quota}
+        windows = await self.settings["culling"].windows(course)
+        ns["windows"] = windows["windows"]
+        ns["sharing"] = await self.shares.course_settings(course)
+        if staff:
+            members = await self.courses.members(course)
+            usage = await self.courses.course_usage(course)
+            limits = {m["username"]: await self.courses.user_quota(course, m["username"])
+                      for m in members if m["role"] in ("student", "ta")}
+            ns.update(members=members, limits=limits,
+                      course_bars=_bars(usage.get("usage", {}), usage.get("limits", {})),
+                      usage_rows=self._usage_rows(members, usage),
+                      invitations=await self.courses.course_invitations(course),
+                      servers=await self._running(members))
+        else:
+            mine = (await self.courses.my_usage(caller.name))["courses"].get(course, {})
+            ns["my_bars"] = _bars(mine.get("usage", {}), mine.get("limits", {}))
+        self.render_page("course.html", caller, **ns)
+
+    @staticmethod
+    def _usage_rows(members: list[dict[str, str]], usage: dict[str, Any]) -> list[dict[str, Any]]:
+        users = usage.get("users", {})
+        rows = []
+        for m in members:
+            u = users.get(m["username"], {})
+            gpus = sum(_number(v) for k, v in (u.get("resources") or {}).items() if "gpu" in k)
+            rows.append({"username": m["username"], "role": m["role"],
+                         "gpu_hours": round(float(u.get("gpu_hours_week") or 0), 3),
+                         "servers": u.get("servers", 0), "gpus": gpus})
+        return rows
+
+    async def _running(self, members: list[dict[str, str]]) -> list[dict[str, Any]]:
+        """The members' running default servers, from the hub."""
+        names = {m["username"] for m in members}
+        try:
+            active = await self.hub.users("active")
+        except HubAPIError:
+            return []
+        found = []
+        for user in active:
+            server = _server_of(user)
+            if user["name"] in names and server:
+                found.append({"user": user["name"], "ready": server.get("ready"),
+                              "pending": server.get("pending"), "started": server.get("started"),
+                              "last_activity": server.get("last_activity"),
+                              "profile": (server.get("user_options") or {}).get("profile", "")})
+        return sorted(found, key=lambda s: s["user"])
+
+
+class TemplatesPage(_Pages):
+    """``GET /templates``: my courses' templates (versions, who, when, size, what changed) with
+    Start; teachers publish a folder picked from their server and set the re-seed rule."""
+
+    page_title = "classhub: templates"
+
+    async def get(self) -> None:
+        caller = await self.page_caller()
+        courses = sorted(caller.courses) if not caller.is_admin else sorted(
+            c["name"] for c in await self.courses.list(caller))
+        templates = await self._templates(courses)
+        reseed = await self._reseed(courses)
+        publishable = [c for c in courses if template_rules.may_publish(caller, c)]
+        model = await self.hub.user(caller.name)
+        server = _server_of(model)
+        self.render_page("templates.html", caller, courses=courses, templates=templates,
+                         reseed=reseed, publishable=publishable, server=server)
+
+
+class SharingPage(_Pages):
+    """``GET /shares``: share my server (a file or folder picked from it, with a person, my
+    course or as a link), my shares with expiry, copy-link and revoke, and what is shared
+    with me, each opening directly."""
+
+    page_title = "classhub: sharing"
+
+    async def get(self) -> None:
+        caller = await self.page_caller()
+        model = await self.hub.user(caller.name)
+        mine = await self.shares.mine(caller.name)
+        with_me = await self.shares.with_me(caller.name, model.get("groups", []))
+        people: set[str] = set()
+        for course in caller.courses:
+            people.update(m["username"] for m in await self.courses.members(course))
+        people.discard(caller.name)
+        groups = sorted(g for g in model.get("groups", []) if g in caller.courses)
+        self.render_page("sharing.html", caller, shares_mine=mine, shares_with_me=with_me,
+                         people=sorted(people), groups=groups, server=_server_of(model))
+
+
+class NotFoundPage(PageHandler):
+    """Any other path under the service: a 404 page with the hub's nav bar and a way back,
+    never a bare "404: Not Found"."""
+
+    def prepare(self) -> None:
+        self.refuse_after_body(web.HTTPError(404, "There is no classhub page at %s; the classhub "
+                                                  "home lists your courses, templates and shares.",
+                                             self.request.path))
+
+    async def get(self) -> None:
+        """Never runs: the 404 kept by `prepare` is raised once the body was read."""
+
+    post = put = patch = delete = get
+
+
+class StaticHandler(web.StaticFileHandler):
+    """``GET /static/<file>``: the pages' own CSS and JavaScript."""
+
+    def initialize(self, path: str = str(STATIC), default_filename: str | None = None) -> None:
+        super().initialize(path, default_filename)

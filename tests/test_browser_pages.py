@@ -1,0 +1,231 @@
+"""The classhub pages in Chromium against a real ``classhub local`` hub: the journeys of the
+README's "Using classhub", each counting its clicks and asserting the README's number.
+
+(a) a teacher adds two students by roster upload (one bad row shown with its line), sets a
+    per-student limit and publishes a folder picked from the tree; a new student logs in and
+    starts it; starting again while the server runs asks first and loses nothing;
+(b) a student shares a notebook picked from the picker read-only with the TA, who opens it from
+    "Shared with me";
+(c) a teacher sees a student's usage chart and stops the student's server.
+
+One hub serves the module; nothing is created through the API in the journeys themselves
+(setup writes files into homes, as a user's earlier work would be there).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.browser import Clicks, screenshot
+from tests.hubproc import HubSession, LocalHub, start_server, wait_for
+
+#: The README's numbers ("Using classhub"): clicks of each journey after logging in.
+TEACHER_ROSTER_LIMIT_PUBLISH = 9
+STUDENT_STARTS_TEMPLATE = 1
+STUDENT_RESTARTS_FROM_TEMPLATE = 2
+STUDENT_SHARES_NOTEBOOK = 3
+TA_OPENS_SHARED_NOTEBOOK = 2  # Open, then JupyterHub's own "Authorize" for another user's server
+TEACHER_STOPS_SERVER = 3
+LAB_TIMEOUT = 90_000  # JupyterLab loads megabytes of JavaScript on 2 shared cores
+
+ROSTER = "username,role\nnewstudent1,student\nnewstudent2,student\nbad name!,student\n"
+
+
+def notebook(text: str) -> str:
+    return json.dumps({"cells": [{"cell_type": "markdown", "metadata": {}, "source": [text]}],
+                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+@pytest.fixture(scope="module")
+def hub(hub_root: Path):
+    hub = LocalHub(data_dir=hub_root / "pages-browser").start()
+    yield hub
+    hub.stop()
+
+
+def home_of(hub: LocalHub, user: str) -> Path:
+    home = hub.data_dir / "homes" / user
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def login(page, hub: LocalHub, user: str, next_path: str) -> None:
+    """The hub's login form, reached by following a classhub link (``next``)."""
+    page.goto(f"{hub.url}{next_path}")
+    page.wait_for_selector("input[name=username]")
+    page.fill("input[name=username]", user)
+    page.fill("input[name=password]", hub.password)
+    page.click("#login_submit")
+    page.wait_for_load_state("domcontentloaded")
+
+
+def server_of(hub: LocalHub, user: str) -> dict | None:
+    token = HubSession(hub, "admin").new_token()
+    model = requests.get(f"{hub.url}/hub/api/users/{user}", timeout=30,
+                         headers={"Authorization": f"token {token}"}).json()
+    return (model.get("servers") or {}).get("")
+
+
+def test_a_teacher_runs_a_course_by_clicking_and_a_new_student_starts_the_template(hub, browser):
+    lab1 = home_of(hub, "teacher1") / "lab1"
+    lab1.mkdir()
+    (lab1 / "hello.ipynb").write_text(notebook("Hello from lab 1"))
+    roster = hub.data_dir.parent / "roster.csv"
+    roster.write_text(ROSTER)
+
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    login(page, hub, "teacher1", "/hub/home")
+    clicks = Clicks(page)
+    clicks.click("a.classhub-nav-link >> text=classhub")                      # 1 the hub's nav
+    page.wait_for_selector("h1:text('classhub')")
+    screenshot(page, "page-home")
+    clicks.click("a.classhub-course-link:text('demo101')")                    # 2
+    page.wait_for_selector("#members-table")
+    with page.expect_file_chooser() as chooser:
+        clicks.click("#roster-file")                                          # 3 choose the CSV
+    chooser.value.set_files(str(roster))
+    page.wait_for_selector("#roster-preview:not(.d-none)")
+    changes = page.inner_text("#roster-changes")
+    assert "newstudent1" in changes and "newstudent2" in changes and "add as student" in changes
+    error = page.inner_text(".classhub-roster-error")
+    assert "line 4" in error and "bad name!" in error
+    screenshot(page, "page-course-roster")
+    members = page.inner_text("#members-table")
+    assert "newstudent1" not in members  # nothing is applied by the preview
+    clicks.click("#roster-import")                                            # 4
+    page.wait_for_selector("#page-status:text('Roster imported')")
+    assert "2 added" in page.inner_text("#page-status")
+    assert "1 line(s) not imported" in page.inner_text("#page-status")
+    assert "newstudent1" in page.inner_text("#members-table")
+    row = page.locator("#student-limits tr[data-user=newstudent1]")
+    row.locator(".classhub-limit-servers").fill("1")
+    row.locator(".classhub-limit-hours").fill("5")
+    clicks.click_locator(row.locator(".classhub-save-limit"))                 # 5
+    row.locator(".classhub-status:text('Saved.')").wait_for()
+    page.reload()
+    row = page.locator("#student-limits tr[data-user=newstudent1]")
+    assert row.locator(".classhub-limit-servers").input_value() == "1"
+    clicks.click("a.classhub-nav-link >> text=Templates")                     # 6
+    clicks.click("#start-own")                                                # 7 start my server
+    clicks.click("#pub-tree button.classhub-pick[data-path=lab1]")            # 8 the folder
+    page.fill("#pub-name", "lab1")
+    page.fill("#pub-desc", "Lab 1")
+    clicks.click("#publish")                                                  # 9
+    page.wait_for_selector("#page-status:text('Published demo101/lab1 v1')")
+    assert "Lab 1" in page.inner_text("#t-demo101-lab1")
+    screenshot(page, "page-templates")
+    assert clicks.count == TEACHER_ROSTER_LIMIT_PUBLISH
+    context.close()
+
+    # a student the roster added logs in with the demo password and starts the template
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(LAB_TIMEOUT)
+    page = context.new_page()
+    login(page, hub, "newstudent1", "/services/classhub/templates")
+    assert server_of(hub, "newstudent1") is None  # following the link spawned nothing
+    clicks = Clicks(page)
+    card = page.locator("#t-demo101-lab1")
+    clicks.click_locator(card.locator(".classhub-start"))                     # 1
+    page.wait_for_url(re.compile(r"/user/newstudent1/"), timeout=LAB_TIMEOUT)
+    page.locator(".jp-DirListing-item:has-text('hello.ipynb')").wait_for(timeout=LAB_TIMEOUT)
+    assert clicks.count == STUDENT_STARTS_TEMPLATE
+    home = hub.data_dir / "homes" / "newstudent1"
+    assert "Hello from lab 1" in (home / "hello.ipynb").read_text()
+
+    # starting again while the server runs: the student is asked first, and nothing is lost
+    (home / "hello.ipynb").write_text(notebook("my own answer"))
+    (home / "notes.txt").write_text("mine\n")
+    started = server_of(hub, "newstudent1")["started"]
+    page.goto(f"{hub.url}/services/classhub/templates")
+    clicks = Clicks(page)
+    card = page.locator("#t-demo101-lab1")
+    clicks.click_locator(card.locator(".classhub-start"))                     # 1
+    ask = card.locator(".classhub-start-ask")
+    ask.wait_for()
+    assert "will restart" in ask.inner_text() and "running kernels stop" in ask.inner_text()
+    assert server_of(hub, "newstudent1")["started"] == started  # asking restarted nothing
+    clicks.click_locator(card.locator(".classhub-start-confirm"))             # 2
+    page.wait_for_url(re.compile(r"/user/newstudent1/"), timeout=LAB_TIMEOUT)
+    assert clicks.count == STUDENT_RESTARTS_FROM_TEMPLATE
+    assert server_of(hub, "newstudent1")["started"] != started
+    assert "my own answer" in (home / "hello.ipynb").read_text()
+    assert (home / "notes.txt").read_text() == "mine\n"
+    context.close()
+
+
+def test_a_student_shares_a_picked_notebook_read_only_and_the_ta_opens_it(hub, browser):
+    (home_of(hub, "student1") / "week1.ipynb").write_text(notebook("Week 1 answers"))
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    login(page, hub, "student1", "/services/classhub/shares")
+    clicks = Clicks(page)
+    clicks.click("#start-own")                                                # 1
+    clicks.click("#share-tree button.classhub-pick[data-path='week1.ipynb']")  # 2
+    page.fill("#share-user", "ta1")  # typed; the names of my courses complete it
+    assert page.locator("#share-people option[value=ta1]").count() == 1
+    assert page.input_value("#share-kind") == "read-only"
+    clicks.click("#share-submit")                                             # 3
+    page.wait_for_selector("#page-status:text('Shared week1.ipynb read-only with ta1')")
+    table = page.inner_text("#mine-table")
+    assert "ta1" in table and "week1.ipynb" in table and "read-only" in table
+    assert "With" in page.inner_text("#mine-table thead")
+    assert clicks.count == STUDENT_SHARES_NOTEBOOK
+    screenshot(page, "page-sharing")
+    context.close()
+
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(LAB_TIMEOUT)
+    page = context.new_page()
+    login(page, hub, "ta1", "/services/classhub/")
+    clicks = Clicks(page)
+    shared = page.locator(".classhub-with-me tr:has-text('student1')")
+    assert "week1.ipynb" in shared.inner_text()
+    clicks.click_locator(shared.locator("a.classhub-open"))                   # 1
+    page.wait_for_load_state("domcontentloaded")
+    if "/oauth2/authorize" in page.url:  # JupyterHub asks before opening another user's server
+        clicks.click("form input[type=submit], form button[type=submit]")      # 2
+    page.wait_for_url(re.compile(r"/user/student1/lab/tree/week1.ipynb"), timeout=LAB_TIMEOUT)
+    page.locator(".jp-RenderedMarkdown:has-text('Week 1 answers')").wait_for(timeout=LAB_TIMEOUT)
+    assert clicks.count == TA_OPENS_SHARED_NOTEBOOK
+    assert server_of(hub, "ta1") is None  # the TA's own server was never spawned
+    context.close()
+
+
+def test_a_teacher_sees_the_usage_chart_and_stops_a_students_server(hub, browser):
+    student = HubSession(hub, "student2")
+    start_server(hub, "student2", student.new_token())
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    login(page, hub, "teacher1", "/services/classhub/")
+    clicks = Clicks(page)
+    clicks.click("a.classhub-course-link:text('demo101')")                    # 1
+    page.wait_for_selector("#usage-chart")
+    chart = page.locator("#usage-chart")
+    assert chart.locator(".classhub-chart-row[data-user=student2]").count() == 1
+    usage = page.locator("#usage-table tr[data-user=student2] td")
+    assert usage.nth(3).inner_text() == "1"  # one running server
+    running = page.locator("#servers-table tr[data-user=student2]")
+    assert "ready" in running.inner_text()
+    screenshot(page, "page-course-usage")
+    clicks.click_locator(running.locator(".classhub-stop"))                   # 2
+    clicks.click_locator(running.locator(".classhub-stop-confirm"))           # 3
+    page.wait_for_selector("#page-status:text(\"Stopped student2's server\")")
+    assert page.locator("#servers-table tr[data-user=student2]").count() == 0
+    assert clicks.count == TEACHER_STOPS_SERVER
+    wait_for(lambda: server_of(hub, "student2") is None, 30, "student2's server to be gone")
+    # a refusal shows the API's sentence next to the field, and changes nothing
+    page.fill("#add-username", "bad name!")
+    page.click("#add-member button[type=submit]")
+    page.wait_for_selector("#add-status:has-text('whitespace')")
+    assert "bad name!" in page.inner_text("#add-status")
+    assert "bad name!" not in page.inner_text("#members-table")
+    context.close()
