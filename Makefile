@@ -7,15 +7,30 @@ CHP_VERSION := 4.6.3
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test test-unit lint install clean
+.PHONY: run test test-unit lint install clean labextension flake-check
 
 $(VENV)/bin/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "classhub needs Python 3.10+; set PYTHON=/path/to/python3.10+")'
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q -U pip
 
-$(STAMP): $(VENV)/bin/python setup.cfg pyproject.toml
+# The JupyterLab panel (labextension/): built with jlpm when its sources change; the venv gets a
+# link to the build (what `jupyter labextension develop` makes), a wheel ships a copy (setup.cfg).
+LABEXT_OUT := labextension/prebuilt/package.json
+LABEXT_SRC := $(wildcard labextension/src/*.ts labextension/style/*) labextension/package.json \
+	labextension/tsconfig.json labextension/yarn.lock labextension/scripts/build-labextension.js
+LABEXT_LINK := $(VENV)/share/jupyter/labextensions/classhub-jupyterlab
+
+$(LABEXT_OUT): $(LABEXT_SRC) | $(VENV)/bin/python
+	$(VENV)/bin/pip install -q 'jupyterlab>=4.0'
+	cd labextension && PATH="$(abspath $(VENV))/bin:$$PATH" PYTHON="$(abspath $(VENV))/bin/python" \
+		sh -c 'jlpm install && jlpm build:prod'
+
+labextension: $(LABEXT_OUT)
+
+$(STAMP): $(VENV)/bin/python setup.cfg pyproject.toml $(LABEXT_OUT)
 	$(VENV)/bin/pip install -q -e '.[test]'
+	mkdir -p $(dir $(LABEXT_LINK)) && ln -sfn $(abspath labextension/prebuilt) $(LABEXT_LINK)
 	@command -v npm >/dev/null || { echo "make: npm not found; install Node.js 18+ and npm (apt-get install nodejs npm)"; exit 1; }
 	npm install --silent --no-audit --no-fund --prefix $(VENV)/chp configurable-http-proxy@$(CHP_VERSION)
 	touch $(STAMP)
@@ -34,6 +49,13 @@ test-unit: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+
+# Flaky tests: each module N times in a fresh pytest (default: every hub, cluster and browser
+# module); MODULES="tests/test_x.py ..." picks modules, LOAD=1 keeps one core busy, SUITE=1 runs
+# the whole suite N times. Prints "<module>: n of N passed (mean, max seconds)".
+N ?= 20
+flake-check: $(STAMP)
+	$(VENV)/bin/python -m tests.flakecheck -n $(N) $(if $(LOAD),--load) $(if $(SUITE),--suite) $(MODULES)
 
 clean:
 	rm -rf $(VENV) var

@@ -1,8 +1,9 @@
 """classhub's jupyter-server extension, loaded by every single-user server (local mode and images).
 
-Two parts, each in its own module with a ``setup(serverapp)`` called here:
-`activity` (what the culler asks: are kernels busy, is the GPU busy) and `authorizer`
-(read-only and path-scoped shares, enforced by the server).
+Three parts, each in its own module with a ``setup(serverapp)`` called here:
+`activity` (what the culler asks: are kernels busy, is the GPU busy), `authorizer`
+(read-only and path-scoped shares, enforced by the server) and `panel` (what the JupyterLab
+panel asks, for the person looking).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ def _link_jupyter_server_extension(serverapp: Any) -> None:
 
 
 def _load_jupyter_server_extension(serverapp: Any) -> None:
-    from hub_ext.singleuser import activity, authorizer
+    from hub_ext.singleuser import activity, authorizer, panel
 
-    for part in (activity, authorizer):
+    for part in (activity, authorizer, panel):
         part.setup(serverapp)

@@ -106,6 +106,16 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
             self._audit(hub_user.get("name", ""), self.hub_auth.get_token(handler))
         return bool(verdict)
 
+    async def access_level(self, handler: Any) -> str:
+        """The caller's level on this server (hub_ext.core.sharing: owner, edit, read-only, none),
+        as the hub says now: what the JupyterLab panel shows and how documents open."""
+        hub_user = handler.current_user.hub_user
+        if hub_user.get("kind", "user") == "user" and hub_user.get("name") == self.owner:
+            return sharing.OWNER
+        if not hasattr(handler, "_classhub_level"):
+            await self._decide(handler, "read", "contents")
+        return getattr(handler, "_classhub_level", sharing.NONE)
+
     def _audit(self, viewer: str, viewer_token: str | None) -> None:
         """Tell classhub (its audit log) that `viewer` used this server, once in a while.
 
@@ -175,6 +185,7 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
         scopes = [*model.get("scopes", []), *await self._share_scopes(model)]
         grant = sharing.grant_from_scopes(scopes, self.owner, self.server_name,
                                           caller=model.get("name"), caller_kind=model.get("kind", "user"))
+        handler._classhub_level = grant.level  # read by the contents answer and the lab panel
         try:
             path = sharing.request_path(resource, self._url_path(handler))
         except ValueError as e:
@@ -328,7 +339,8 @@ def setup(serverapp: Any) -> None:
         result = original(self, *args, **kwargs)
         if inspect.isawaitable(result):
             result = await result
-        if self.request.method.upper() not in SAFE_METHODS and self.current_user is not None:
+        if self.request.method.upper() not in SAFE_METHODS and self.current_user is not None and \
+                not getattr(self, "classhub_changes_nothing_here", False):
             resource = getattr(self, "auth_resource", None) or "lab"
             allowed = self.authorizer.is_authorized(self, self.current_user, "write", resource)
             if not await ensure_async(allowed):
@@ -338,4 +350,26 @@ def setup(serverapp: Any) -> None:
 
     prepare._classhub = True  # type: ignore[attr-defined]
     JupyterHandler.prepare = prepare
+    _read_only_contents_say_so()
     serverapp.log.info("classhub: share enforcement on (owner %s)", os.environ.get("JUPYTERHUB_USER"))
+
+
+def _read_only_contents_say_so() -> None:
+    """A read-only viewer's contents answers say ``"writable": false``.
+
+    JupyterLab reads that flag: the document gets its "read-only" indicator and is never saved
+    (no autosave, no "File Save Error" on Ctrl+S); the server refuses the write anyway.
+    """
+    from jupyter_server.services.contents.handlers import ContentsHandler
+
+    if getattr(ContentsHandler._finish_model, "_classhub", False):
+        return
+    original = ContentsHandler._finish_model
+
+    def finish_model(self: Any, model: dict, location: bool = True) -> Any:
+        if getattr(self, "_classhub_level", None) == sharing.READ_ONLY and isinstance(model, dict):
+            model = {**model, "writable": False}
+        return original(self, model, location)
+
+    finish_model._classhub = True  # type: ignore[attr-defined]
+    ContentsHandler._finish_model = finish_model

@@ -1,0 +1,492 @@
+/**
+ * classhub in JupyterLab: the "classhub" sidebar, "Share…" where people look for it, culler
+ * warnings as notifications, and read-only shares that open read-only.
+ *
+ * Everything goes through this server's classhub endpoints (hub_ext.singleuser.panel), which
+ * act as the person looking: the owner's panel acts for the owner; a visitor's panel only shows
+ * whose server it is and offers "Copy to my server".
+ */
+import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import {
+  Dialog,
+  ICommandPalette,
+  InputDialog,
+  Notification,
+  ToolbarButton,
+  showDialog
+} from '@jupyterlab/apputils';
+import { DocumentRegistry, DocumentWidget } from '@jupyterlab/docregistry';
+import { IFileBrowserFactory } from '@jupyterlab/filebrowser';
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { LabIcon } from '@jupyterlab/ui-components';
+import { Widget } from '@lumino/widgets';
+
+import { ClasshubError, panelRequest, serviceRequest } from './api';
+import { ClasshubPanel } from './panel';
+import { ShareForm } from './shareform';
+import {
+  ICullWarning,
+  IJob,
+  IPanelState,
+  IShare,
+  ITemplate,
+  bannerText,
+  cullMessage,
+  isReadOnly,
+  shareRequest
+} from './state';
+
+const PLUGIN_ID = 'classhub-jupyterlab:plugin';
+/** How often the owner's panel asks for pending cull warnings (ms). */
+const CULL_POLL_MS = 10_000;
+
+namespace CommandIDs {
+  export const open = 'classhub:open-panel';
+  export const refresh = 'classhub:refresh';
+  export const share = 'classhub:share';
+  export const keep = 'classhub:keep-running';
+  export const copy = 'classhub:copy-to-my-server';
+  export const publish = 'classhub:publish-folder';
+}
+
+const icon = new LabIcon({
+  name: 'classhub:icon',
+  svgstr:
+    '<svg xmlns="http://www.w3.org/2000/svg" width="16" height="16" viewBox="0 0 24 24">' +
+    '<path class="jp-icon3" fill="#616161" d="M12 3 1 9l11 6 9-4.9V17h2V9L12 3zm-7 9.2v4L12 20l7-3.8v-4L12 16l-7-3.8z"/></svg>'
+});
+
+function errorText(error: unknown): string {
+  return error instanceof ClasshubError ? error.message : String(error);
+}
+
+function fail(what: string, error: unknown): void {
+  Notification.error(`${what}: ${errorText(error)}`, { autoClose: false });
+}
+
+/** The banner over a document of a shared server (and its "Copy to my server" button). */
+class ShareBanner extends Widget {
+  constructor(text: string, onCopy: (() => void) | null) {
+    super();
+    this.addClass('classhub-banner');
+    this.node.setAttribute('role', 'status');
+    const span = document.createElement('span');
+    span.textContent = onCopy ? `${text} — ` : text;
+    this.node.append(span);
+    if (onCopy) {
+      const b = document.createElement('button');
+      b.type = 'button';
+      b.className = 'jp-Button jp-mod-styled jp-mod-accept classhub-copy';
+      b.textContent = 'Copy to my server';
+      b.addEventListener('click', onCopy);
+      this.node.append(b);
+    }
+  }
+}
+
+async function readState(parts = ''): Promise<IPanelState | null> {
+  try {
+    return await panelRequest<IPanelState>(parts ? `state?parts=${parts}` : 'state');
+  } catch (error) {
+    console.warn('classhub: the panel state could not be read', error);
+    return null;
+  }
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description: 'classhub: the course panel, sharing, culler warnings, read-only shares',
+  autoStart: true,
+  optional: [ICommandPalette, IFileBrowserFactory, INotebookTracker],
+  activate: async (
+    app: JupyterFrontEnd,
+    palette: ICommandPalette | null,
+    browsers: IFileBrowserFactory | null,
+    notebooks: INotebookTracker | null
+  ): Promise<void> => {
+    // Read who looks before documents open: a read-only visitor's documents must never try to
+    // start a kernel (JupyterLab asks the registry for the kernel preference when opening one).
+    const first = await readState('viewer');
+    const readOnly = !!first && isReadOnly(first.viewer);
+    if (readOnly) {
+      const original = app.docRegistry.getKernelPreference.bind(app.docRegistry);
+      app.docRegistry.getKernelPreference = (path, widgetName, kernel) => {
+        const preference = original(path, widgetName, kernel);
+        return preference
+          ? { ...preference, shouldStart: false, canStart: false, autoStartDefault: false }
+          : preference;
+      };
+    }
+
+    const panel = new ClasshubPanel({
+      share: () => void app.commands.execute(CommandIDs.share),
+      keepRunning: () => app.commands.execute(CommandIDs.keep) as Promise<void>,
+      revoke: (share: IShare) => revoke(share),
+      startTemplate: (template: ITemplate) => startTemplate(template),
+      publishFolder: (course: string) =>
+        app.commands.execute(CommandIDs.publish, { course }) as Promise<void>,
+      copyToMyServer: () => app.commands.execute(CommandIDs.copy) as Promise<void>,
+      cancelJob: async (job: IJob) => {
+        try {
+          await serviceRequest(`jobs/${encodeURIComponent(job.id)}/cancel`, 'POST', {});
+          Notification.success(`Job ${job.name} is being cancelled.`, { autoClose: 5000 });
+        } catch (error) {
+          fail('Not cancelled', error);
+        }
+        await refresh();
+      },
+      refresh: () => refresh()
+    });
+    panel.title.icon = icon;
+    app.shell.add(panel, 'left', { rank: 850 });
+    if (!first) {
+      panel.render(null, 'classhub could not be reached from this server.');
+    } else if (first.viewer.owner) {
+      panel.render(null);
+      void refresh(); // the owner's courses, quota, templates and shares: not worth waiting for
+    } else {
+      panel.render(first);
+    }
+
+    async function refresh(): Promise<void> {
+      const state = await readState();
+      panel.render(state, state ? undefined : 'classhub could not be reached from this server.');
+      if (state) {
+        showCullWarnings(state.culling?.warnings || []);
+      }
+    }
+
+    // -- where documents are: the current one, or the file browser's ------------------------------
+    function currentDocumentPath(): string | null {
+      const widget = app.shell.currentWidget;
+      if (widget instanceof DocumentWidget) {
+        return widget.context.path;
+      }
+      return null;
+    }
+
+    function browserSelection(): string | null {
+      const browser = browsers?.tracker.currentWidget;
+      if (!browser) {
+        return null;
+      }
+      const first = browser.selectedItems().next();
+      return first && !first.done && first.value ? first.value.path : null;
+    }
+
+    function browserFolder(): string {
+      return browsers?.tracker.currentWidget?.model.path ?? '';
+    }
+
+    // -- sharing --------------------------------------------------------------------------------
+    async function share(path: string): Promise<void> {
+      const courses = Object.keys(panel.state?.courses || {});
+      const form = new ShareForm(path, courses);
+      const result = await showDialog({
+        title: 'Share',
+        body: form,
+        buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Share' })],
+        focusNodeSelector: 'input[name=user]'
+      });
+      if (!result.button.accept || !result.value) {
+        return;
+      }
+      const request = shareRequest(result.value);
+      if ('error' in request) {
+        Notification.error(request.error, { autoClose: 8000 });
+        return;
+      }
+      try {
+        const made = await serviceRequest<IShare & { open_url?: string }>(
+          'shares',
+          'POST',
+          request.body
+        );
+        const link = made.target_kind === 'link' && made.open_url
+          ? new URL(made.open_url, window.location.origin).href
+          : null;
+        Notification.success(
+          link ? `Shared by link: ${link}` : `Shared ${path || 'your server'} with ${made.target}.`,
+          {
+            autoClose: link ? false : 6000,
+            actions: link
+              ? [{ label: 'Copy link', callback: () => void navigator.clipboard?.writeText(link) }]
+              : []
+          }
+        );
+      } catch (error) {
+        fail('Not shared', error);
+      }
+      await refresh();
+    }
+
+    async function revoke(share: IShare): Promise<void> {
+      try {
+        await serviceRequest(`shares/${share.id}`, 'DELETE');
+        Notification.success('Share revoked.', { autoClose: 4000 });
+      } catch (error) {
+        fail('Not revoked', error);
+      }
+      await refresh();
+    }
+
+    // -- templates ------------------------------------------------------------------------------
+    async function startTemplate(template: ITemplate): Promise<void> {
+      const name = template.display_name || template.name;
+      const answer = await showDialog({
+        title: `Start from ${name}?`,
+        body:
+          'Your server restarts: running kernels stop and unsaved changes are lost. Your files ' +
+          "are kept; the template's files are merged in (your edits win).",
+        buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Restart my server' })]
+      });
+      if (!answer.button.accept) {
+        return;
+      }
+      const hub = panel.state?.hub_prefix || '/hub/';
+      try {
+        await serviceRequest(
+          `courses/${encodeURIComponent(template.course)}/templates/${encodeURIComponent(
+            template.name
+          )}/start`,
+          'POST',
+          {}
+        );
+      } catch (error) {
+        if (error instanceof ClasshubError && error.status >= 400 && error.status < 500) {
+          fail('Not started', error); // a quota refusal says what to change
+          return;
+        }
+        // the server going down under its own request: expected, it restarts
+      }
+      window.location.href = `${hub}home`;
+    }
+
+    // -- commands -------------------------------------------------------------------------------
+    app.commands.addCommand(CommandIDs.open, {
+      label: 'Open the classhub panel',
+      caption: 'My server, quota, templates and sharing',
+      icon,
+      execute: () => app.shell.activateById(panel.id)
+    });
+    app.commands.addCommand(CommandIDs.refresh, {
+      label: 'classhub: Refresh the panel',
+      execute: () => refresh()
+    });
+    app.commands.addCommand(CommandIDs.share, {
+      label: args => (args.from === 'filebrowser' ? 'Share…' : 'classhub: Share…'),
+      caption: 'Share this notebook or folder: read-only or editable, with a person, your course or a link',
+      icon,
+      isVisible: () => !readOnly && (panel.state?.viewer.owner ?? true),
+      execute: async args => {
+        const path =
+          (args.path as string | undefined) ??
+          (args.from === 'filebrowser' ? browserSelection() : null) ??
+          currentDocumentPath() ??
+          browserFolder();
+        await share(path ?? '');
+      }
+    });
+    app.commands.addCommand(CommandIDs.keep, {
+      label: 'classhub: Keep my server running',
+      execute: async () => {
+        try {
+          await panelRequest('keep', { method: 'POST' });
+          for (const [key, id] of shown) {
+            Notification.dismiss(id); // the warnings it answers: the culler drops them next cycle
+            answered.add(key);
+          }
+          shown.clear();
+          Notification.success('Your server keeps running.', { autoClose: 5000 });
+        } catch (error) {
+          fail('Could not keep the server running', error);
+        }
+        await refresh();
+      }
+    });
+    app.commands.addCommand(CommandIDs.copy, {
+      label: 'classhub: Copy to my server',
+      caption: 'An editable copy of this file in your own server',
+      isEnabled: () => !!first && !first.viewer.owner,
+      execute: async args => {
+        const path = (args.path as string | undefined) ?? currentDocumentPath() ?? browserSelection();
+        if (!path) {
+          Notification.info('Open the notebook or file to copy first.', { autoClose: 5000 });
+          return;
+        }
+        try {
+          const copy = await panelRequest<{ path: string; url: string }>('copy', {
+            method: 'POST',
+            body: JSON.stringify({ path })
+          });
+          Notification.success(`Copied to your server as ${copy.path}.`, {
+            autoClose: false,
+            actions: [
+              {
+                label: 'Open my copy',
+                callback: () => void window.open(copy.url, '_blank', 'noopener')
+              }
+            ]
+          });
+        } catch (error) {
+          fail('Not copied', error);
+        }
+      }
+    });
+    app.commands.addCommand(CommandIDs.publish, {
+      label: 'classhub: Publish this folder as a template',
+      isVisible: () => Object.values(panel.state?.courses || {}).includes('teacher'),
+      execute: async args => {
+        const teaching = Object.entries(panel.state?.courses || {})
+          .filter(([, role]) => role === 'teacher')
+          .map(([course]) => course);
+        const course = (args.course as string | undefined) ?? teaching[0];
+        if (!course) {
+          return;
+        }
+        const folder = browserFolder();
+        const name = await InputDialog.getText({
+          title: `Publish ${folder || 'the whole server'} to ${course}`,
+          label: 'Template name (letters, digits, -)',
+          placeholder: 'lab1'
+        });
+        if (!name.button.accept || !name.value) {
+          return;
+        }
+        try {
+          await serviceRequest(
+            `courses/${encodeURIComponent(course)}/templates/${encodeURIComponent(name.value)}/versions`,
+            'POST',
+            { source: { server_path: folder } }
+          );
+          Notification.success(`Published ${folder || 'your server'} as ${name.value}.`, { autoClose: 6000 });
+        } catch (error) {
+          fail('Not published', error);
+        }
+        await refresh();
+      }
+    });
+    if (palette) {
+      for (const command of Object.values(CommandIDs)) {
+        palette.addItem({ command, category: 'classhub' });
+      }
+    }
+
+    // -- where people already look ------------------------------------------------------------
+    app.contextMenu.addItem({
+      command: CommandIDs.share,
+      selector: '.jp-DirListing-item[data-isdir]',
+      rank: 3,
+      args: { from: 'filebrowser' }
+    });
+    app.docRegistry.addWidgetExtension('Notebook', {
+      createNew: (nb: NotebookPanel): void => {
+        if (!first || first.viewer.owner) {
+          const button = new ToolbarButton({
+            label: 'Share…',
+            tooltip: 'Share this notebook (classhub)',
+            onClick: () => void app.commands.execute(CommandIDs.share, { path: nb.context.path })
+          });
+          nb.toolbar.insertItem(10, 'classhubShare', button);
+        }
+      }
+    });
+
+    // -- a server shared with me -----------------------------------------------------------------
+    if (first && !first.viewer.owner) {
+      const text = bannerText(first)!;
+      const banner = (widget: DocumentWidget): void => {
+        const onCopy = readOnly
+          ? () => void app.commands.execute(CommandIDs.copy, { path: widget.context.path })
+          : null;
+        widget.contentHeader.addWidget(new ShareBanner(text, onCopy));
+      };
+      const extension: DocumentRegistry.WidgetExtension = {
+        createNew: (widget: any) => {
+          if (widget instanceof DocumentWidget) {
+            banner(widget);
+          }
+        }
+      };
+      for (const factory of ['Notebook', 'Editor']) {
+        app.docRegistry.addWidgetExtension(factory, extension);
+      }
+      if (readOnly && notebooks) {
+        notebooks.widgetAdded.connect((_, nb) => lockNotebook(nb));
+      }
+    }
+
+    // -- culler warnings as notifications ----------------------------------------------------------
+    const shown = new Map<string, string>();
+    /** warnings answered with "keep running": not shown again while the culler catches up */
+    const answered = new Set<string>();
+    function showCullWarnings(warnings: ICullWarning[]): void {
+      const now = new Date();
+      const current = new Set<string>();
+      for (const w of warnings) {
+        const key = `${w.server_name}@${w.cull_at}`;
+        if (answered.has(key)) {
+          continue;
+        }
+        current.add(key);
+        if (shown.has(key)) {
+          Notification.update({ id: shown.get(key)!, message: cullMessage(w, now) });
+          continue;
+        }
+        const id = Notification.warning(cullMessage(w, now), {
+          autoClose: false,
+          actions: [
+            {
+              label: 'Keep running',
+              caption: 'Tell classhub you are still using this server',
+              callback: () => void app.commands.execute(CommandIDs.keep)
+            },
+            {
+              label: 'Stop now',
+              caption: "Stop it on the hub's home page",
+              displayType: 'warn',
+              callback: () =>
+                void window.open(`${panel.state?.hub_prefix || '/hub/'}home`, '_blank', 'noopener')
+            }
+          ]
+        });
+        shown.set(key, id);
+      }
+      for (const [key, id] of shown) {
+        if (!current.has(key)) {
+          Notification.dismiss(id);
+          shown.delete(key);
+        }
+      }
+    }
+    if (first && first.viewer.owner) {
+      window.setInterval(async () => {
+        try {
+          const culling = await serviceRequest<{ warnings: ICullWarning[] }>('culling/me');
+          showCullWarnings(culling.warnings || []);
+          if ((culling.warnings || []).length !== (panel.state?.culling?.warnings || []).length) {
+            await refresh();
+          }
+        } catch (error) {
+          console.warn('classhub: cull warnings could not be read', error);
+        }
+      }, CULL_POLL_MS);
+    }
+  }
+};
+
+/** No editing in a read-only share: every cell (also those added later) is read-only. */
+function lockNotebook(nb: NotebookPanel): void {
+  const lock = (): void => {
+    for (const cell of nb.content.widgets) {
+      cell.readOnly = true;
+    }
+  };
+  void nb.context.ready.then(() => {
+    lock();
+    nb.content.model?.cells.changed.connect(lock);
+  });
+  nb.content.activeCellChanged.connect(lock);
+}
+
+export default plugin;

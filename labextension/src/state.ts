@@ -1,0 +1,323 @@
+/**
+ * The panel's state logic: pure functions of the JSON the server extension answers.
+ *
+ * Kept free of JupyterLab imports so that jest tests it without a browser, and so that what the
+ * panel shows (bars, countdowns, banners, the share request) is decided in one place.
+ */
+
+/** Who is looking at this server, as the server extension (hub_ext.singleuser.panel) says. */
+export interface IViewer {
+  name: string;
+  /** true when the person looking owns the server */
+  owner: boolean;
+  /** the owner's access, or the share's: "owner", "edit" or "read-only" */
+  access: 'owner' | 'edit' | 'read-only';
+}
+
+export interface ICullWarning {
+  server_name: string;
+  cull_at: string;
+  seconds_left: number;
+  message: string;
+}
+
+export interface IUsage {
+  resources: Record<string, string>;
+  servers: number;
+  gpu_hours_week: number;
+}
+
+export interface ILimits {
+  resources: Record<string, string>;
+  servers: number | null;
+  gpu_hours_per_week: string | null;
+}
+
+export interface ICourseUsage {
+  role: string;
+  usage: IUsage;
+  limits: ILimits;
+  course_limits?: ILimits;
+}
+
+export interface IShare {
+  id: number;
+  owner: string;
+  server_name?: string;
+  kind: string;
+  path?: string | null;
+  target_kind?: string;
+  target?: string | null;
+  expires_at?: string | null;
+  active?: boolean;
+  open_url?: string;
+}
+
+export interface ITemplate {
+  course: string;
+  name: string;
+  display_name?: string;
+  description?: string;
+}
+
+export interface IJob {
+  id: string;
+  name: string;
+  course: string;
+  state: string;
+  reason?: string | null;
+  queue_position?: number | null;
+}
+
+/** Jobs that still hold or wait for resources (a "Cancel" applies to them). */
+export const ACTIVE_JOB_STATES = ['queued', 'admitted', 'running', 'preempted'];
+
+/** How a job reads in the panel: "resnet (demo101): queued, 2nd in the queue". */
+export function describeJob(job: IJob): string {
+  let where = '';
+  if (job.state === 'queued' && job.queue_position) {
+    const n = job.queue_position;
+    const suffix = n % 10 === 1 && n % 100 !== 11 ? 'st' : n % 10 === 2 && n % 100 !== 12 ? 'nd'
+      : n % 10 === 3 && n % 100 !== 13 ? 'rd' : 'th';
+    where = `, ${n}${suffix} in the queue`;
+  }
+  return `${job.name} (${job.course}): ${job.state}${where}`;
+}
+
+/** What ``GET api/classhub/panel/state`` answers. */
+export interface IPanelState {
+  viewer: IViewer;
+  owner: string;
+  server: {
+    name: string;
+    profile?: string | null;
+    gpus?: string | null;
+    started?: string | null;
+  };
+  hub_prefix?: string;
+  usage?: { usage: IUsage; courses: Record<string, ICourseUsage> };
+  templates?: ITemplate[];
+  shares?: IShare[];
+  shared_with_me?: IShare[];
+  culling?: { warnings: ICullWarning[] };
+  courses?: Record<string, string>;
+  /** absent when classhub runs without the job service */
+  jobs?: IJob[];
+}
+
+/** One quota bar: what is used of a limit. */
+export interface IBar {
+  label: string;
+  used: number;
+  limit: number;
+  /** used / limit, clamped to [0, 1] */
+  fraction: number;
+  text: string;
+}
+
+const SUFFIXES: Record<string, number> = {
+  m: 1e-3,
+  k: 1e3,
+  M: 1e6,
+  G: 1e9,
+  T: 1e12,
+  Ki: 1024,
+  Mi: 1024 ** 2,
+  Gi: 1024 ** 3,
+  Ti: 1024 ** 4
+};
+
+/** A Kubernetes quantity ("500m", "4Gi", "2") as a number; NaN when it is not one. */
+export function parseQuantity(text: string | number | null | undefined): number {
+  if (typeof text === 'number') {
+    return text;
+  }
+  if (typeof text !== 'string') {
+    return NaN;
+  }
+  const match = /^([0-9.]+(?:e[+-]?[0-9]+)?)([a-zA-Z]*)$/.exec(text.trim());
+  if (!match) {
+    return NaN;
+  }
+  const value = Number(match[1]);
+  if (!match[2]) {
+    return value;
+  }
+  const scale = SUFFIXES[match[2]];
+  return scale === undefined ? NaN : value * scale;
+}
+
+const LABELS: Record<string, string> = {
+  cpu: 'CPU cores',
+  memory: 'Memory',
+  'nvidia.com/gpu': 'GPUs'
+};
+
+function resourceLabel(name: string): string {
+  if (LABELS[name]) {
+    return LABELS[name];
+  }
+  const mig = /^nvidia\.com\/mig-(.+)$/.exec(name);
+  return mig ? `MIG ${mig[1]} slices` : name;
+}
+
+function amount(name: string, value: number): string {
+  if (name === 'memory') {
+    return `${(value / 1024 ** 3).toFixed(value >= 10 * 1024 ** 3 ? 0 : 1)} GiB`;
+  }
+  return Number.isInteger(value) ? String(value) : value.toFixed(2);
+}
+
+function bar(label: string, used: number, limit: number, text: string): IBar {
+  const fraction = limit > 0 ? Math.min(1, Math.max(0, used / limit)) : used > 0 ? 1 : 0;
+  return { label, used, limit, fraction, text };
+}
+
+/**
+ * The bars of one course: each limited resource, servers and GPU-hours this week. A resource
+ * without a limit has no bar (there is nothing to fill); a limit of 0 shows as full.
+ */
+export function quotaBars(course: ICourseUsage): IBar[] {
+  const bars: IBar[] = [];
+  const used = course.usage.resources || {};
+  for (const [name, limitText] of Object.entries(course.limits.resources || {})) {
+    const limit = parseQuantity(limitText);
+    const have = parseQuantity(used[name] ?? '0');
+    if (Number.isNaN(limit)) {
+      continue;
+    }
+    bars.push(
+      bar(resourceLabel(name), have, limit, `${amount(name, have)} of ${amount(name, limit)}`)
+    );
+  }
+  if (course.limits.servers !== null && course.limits.servers !== undefined) {
+    const n = course.usage.servers;
+    bars.push(bar('Servers', n, course.limits.servers, `${n} of ${course.limits.servers}`));
+  }
+  const gpuHours = course.limits.gpu_hours_per_week;
+  if (gpuHours !== null && gpuHours !== undefined) {
+    const limit = parseQuantity(gpuHours);
+    const have = course.usage.gpu_hours_week;
+    bars.push(
+      bar('GPU-hours this week', have, limit, `${have.toFixed(1)} of ${amount('', limit)} h`)
+    );
+  }
+  return bars;
+}
+
+/** "1 h 05 min", "4 min 10 s", "12 s": a countdown a person reads at a glance. */
+export function formatDuration(seconds: number): string {
+  const s = Math.max(0, Math.round(seconds));
+  const h = Math.floor(s / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  const rest = s % 60;
+  if (h > 0) {
+    return `${h} h ${String(m).padStart(2, '0')} min`;
+  }
+  if (m > 0) {
+    return `${m} min ${String(rest).padStart(2, '0')} s`;
+  }
+  return `${rest} s`;
+}
+
+/** Seconds left until a warning's cull, counted from `now` (the countdown keeps moving). */
+export function secondsLeft(warning: ICullWarning, now: Date): number {
+  const at = Date.parse(warning.cull_at);
+  if (Number.isNaN(at)) {
+    return warning.seconds_left;
+  }
+  return Math.max(0, (at - now.getTime()) / 1000);
+}
+
+/** The sentence of a culler warning, as a notification and in "My server". */
+export function cullMessage(warning: ICullWarning, now: Date): string {
+  const which = warning.server_name ? `Your server "${warning.server_name}"` : 'Your server';
+  const why = /maximum age/.test(warning.message)
+    ? 'because it reached its maximum running time. Save your work.'
+    : 'because it is idle.';
+  return `${which} will be stopped in ${formatDuration(secondsLeft(warning, now))} ${why}`;
+}
+
+/** The banner over a shared server, or null for the owner. */
+export function bannerText(state: Pick<IPanelState, 'viewer' | 'owner'>): string | null {
+  if (state.viewer.owner) {
+    return null;
+  }
+  if (state.viewer.access === 'read-only') {
+    return `Read-only: shared by ${state.owner}`;
+  }
+  return `Shared by ${state.owner} (editable)`;
+}
+
+/** Whether documents open read-only (no edits, no kernel, no save). */
+export function isReadOnly(viewer: IViewer): boolean {
+  return !viewer.owner && viewer.access === 'read-only';
+}
+
+/** What a person fills in the share dialog. */
+export interface IShareForm {
+  kind: 'read-only' | 'edit';
+  with: 'user' | 'course' | 'link';
+  user?: string;
+  course?: string;
+  /** minutes until the share ends; empty or 0: never (links must expire) */
+  minutes?: number | null;
+  /** the notebook or folder, relative to the server's root; empty: the whole server */
+  path?: string;
+}
+
+/** The body of ``POST /api/shares``, or a sentence saying what to change. */
+export function shareRequest(
+  form: IShareForm
+): { body: Record<string, unknown> } | { error: string } {
+  const body: Record<string, unknown> = { kind: form.kind };
+  if (form.kind !== 'read-only' && form.kind !== 'edit') {
+    return { error: 'Choose read-only or editable.' };
+  }
+  if (form.with === 'user') {
+    const user = (form.user || '').trim();
+    if (!user) {
+      return { error: 'Type the user name of the person to share with.' };
+    }
+    body.user = user;
+  } else if (form.with === 'course') {
+    if (!form.course) {
+      return { error: 'You are in no course to share with.' };
+    }
+    body.group = form.course;
+  } else {
+    body.link = true;
+  }
+  const minutes = form.minutes ?? 0;
+  if (!Number.isFinite(minutes) || minutes < 0 || !Number.isInteger(minutes)) {
+    return { error: 'The expiry must be a whole number of minutes (0: never).' };
+  }
+  if (minutes > 0) {
+    body.minutes = minutes;
+  } else if (form.with === 'link') {
+    return { error: 'A link must expire: give it a number of minutes.' };
+  }
+  const path = (form.path || '').replace(/^\/+/, '');
+  if (path) {
+    body.path = path;
+  }
+  return { body };
+}
+
+/** How a share reads in a list: "read-only · week1.ipynb · with ta1 · until 14:30". */
+export function describeShare(share: IShare, mine: boolean): string {
+  const kind = share.kind === 'edit' ? 'editable' : 'read-only';
+  const what = share.path || 'whole server';
+  let who: string;
+  if (!mine) {
+    who = `from ${share.owner}`;
+  } else if (share.target_kind === 'link') {
+    who = 'by link';
+  } else if (share.target_kind === 'group') {
+    who = `with course ${share.target}`;
+  } else {
+    who = `with ${share.target}`;
+  }
+  const until = share.expires_at ? ` · until ${share.expires_at.slice(11, 16)} UTC` : '';
+  return `${kind} · ${what} · ${who}${until}`;
+}

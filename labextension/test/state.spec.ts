@@ -1,0 +1,159 @@
+/**
+ * The panel's state logic (src/state.ts): what a person reads in the panel follows from the
+ * JSON the server answers.
+ */
+import {
+  ICourseUsage,
+  bannerText,
+  cullMessage,
+  describeJob,
+  describeShare,
+  formatDuration,
+  isReadOnly,
+  parseQuantity,
+  quotaBars,
+  secondsLeft,
+  shareRequest
+} from '../src/state';
+
+describe('parseQuantity', () => {
+  it('reads Kubernetes quantities', () => {
+    expect(parseQuantity('2')).toBe(2);
+    expect(parseQuantity('500m')).toBeCloseTo(0.5);
+    expect(parseQuantity('4Gi')).toBe(4 * 1024 ** 3);
+    expect(parseQuantity('1.5')).toBe(1.5);
+    expect(parseQuantity('3G')).toBe(3e9);
+  });
+  it('says NaN for what is not a quantity', () => {
+    expect(parseQuantity('lots')).toBeNaN();
+    expect(parseQuantity('4Xi')).toBeNaN();
+    expect(parseQuantity(null)).toBeNaN();
+  });
+});
+
+describe('quotaBars', () => {
+  const course: ICourseUsage = {
+    role: 'student',
+    usage: { resources: { cpu: '1', memory: '2Gi', 'nvidia.com/mig-1g.18gb': '1' }, servers: 1, gpu_hours_week: 2.5 },
+    limits: {
+      resources: { cpu: '4', memory: '8Gi', 'nvidia.com/mig-1g.18gb': '1' },
+      servers: 2,
+      gpu_hours_per_week: '10'
+    }
+  };
+
+  it('has one bar per limit, with what is used of it', () => {
+    const bars = quotaBars(course);
+    expect(bars.map(b => b.label)).toEqual([
+      'CPU cores',
+      'Memory',
+      'MIG 1g.18gb slices',
+      'Servers',
+      'GPU-hours this week'
+    ]);
+    expect(bars[0]).toMatchObject({ used: 1, limit: 4, fraction: 0.25, text: '1 of 4' });
+    expect(bars[1].text).toBe('2.0 GiB of 8.0 GiB');
+    expect(bars[2].fraction).toBe(1);
+    expect(bars[4]).toMatchObject({ fraction: 0.25, text: '2.5 of 10 h' });
+  });
+
+  it('draws no bar for what has no limit, and a full bar for a limit of 0 that is used', () => {
+    const bars = quotaBars({
+      ...course,
+      usage: { ...course.usage, resources: { 'nvidia.com/gpu': '1' } },
+      limits: { resources: { 'nvidia.com/gpu': '0' }, servers: null, gpu_hours_per_week: null }
+    });
+    expect(bars).toHaveLength(1);
+    expect(bars[0]).toMatchObject({ label: 'GPUs', fraction: 1 });
+  });
+
+  it('never overfills a bar', () => {
+    const bars = quotaBars({ ...course, usage: { ...course.usage, servers: 5 } });
+    expect(bars.find(b => b.label === 'Servers')!.fraction).toBe(1);
+  });
+});
+
+describe('countdowns', () => {
+  it('formats durations a person reads at a glance', () => {
+    expect(formatDuration(12)).toBe('12 s');
+    expect(formatDuration(250)).toBe('4 min 10 s');
+    expect(formatDuration(3900)).toBe('1 h 05 min');
+    expect(formatDuration(-5)).toBe('0 s');
+  });
+
+  it('counts down from the cull time, not from when the warning was read', () => {
+    const w = { server_name: '', cull_at: '2026-12-01T10:10:00+00:00', seconds_left: 600, message: 'idle' };
+    expect(secondsLeft(w, new Date('2026-12-01T10:05:00Z'))).toBe(300);
+    expect(secondsLeft(w, new Date('2026-12-01T10:20:00Z'))).toBe(0);
+    expect(cullMessage(w, new Date('2026-12-01T10:05:00Z'))).toBe(
+      'Your server will be stopped in 5 min 00 s because it is idle.'
+    );
+    const old = { ...w, server_name: 'gpu', message: 'reached its maximum age' };
+    expect(cullMessage(old, new Date('2026-12-01T10:09:30Z'))).toMatch(
+      /^Your server "gpu" will be stopped in 30 s because it reached its maximum running time/
+    );
+  });
+});
+
+describe('who looks', () => {
+  it('shows no banner to the owner, and says how a share is shared to anyone else', () => {
+    expect(bannerText({ owner: 'student1', viewer: { name: 'student1', owner: true, access: 'owner' } })).toBeNull();
+    expect(bannerText({ owner: 'student1', viewer: { name: 'ta1', owner: false, access: 'read-only' } })).toBe(
+      'Read-only: shared by student1'
+    );
+    expect(bannerText({ owner: 'student1', viewer: { name: 'ta1', owner: false, access: 'edit' } })).toBe(
+      'Shared by student1 (editable)'
+    );
+  });
+
+  it('opens documents read-only only for read-only visitors', () => {
+    expect(isReadOnly({ name: 'ta1', owner: false, access: 'read-only' })).toBe(true);
+    expect(isReadOnly({ name: 'ta1', owner: false, access: 'edit' })).toBe(false);
+    expect(isReadOnly({ name: 's', owner: true, access: 'owner' })).toBe(false);
+  });
+});
+
+describe('shareRequest', () => {
+  it('makes the body of POST /api/shares', () => {
+    expect(shareRequest({ kind: 'read-only', with: 'user', user: ' ta1 ', path: '/week1.ipynb' })).toEqual({
+      body: { kind: 'read-only', user: 'ta1', path: 'week1.ipynb' }
+    });
+    expect(shareRequest({ kind: 'read-only', with: 'course', course: 'demo101', minutes: 90 })).toEqual({
+      body: { kind: 'read-only', group: 'demo101', minutes: 90 }
+    });
+    expect(shareRequest({ kind: 'edit', with: 'link', minutes: 60, path: '' })).toEqual({
+      body: { kind: 'edit', link: true, minutes: 60 }
+    });
+  });
+
+  it('says what to change instead of sending a request that would be refused', () => {
+    expect(shareRequest({ kind: 'read-only', with: 'user', user: '  ' })).toEqual({
+      error: 'Type the user name of the person to share with.'
+    });
+    expect(shareRequest({ kind: 'read-only', with: 'link', minutes: 0 })).toEqual({
+      error: 'A link must expire: give it a number of minutes.'
+    });
+    expect(shareRequest({ kind: 'read-only', with: 'user', user: 'x', minutes: 1.5 })).toHaveProperty('error');
+    expect(shareRequest({ kind: 'read-only', with: 'course' })).toHaveProperty('error');
+  });
+});
+
+describe('describeShare', () => {
+  it('reads like a sentence in the lists', () => {
+    const share = { id: 1, owner: 'student1', kind: 'read-only', path: 'week1.ipynb', target_kind: 'user', target: 'ta1' };
+    expect(describeShare(share, true)).toBe('read-only · week1.ipynb · with ta1');
+    expect(describeShare({ ...share, kind: 'edit', path: null }, false)).toBe('editable · whole server · from student1');
+    expect(describeShare({ ...share, target_kind: 'link', expires_at: '2026-12-01T14:30:00+00:00' }, true)).toBe(
+      'read-only · week1.ipynb · by link · until 14:30 UTC'
+    );
+  });
+});
+
+describe('describeJob', () => {
+  it('says where a queued job stands', () => {
+    const job = { id: 'j1', name: 'resnet', course: 'demo101', state: 'queued', queue_position: 2 };
+    expect(describeJob(job)).toBe('resnet (demo101): queued, 2nd in the queue');
+    expect(describeJob({ ...job, queue_position: 11 })).toBe('resnet (demo101): queued, 11th in the queue');
+    expect(describeJob({ ...job, state: 'running', queue_position: null })).toBe('resnet (demo101): running');
+  });
+});

@@ -1,0 +1,256 @@
+"""The JupyterLab panel in Debian's Chromium against a real ``classhub local`` hub (issue 15).
+
+The journeys: a student opens the classhub panel and sees their quota and their course's
+templates; shares a notebook with the TA from the file browser's context menu; the TA opens it
+from "Shared with me", sees it read-only (banner, no typing, no kernel error) and copies it to
+their own server, where the copy is editable. Clicks are counted (README, "The JupyterLab panel").
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.browser import Clicks, hub_login, screenshot
+from tests.hubproc import HubSession, LocalHub, api, start_server, wait_for
+
+NOTEBOOK = {
+    "nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "python3", "language": "python",
+                                                                     "display_name": "Python 3"}},
+    "cells": [{"cell_type": "code", "id": "c1", "execution_count": 1, "metadata": {},
+               "source": "print(6 * 7)",
+               "outputs": [{"output_type": "stream", "name": "stdout", "text": "42\n"}]}],
+}
+COURSE = "demo101"
+LAB_READY = "#jp-main-dock-panel"
+PANEL_TAB = ".jp-SideBar .lm-TabBar-tab[data-id='classhub-panel']"
+
+
+@pytest.fixture(scope="module")
+def hub(hub_root: Path):
+    hub = LocalHub(data_dir=hub_root / "lab-panel", env={"CLASSHUB_SHARE_INTERVAL": "0.5"}).start()
+    yield hub
+    hub.stop()
+
+
+@pytest.fixture(scope="module")
+def tokens(hub: LocalHub) -> dict[str, str]:
+    return {name: HubSession(hub, name).new_token() for name in ("admin", "student1", "ta1", "teacher1")}
+
+
+@pytest.fixture(scope="module")
+def course(hub: LocalHub, tokens: dict[str, str]) -> None:
+    """The demo course with a quota, a template, and TAs who need a share (no blanket access)."""
+    r = api(hub, "PUT", f"courses/{COURSE}/quota", tokens["admin"],
+            json={"resources": {"cpu": "8", "memory": "16Gi"}, "servers": 30, "gpu_hours_per_week": 40})
+    assert r.status_code == 200, r.text
+    r = api(hub, "PUT", f"courses/{COURSE}/quota/users/student1", tokens["teacher1"],
+            json={"resources": {"cpu": "4", "memory": "8Gi"}, "servers": 1, "gpu_hours_per_week": 10})
+    assert r.status_code == 200, r.text
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w:gz") as tar:
+        info = tarfile.TarInfo("intro.md")
+        info.size = 6
+        tar.addfile(info, io.BytesIO(b"hello\n"))
+    r = api(hub, "POST", f"courses/{COURSE}/templates/lab1/versions?description=Lab%201", tokens["teacher1"],
+            data=archive.getvalue(), headers={"Content-Type": "application/gzip"})
+    assert r.status_code == 201, r.text
+    r = api(hub, "PUT", f"courses/{COURSE}/sharing", tokens["teacher1"], json={"ta_server_access": False})
+    assert r.status_code == 200, r.text
+
+
+def server_api(hub: LocalHub, owner: str, method: str, path: str, token: str, **kwargs) -> requests.Response:
+    return requests.request(method, f"{hub.url}/user/{owner}/{path}", timeout=30,
+                            headers={"Authorization": f"token {token}"}, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def servers(hub: LocalHub, tokens: dict[str, str], course: None) -> None:
+    for user in ("student1", "ta1"):
+        start_server(hub, user, tokens[user])
+    r = server_api(hub, "student1", "PUT", "api/contents/week1.ipynb", tokens["student1"],
+                   json={"type": "notebook", "content": NOTEBOOK})
+    assert r.status_code in (200, 201), r.text
+
+
+def open_lab(page, hub: LocalHub, user: str, path: str = "lab") -> None:
+    hub_login(page, hub.url, user, hub.password)
+    page.goto(f"{hub.url}/user/{user}/{path}")
+    page.wait_for_selector(LAB_READY, timeout=90_000)
+    page.wait_for_selector(PANEL_TAB, timeout=60_000)
+
+
+def test_student_opens_the_panel_and_sees_quota_and_templates(page, hub, servers) -> None:
+    open_lab(page, hub, "student1", "lab?reset")
+    clicks = Clicks(page)
+    clicks.click(PANEL_TAB)
+    panel = page.locator("#classhub-panel")
+    panel.get_by_role("heading", name="Quota").wait_for()
+    assert clicks.count == 1
+    # the running server holds one of one allowed server: a full bar, with the numbers
+    assert panel.get_by_text("Servers: 1 of 1").is_visible()
+    assert panel.get_by_label(f"{COURSE}: GPU-hours this week, 0.0 of 10 h").count() == 1
+    assert panel.get_by_text("CPU cores:").count() == 1
+    templates = panel.locator("section[aria-labelledby='classhub-templates']")
+    assert templates.get_by_text(f"lab1 ({COURSE})").is_visible()
+    assert templates.get_by_role("button", name="Start or re-seed from lab1").is_visible()
+    assert panel.get_by_role("heading", name="My server").is_visible()
+    screenshot(page, "lab-panel")
+    # palette commands exist for the panel's actions
+    page.keyboard.press("Control+Shift+C")
+    page.locator(".lm-CommandPalette-input").fill("classhub")
+    palette = page.locator(".lm-CommandPalette-content")
+    for label in ("Open the classhub panel", "classhub: Share…", "classhub: Keep my server running"):
+        palette.get_by_text(label, exact=True).wait_for()
+        assert palette.get_by_text(label, exact=True).count() == 1, label
+    page.keyboard.press("Escape")
+
+    # JupyterLab's dark theme: the panel takes its colours from the theme
+    for theme, dark in (("JupyterLab Dark", True), ("JupyterLab Light", False)):
+        use_theme(page, theme)
+        wait_for(lambda d=dark: is_dark(page, "#classhub-panel") == d, 30, f"the panel in {theme}")
+        assert is_dark(page, "#classhub-panel h3", "color") != dark  # its text stays readable
+
+
+def use_theme(page, theme: str) -> None:
+    page.keyboard.press("Control+Shift+C")
+    page.locator(".lm-CommandPalette-input").fill(f"Use Theme: {theme}")
+    page.locator(".lm-CommandPalette-item", has_text=f"Use Theme: {theme}").first.click()
+
+
+def is_dark(page, selector: str, prop: str = "backgroundColor") -> bool:
+    """Whether the element's colour (``prop``) is dark (relative luminance under 0.3)."""
+    rgb = page.evaluate(f"getComputedStyle(document.querySelector({selector!r})).{prop}")
+    r, g, b = (int(x) / 255 for x in rgb[rgb.index("(") + 1:rgb.index(")")].split(",")[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b < 0.3
+
+
+def test_student_shares_from_the_file_browser_and_the_ta_opens_it_read_only(browser, hub, tokens,
+                                                                              servers) -> None:
+    student = browser.new_context(viewport={"width": 1280, "height": 900})
+    ta = browser.new_context(viewport={"width": 1280, "height": 900})
+    student.set_default_timeout(30_000)
+    ta.set_default_timeout(30_000)
+    try:
+        page = student.new_page()
+        open_lab(page, hub, "student1", "lab?reset")  # JupyterLab's default layout: the file browser
+        item = page.locator(".jp-DirListing-item[title*='week1.ipynb']")
+        item.wait_for()
+        clicks = Clicks(page)
+        clicks.click_locator(item, button="right")
+        clicks.click_locator(page.locator(".lm-Menu-item", has_text="Share…"))
+        dialog = page.locator(".jp-Dialog")
+        dialog.get_by_label("User name").fill("ta1")
+        screenshot(page, "lab-share")
+        clicks.click_locator(dialog.get_by_role("button", name="Share"))
+        page.get_by_text("Shared week1.ipynb with ta1.").wait_for()
+        assert clicks.count <= 3, clicks.count
+        made = api(hub, "GET", "shares", tokens["student1"]).json()
+        mine = made["shares"] if isinstance(made, dict) else made
+        assert [(s["kind"], s["target"], s["path"]) for s in mine if s["active"]] == [
+            ("read-only", "ta1", "week1.ipynb")]
+
+        # the TA: their own JupyterLab, the panel, "Shared with me" -> a new tab
+        tapage = ta.new_page()
+        open_lab(tapage, hub, "ta1")
+        ta_clicks = Clicks(tapage)
+        ta_clicks.click(PANEL_TAB)
+        link = tapage.locator(".classhub-shared-with-me a", has_text="week1.ipynb from student1")
+        with ta.expect_page() as opened:
+            ta_clicks.click_locator(link)
+        nb = opened.value
+        nb.set_default_timeout(60_000)
+        authorize = nb.get_by_role("button", name="Authorize")
+        wait_for(lambda: nb.locator(LAB_READY).count() or authorize.count(), 90,
+                 "JupyterLab or the hub's question whether student1's server may identify the TA")
+        if authorize.count():
+            # JupyterHub asks once whether student1's server may identify the TA: the hub's own
+            # one-time question for any server not one's own, not a step of the panel
+            authorize.click()
+        nb.wait_for_selector(LAB_READY, timeout=90_000)
+        assert ta_clicks.count <= 2, ta_clicks.count
+        banner = nb.locator(".classhub-banner")
+        banner.wait_for()
+        assert "Read-only: shared by student1" in banner.inner_text()
+        cell = nb.locator(".jp-Cell .cm-content", has_text="print(6 * 7)").first
+        cell.wait_for()
+        cell.click()
+        nb.keyboard.type("import os")
+        nb.keyboard.press("Enter")
+        assert cell.inner_text() == "print(6 * 7)"
+        # no kernel was started, and no dialog about one
+        assert nb.locator(".jp-Dialog").count() == 0
+        sessions = server_api(hub, "student1", "GET", "api/sessions", tokens["student1"]).json()
+        assert sessions == []
+        screenshot(nb, "lab-readonly")
+
+        banner.get_by_role("button", name="Copy to my server").click()
+        nb.get_by_text("Copied to your server as week1-from-student1.ipynb.").wait_for()
+        copy = server_api(hub, "ta1", "GET", "api/contents/week1-from-student1.ipynb", tokens["ta1"])
+        assert copy.status_code == 200, copy.text
+        assert copy.json()["writable"] is True
+        assert copy.json()["content"]["cells"][0]["source"] == "print(6 * 7)"
+        edited = {**NOTEBOOK, "cells": [{**NOTEBOOK["cells"][0], "source": "print('mine now')"}]}
+        r = server_api(hub, "ta1", "PUT", "api/contents/week1-from-student1.ipynb", tokens["ta1"],
+                       json={"type": "notebook", "content": edited})
+        assert r.status_code == 200, r.text
+        # the student's notebook is untouched
+        original = server_api(hub, "student1", "GET", "api/contents/week1.ipynb", tokens["student1"]).json()
+        assert original["content"]["cells"][0]["source"] == "print(6 * 7)"
+    finally:
+        student.close()
+        ta.close()
+
+
+@pytest.fixture(scope="module")
+def culling_hub(hub_root: Path):
+    """A hub whose culler warns after 10 s of idleness (a cycle every second) and would stop an
+    idle server after 4 minutes: long enough for the test, short enough to see a warning."""
+    culler = {"interval": 1, "warn_before": 230,
+              "idle_timeouts": {"gpu": 240, "mig": 240, "shared": 240, "cpu": 240}}
+    hub = LocalHub(data_dir=hub_root / "lab-culler",
+                   env={"CLASSHUB_CULLER_CONFIG": json.dumps({"ClasshubCuller": culler})}).start()
+    yield hub
+    hub.stop()
+
+
+def _last_activity(hub: LocalHub, token: str) -> datetime:
+    model = requests.get(f"{hub.url}/hub/api/users/student1", headers={"Authorization": f"token {token}"},
+                         timeout=10).json()
+    return datetime.fromisoformat(model["servers"][""]["last_activity"].replace("Z", "+00:00"))
+
+
+def test_culler_warning_is_a_notification_with_a_working_keep_running(page, culling_hub) -> None:
+    hub = culling_hub
+    token = HubSession(hub, "student1").new_token()
+    start_server(hub, "student1", token)
+    open_lab(page, hub, "student1")
+    toast = page.locator(".Toastify__toast", has_text="will be stopped in")
+    toast.wait_for(timeout=90_000)
+    assert "because it is idle" in toast.inner_text()
+    warned = api(hub, "GET", "culling/me", token).json()["warnings"]
+    assert [w["server_name"] for w in warned] == [""]
+    screenshot(page, "lab-culler")
+
+    clicked = datetime.now(timezone.utc)
+    toast.get_by_role("button", name="Keep running").click()
+    page.get_by_text("Your server keeps running.").wait_for()
+    wait_for(lambda: page.locator(".Toastify__toast", has_text="will be stopped in").count() == 0, 10,
+             "the warning's notification to close")
+    # the hub now says the server was used just now: what the culler decides from
+    assert _last_activity(hub, token) >= clicked - timedelta(seconds=2)
+
+    def warning_moved() -> bool:
+        now = api(hub, "GET", "culling/me", token).json()["warnings"]
+        return all(w["cull_at"] > warned[0]["cull_at"] for w in now)
+
+    wait_for(warning_moved, 60, "the culler to drop (or push back) the warning after 'keep running'")
+    server = requests.get(f"{hub.url}/hub/api/users/student1", headers={"Authorization": f"token {token}"},
+                          timeout=10).json()["servers"][""]
+    assert server["ready"]
