@@ -6,6 +6,7 @@ import json
 import os
 import socket
 import subprocess
+import uuid
 from pathlib import Path
 
 import psutil
@@ -15,14 +16,24 @@ from tests.hubproc import CLASSHUB
 
 
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None):
-    before = {p.pid for p in psutil.process_iter()}
+    """Run ``classhub`` and find what it left running: processes that inherited this run's
+    marker variable (the proxy) or name its data folder in their environment (the services,
+    which get only their own variables), so hubs of other tests running meanwhile never count."""
+    marker = uuid.uuid4().hex
+    env = {**(env if env is not None else os.environ), "CLASSHUB_TEST_RUN": marker}
+    needles = [marker]
+    if "--data-dir" in args:
+        needles.append(str(Path(args[args.index("--data-dir") + 1]).resolve()))
     result = subprocess.run([*CLASSHUB, *args], capture_output=True, text=True, timeout=60,
                             env=env, cwd=cwd)
-    leftovers = [
-        p for p in psutil.process_iter(["cmdline"])
-        if p.pid not in before and any("configurable-http-proxy" in c or "hub_ext.service" in c
-                                       or c == "culler" for c in (p.info["cmdline"] or []))
-    ]
+    leftovers = []
+    for p in psutil.process_iter():
+        try:
+            values = p.environ().values()
+        except (psutil.Error, OSError):
+            continue
+        if p.pid != os.getpid() and any(n in v for n in needles for v in values):
+            leftovers.append(p)
     return result, leftovers
 
 
