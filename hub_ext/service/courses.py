@@ -284,7 +284,7 @@ class Courses:
                 raise web.HTTPError(
                     409,
                     "Course %s still has %d running server(s) or queued or running job(s) (%s); "
-                    "stop or cancel them first.",
+                    "stop them first (jobs: cancel them).",
                     name, len(held), ", ".join(held[:5]),
                 )
             # Finished reservations stay as GPU-hour history of their users, outside any course.

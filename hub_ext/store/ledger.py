@@ -17,13 +17,14 @@ servers that no longer run and reports servers that run without one; the caller 
 from __future__ import annotations
 
 import functools
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
-from sqlalchemy import Row, Select, select
+from sqlalchemy import ColumnElement, Select, String, and_, case, cast, func, select, true
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -33,6 +34,7 @@ from hub_ext.core.quota import (
     Limits,
     Usage,
     admit,
+    gpu_amount,
     gpu_seconds,
     week_window,
 )
@@ -44,15 +46,9 @@ __all__ = ["Ledger", "QuotaDenied", "ReconcileReport"]
 _SECONDS_PER_HOUR = 3600
 
 
-#: The columns a usage sum needs: read as plain rows, not ORM objects (no identity map, no
-#: per-row JSON parse: see `_request`).
-_HELD = (Reservation.username, Reservation.kind, Reservation.resources, Reservation.started_at,
-         Reservation.released_at)
-
-
 def _request(resources: dict[str, Any]) -> ResourceVector:
     """A reservation's resources as a vector; most reservations of a course ask for the same
-    profile, so each distinct request is parsed once."""
+    profile, so each distinct request is parsed once (`Ledger.gpu_seconds` reads rows too)."""
     return _parsed(tuple(sorted(resources.items())))
 
 
@@ -190,22 +186,16 @@ class Ledger:
         kind: str,
     ) -> Decision:
         """Run core `admit` on the course's reservations as this locked transaction sees them."""
-        week_start, _ = self._week(now)
-        rows = session.execute(
-            select(*_HELD).where(
-                Reservation.course_id == course.id,
-                Reservation.released_at.is_(None) | (Reservation.released_at > week_start),
-            )
-        ).all()
         course_quota = session.get(CourseQuota, course.id)
         user_quota = session.scalars(
             select(UserQuota).where(UserQuota.course_id == course.id, UserQuota.username == username)
         ).one_or_none()
-        mine = [r for r in rows if r.username == username]
+        in_course = Reservation.course_id == course.id
         return admit(
             request,
-            (user_quota.limits if user_quota else Limits(), self._usage(mine, now)),
-            (course_quota.limits if course_quota else Limits(), self._usage(rows, now)),
+            (user_quota.limits if user_quota else Limits(),
+             self._held(session, and_(in_course, Reservation.username == username), now)),
+            (course_quota.limits if course_quota else Limits(), self._held(session, in_course, now)),
             course.name,
             servers=1 if kind == "server" else 0,
         )
@@ -281,12 +271,14 @@ class Ledger:
     def usage(self, now: datetime, *, course: str | None = None, username: str | None = None) -> Usage:
         """What a course, a user (all courses), or a user in a course holds at `now`, with the GPU
         hours of `now`'s week so far."""
-        week_start, _ = self._week(now)
-        query = self._scope(select(*_HELD), course, username).where(
-            Reservation.released_at.is_(None) | (Reservation.released_at > week_start)
-        )
+        scope = []
+        if course is not None:
+            scope.append(Reservation.course_id == select(Course.id).where(Course.name == course)
+                         .scalar_subquery())
+        if username is not None:
+            scope.append(Reservation.username == username)
         with self._sessions() as session:
-            return self._usage(session.execute(query).all(), now)
+            return self._held(session, and_(true(), *scope), now)
 
     def gpu_seconds(
         self,
@@ -306,20 +298,42 @@ class Ledger:
             rows = session.scalars(query).all()
         return gpu_seconds(((r.started_at, r.released_at, r.request) for r in rows), start, end, now)
 
-    def _usage(self, rows: Iterable[Row], now: datetime) -> Usage:
-        """Usage of `_HELD` rows (plain columns: a course's week is hundreds of rows per start)."""
-        rows = list(rows)
-        active = [r for r in rows if r.released_at is None]
+    def _held(self, session: Session, scope: ColumnElement[bool], now: datetime) -> Usage:
+        """Usage of the reservations `scope` selects, in `now`'s week, summed by the database.
+
+        Why grouped: a course's week holds a reservation per server start, and every start of a
+        300-student lecture decides against all of them. Requests of one profile serialize
+        identically, so the database counts them per (request, kind, held now) and only a few
+        groups come back; only GPU requests need their rows' times (for GPU-hours).
+        """
         week_start, week_end = self._week(now)
-        seconds = gpu_seconds(
-            ((r.started_at, r.released_at, _request(r.resources)) for r in rows),
-            week_start, week_end, now,
-        )
-        return Usage(
-            resources=sum_vectors(_request(r.resources) for r in active),
-            servers=sum(1 for r in active if r.kind == "server"),
-            gpu_hours_week=seconds / _SECONDS_PER_HOUR,
-        )
+        text = cast(Reservation.resources, String)
+        in_week = and_(scope, Reservation.released_at.is_(None) | (Reservation.released_at > week_start))
+        held_now = case((Reservation.released_at.is_(None), 1), else_=0)
+        groups = session.execute(
+            select(text, Reservation.kind, held_now, func.count())
+            .where(in_week).group_by(text, Reservation.kind, held_now)
+        ).all()
+        resources: list[ResourceVector] = []
+        servers = 0
+        gpu_texts = set()
+        for serialized, kind, active, count in groups:
+            request = _request(json.loads(serialized))
+            if active:
+                resources.append(request * count)
+                servers += count if kind == "server" else 0
+            if gpu_amount(request):
+                gpu_texts.add(serialized)
+        seconds = Fraction(0)
+        if gpu_texts:
+            rows = session.execute(
+                select(Reservation.started_at, Reservation.released_at, text)
+                .where(in_week, text.in_(sorted(gpu_texts)))
+            ).all()
+            seconds = gpu_seconds(((r[0], r[1], _request(json.loads(r[2]))) for r in rows),
+                                  week_start, week_end, now)
+        return Usage(resources=sum_vectors(resources), servers=servers,
+                     gpu_hours_week=seconds / _SECONDS_PER_HOUR)
 
     @staticmethod
     def _scope(
