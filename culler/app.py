@@ -151,6 +151,16 @@ class ClasshubCuller(Application):
     hub_api_url = Unicode(config=True, help="The hub's API URL (default: $JUPYTERHUB_API_URL).")
     api_token = Unicode(config=True, help="The culler's hub token (default: $JUPYTERHUB_API_TOKEN).")
     dry_run = Bool(False, config=True, help="Decide and log, but stop nothing and warn nobody.")
+    clock_file = Unicode(
+        "", config=True,
+        help="A file holding a number of seconds the culler's clock runs ahead of the wall clock, "
+        "read at every cycle (missing, empty or not a number: 0). For drills and tests: moving "
+        "the culler's time forward shows what it does after an hour of idleness without waiting "
+        "an hour. Everything the culler decides and stores (warnings, cull times, shortfall ages) "
+        "is in its shifted time; the hub's activity times stay real, so a server idle since the "
+        "shift is idle for the offset plus the real seconds since. Each cycle's log line names "
+        "the offset it decided with ('cycle (clock +600s): ...').",
+    )
 
     @default("db_url")
     def _db_url(self) -> str:
@@ -357,15 +367,30 @@ class ClasshubCuller(Application):
         report.hub_requests = self.api.sent - before
         report.seconds = time.monotonic() - started
         self.log.info(
-            "cycle: %d servers, %d asked, %d warned, %d culled, pressure %s, %d hub requests, %.2fs",
+            "cycle%s: %d servers, %d asked, %d warned, %d culled, pressure %s, %d hub requests, %.2fs",
+            f" (clock {self._decided_offset:+g}s)" if self._decided_offset else "",
             report.servers, report.asked, len(report.warned), len(report.culled), report.pressure or "none",
             report.hub_requests, report.seconds,
         )
         return report
 
+    _decided_offset = 0.0  # the clock offset of the latest `now`
+
     def now(self) -> datetime:
-        """The time a cycle decides at (bench/culler.py shifts it for both cullers alike)."""
-        return datetime.now(timezone.utc)
+        """The time a cycle decides at: the wall clock plus `clock_file`'s offset
+        (bench/culler.py shifts it for both cullers alike)."""
+        self._decided_offset = self.clock_offset()
+        return datetime.now(timezone.utc) + timedelta(seconds=self._decided_offset)
+
+    def clock_offset(self) -> float:
+        """Seconds the culler's clock runs ahead (see `clock_file`)."""
+        if not self.clock_file:
+            return 0.0
+        try:
+            with open(self.clock_file) as f:
+                return float(f.read().strip() or 0)
+        except (OSError, ValueError):
+            return 0.0
 
     def needs_asking(self, d: Decision, f: ServerFacts, policies: Mapping, now: datetime) -> bool:
         """Whether the server must be asked before ``d`` is carried out (see ask_servers)."""
@@ -455,7 +480,7 @@ class ClasshubCuller(Application):
                     self.log.exception("checking for shortfalls failed")
 
     def pressure_now(self) -> dict[str, int]:
-        since = datetime.now(timezone.utc) - timedelta(seconds=self.shortfall_ttl)
+        since = self.now() - timedelta(seconds=self.shortfall_ttl)
         with self.sessions() as session:
             return cm.open_shortfalls(session, since)
 

@@ -98,6 +98,23 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
         help="""Seconds a server (and its kernels) get to exit after SIGTERM before SIGKILL.""",
     )
 
+    records_dir = Unicode(
+        "",
+        config=True,
+        help="""Folder where each server process records itself (pid, start time) as it starts.
+
+        The hub stores a server's pid only once the process was launched; a hub killed in
+        between would leave a server nobody knows. With the record, the restarted hub stops
+        such a server when it finds the spawn interrupted. Empty: ``<homes_dir>/../run``.
+        """,
+    )
+
+    @property
+    def record_path(self) -> Path:
+        """This server's process record (see ``records_dir``)."""
+        base = Path(self.records_dir or Path(self.homes_dir or "homes").resolve().parent / "run")
+        return base / f"{accounts.safe_name(self.user.name)}-{self.name or '-'}.pid"
+
     @default("cmd")
     def _default_cmd(self) -> list[str]:
         # The hub's own interpreter: the venv that has classhub, jupyterlab and jupyterhub.
@@ -223,6 +240,9 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
         )
         self.notebook_dir = str(home)
         await self._seed_home(home)
+        # A process of an earlier start that a hub crash orphaned must not outlive this start.
+        await processes.stop_recorded(str(self.record_path), 0)
+        self.record_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         return await super().start()
 
     templates = Instance(ClasshubTemplates, help="Template settings (c.ClasshubTemplates.*).")
@@ -267,8 +287,10 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
         account: accounts.Account = self._run_as
         home = str(self.home_dir)
         switch = self.system_users
+        record = str(self.record_path)
 
         def preexec() -> None:
+            processes.write_record(record)  # before anything else: see records_dir
             if switch:
                 os.setgid(account.gid)
                 os.setgroups([])
@@ -294,6 +316,17 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
             env["CPU_LIMIT"] = format_quantity(self.selection.cpu.limit)
         return env
 
+    async def poll(self) -> int | None:
+        """None while the server runs, else its exit status (0 when unknown).
+
+        A server without a pid whose process record names a live process is one whose spawn a
+        hub crash interrupted after the process started: it is stopped, so the hub drops the
+        server and releases its reservation, and the student's next start begins afresh."""
+        if not self.pid and await processes.stop_recorded(str(self.record_path), 0):
+            self.log.warning("Stopped %s's server process, orphaned by a hub crash during its spawn",
+                             self._log_name)
+        return await super().poll()
+
     async def stop(self, now: bool = False) -> None:
         """Stop the server and every process it started (kernels, terminals)."""
         if not self.pid:
@@ -303,6 +336,7 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
             self.pid, 0 if now else self.stop_grace, reap=proc.poll if proc else lambda: None
         )
         await self.poll()
+        await processes.stop_recorded(str(self.record_path), 0)  # gone by now: drops the record
         await self.release_reservation()
 
     async def move_certs(self, paths: dict) -> dict:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import kubernetes
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.hubproc import HubSession, LocalHub, proxy_available
+from tests.hubproc import HubSession, LocalHub, hub_with_config, proxy_available
 
 # Property tests run beside hub processes on 2 shared cores: how fast examples are generated says
 # nothing about the code under test, so neither a deadline nor the "too slow" health check applies.
@@ -24,7 +25,7 @@ IN_CI = bool(os.environ.get("CI"))
 #: unit: no process of ours; hub: a real JupyterHub process; cluster: the fake Kubernetes API
 #: server (with or without a hub); browser: Chromium driven by Playwright.
 TIERS = ("unit", "hub", "cluster", "browser")
-_HUB_FIXTURES = frozenset({"hub_root", "demo_hub", "login", "hub"})
+_HUB_FIXTURES = frozenset({"hub_root", "demo_hub", "login", "hub", "shared_hubs"})
 
 
 def _tier(item: pytest.Item) -> str:
@@ -62,12 +63,46 @@ def hub_root() -> Path:
     return root
 
 
+class SharedHubs:
+    """Started hubs by configuration, for the whole session.
+
+    Why: a hub start costs 5-20 s on two busy cores, and many modules need a hub with the same
+    settings (the demo hub, or one extra config). Modules whose tests only touch their own users
+    and clean up after themselves share one hub per configuration instead of starting their own;
+    a module that stops, restarts or breaks its hub keeps a fixture of its own."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.hubs: dict[tuple[str, tuple[tuple[str, str], ...]], LocalHub] = {}
+
+    def get(self, config: str = "", env: Mapping[str, str] | None = None) -> LocalHub:
+        """The session's hub whose data-dir ``jupyterhub_config.py`` is ``config`` and whose
+        environment adds ``env``; started on first use (again if a test stopped it)."""
+        key = (config, tuple(sorted((env or {}).items())))
+        hub = self.hubs.get(key)
+        if hub is None or hub.proc is None or hub.proc.poll() is not None:
+            hub = hub_with_config(self.root, f"shared-{len(self.hubs)}-{os.urandom(3).hex()}", config,
+                                  env=dict(env or {}))
+            self.hubs[key] = hub
+        return hub
+
+    def stop(self) -> None:
+        for hub in self.hubs.values():
+            hub.stop()
+
+
 @pytest.fixture(scope="session")
-def demo_hub(hub_root: Path):
+def shared_hubs(hub_root: Path) -> Iterator[SharedHubs]:
+    """``shared_hubs.get(config, env)`` -> the session's hub of that configuration."""
+    hubs = SharedHubs(hub_root)
+    yield hubs
+    hubs.stop()
+
+
+@pytest.fixture(scope="session")
+def demo_hub(shared_hubs: SharedHubs) -> LocalHub:
     """One demo hub for the tests that only read or start servers of their own users."""
-    hub = LocalHub(data_dir=hub_root / "demo").start()
-    yield hub
-    hub.stop()
+    return shared_hubs.get()
 
 
 @pytest.fixture

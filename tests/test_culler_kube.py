@@ -5,7 +5,8 @@ fake Prometheus answering the DCGM GPU-utilisation query.
 What a user notices: an idle server is warned, then stopped; a GPU pod that DCGM reports busy is
 not stopped although nobody touches it, and is once its GPU goes quiet; an admin's persistent
 server stays; a GPU spawn refused on a full cluster succeeds once the culler reclaimed an idle
-holder.
+holder. Timeouts are the real ones (minutes): the tests move the culler's clock forward
+(``move_clock``, tests/test_culler_local.py) instead of sleeping through idle windows.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import requests
 
 from tests.hubproc import HubSession, api, free_port, wait_for
 from tests.kubehub import KubeHub, process_cluster, request_server, server_model, wait_ready, wait_stopped
+from tests.test_culler_local import move_clock
 
 NODES = [
     {"name": "cpu-0", "allocatable": {"cpu": "16", "memory": "64Gi"}},
@@ -85,11 +87,13 @@ def cluster(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def hub(cluster, prometheus, tmp_path_factory):
-    culler = {"interval": 1, "warn_before": 6, "reclaim_after": 2, "pressure_check_interval": 1,
-              "prometheus_url": prometheus.url,
-              "idle_timeouts": {"gpu": 10, "mig": 10, "shared": 10, "cpu": 10}}
-    hub = KubeHub(tmp_path_factory.mktemp("kubeculler"), cluster.kubeconfig_path, start_timeout=30,
-                  extra_config=CONFIG)
+    """Idle after 10 min, warned 5 min before, reclaimable after 5 min, a cycle every second."""
+    data = tmp_path_factory.mktemp("kubeculler")
+    culler = {"interval": 1, "warn_before": 300, "reclaim_after": 300, "pressure_check_interval": 1,
+              "prometheus_url": prometheus.url, "clock_file": str(data / "culler-clock"),
+              "idle_timeouts": {"gpu": 600, "mig": 600, "shared": 600, "cpu": 600}}
+    hub = KubeHub(data, cluster.kubeconfig_path, start_timeout=30, extra_config=CONFIG)
+    hub.clock = data / "culler-clock"
     os.environ["CLASSHUB_CULLER_CONFIG"] = json.dumps({"ClasshubCuller": culler})
     try:
         hub.start()
@@ -122,8 +126,10 @@ def test_idle_pod_culled_busy_gpu_pod_and_persistent_pod_kept(hub, cluster, prom
     assert gpu_pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
     start(sessions["student2"], "cpu")
 
-    # The idle CPU pod: warned first, then stopped and its pod deleted.
+    # 5 min 10 s later the idle CPU pod is warned; 10 min 20 s later it is stopped, its pod deleted.
+    move_clock(hub, 310)
     wait_for(lambda: warnings(hub, tokens["student2"]), 40, "a warning for student2")
+    move_clock(hub, 620)
     wait_stopped(sessions["student2"], 40)
     wait_for(lambda: cluster.get("pods", "jupyter-student2", "default") is None, 30, "student2's pod deleted")
 
@@ -137,7 +143,9 @@ def test_idle_pod_culled_busy_gpu_pod_and_persistent_pod_kept(hub, cluster, prom
     # The GPU goes quiet: now it is an idle GPU server like any other.
     prometheus.utilization = {"jupyter-student1": 0.0}
     wait_for(lambda: warnings(hub, tokens["student1"]), 40, "a warning for student1")
+    move_clock(hub, 930)
     wait_stopped(sessions["student1"], 40)
+    move_clock(hub, 0)
     text = requests.get(f"{hub.url}/services/classhub/metrics",
                         headers={"Authorization": f"token {admin_token}"}, timeout=30).text
     assert 'classhub_culls_total{reason="idle",resource="nvidia.com/gpu"} 1.0' in text
@@ -153,8 +161,9 @@ def test_gpu_spawn_refused_on_a_full_cluster_succeeds_after_one_reclaim(hub, clu
     prometheus.utilization = {"jupyter-student1": 90.0, "jupyter-student2": 90.0}
     start(sessions["student1"], "gpu")
     start(sessions["student2"], "gpu")
-    # ... which end; nobody comes back to the servers.
+    # ... which end; nobody comes back to the servers for 5 min 10 s.
     prometheus.utilization = {}
+    move_clock(hub, 310)
     r = request_server(sessions["ta1"], {"user_options": {"profile": "gpu"}})
     assert r.status_code == 409, r.text
     assert "Capacity is being reclaimed" in r.json()["message"]
@@ -167,5 +176,6 @@ def test_gpu_spawn_refused_on_a_full_cluster_succeeds_after_one_reclaim(hub, clu
     text = requests.get(f"{hub.url}/services/classhub/metrics",
                         headers={"Authorization": f"token {admin_token}"}, timeout=30).text
     assert 'classhub_culls_total{reason="reclaim_for_pressure",resource="nvidia.com/gpu"} 1.0' in text
+    move_clock(hub, 0)
     for user in ("student2", "ta1"):
         sessions[user].hub_api("DELETE", f"users/{user}/server")

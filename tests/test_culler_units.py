@@ -271,3 +271,15 @@ def test_what_the_culler_reads_from_the_store_after_a_restart(tmp_path):
     assert known["windows"] == [Window("cs101", now, now + timedelta(hours=2), "exam")]
     assert known["warnings"][("bob", "")].warned_at == now
     assert known["pressure"] == {"nvidia.com/gpu": 1}
+
+
+def test_the_clock_file_moves_the_culler_s_time_and_a_bad_file_means_real_time(tmp_path):
+    clock = tmp_path / "clock"
+    culler = ClasshubCuller(clock_file=str(clock))
+    real = datetime.now(timezone.utc)
+    assert abs((culler.now() - real).total_seconds()) < 5  # no file yet: the wall clock
+    clock.write_text("3600\n")
+    assert 3595 < (culler.now() - real).total_seconds() < 3605
+    clock.write_text("an hour")
+    assert abs((culler.now() - real).total_seconds()) < 5
+    assert abs((ClasshubCuller().now() - real).total_seconds()) < 5  # no clock file configured

@@ -26,7 +26,9 @@ from tests.kubehub import (
     wait_stopped,
 )
 
-START_TIMEOUT = 25
+# The hub's start_timeout. A pod's jupyterhub-singleuser takes up to ~20 s to answer on two busy
+# cores; 40 s (the spawner gives up 3 s earlier) keeps every spawn here inside it.
+START_TIMEOUT = 40
 NAMESPACE = "default"
 
 PROFILES = """
@@ -220,17 +222,9 @@ def test_a_failed_first_watch_is_explained_and_the_next_spawn_recovers(hub, clus
         assert events[-1]["message"].endswith("Try again in a minute; if it keeps happening, tell "
                                               "the hub admin."), events[-1]
 
-    # The next spawns recover (the reflector was restarted). Under load the first of them can
-    # still time out while the new reflector lists, so try again as the message tells the user to.
-    for attempt in range(3):
-        assert request_server(teacher, {"profile": "course-b"}).status_code in (201, 202)
-        try:
-            wait_ready(teacher, START_TIMEOUT + 10)
-            break
-        except AssertionError:
-            if attempt == 2:
-                raise
-            wait_stopped(teacher, 30)
+    # The next spawn recovers: the reflector was restarted.
+    assert request_server(teacher, {"profile": "course-b"}).status_code in (201, 202)
+    wait_ready(teacher, START_TIMEOUT + 10)
     assert cluster.get("pods", "jupyter-teacher1", "course-b")["status"]["phase"] == "Running"
     assert teacher.hub_api("DELETE", "users/teacher1/server").status_code in (202, 204)
     wait_stopped(teacher, 30)

@@ -61,3 +61,56 @@ def _is_zombie(pid: int) -> bool:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return True
+
+
+# ---- servers whose spawn a hub crash interrupted ------------------------------------------------
+#
+# The hub records a server's pid only after ``Popen`` returned; a hub killed in between leaves a
+# server process nobody knows. So the server's own process writes "<pid> <start time>" into a
+# record file before it runs anything (from the spawner's preexec function, in the child), and
+# the spawner stops whatever that record names when the hub finds the server without a pid.
+# The start time guards against a recycled pid.
+
+
+def write_record(path: str) -> None:
+    """Record the calling process (pid and start time) in ``path``; called in the child.
+
+    A record that cannot be written never stops the server from starting: it only loses the
+    crash cleanup for this start."""
+    try:
+        me = psutil.Process()
+        with open(path, "w") as f:
+            f.write(f"{me.pid} {me.create_time()!r}\n")
+    except (OSError, psutil.Error):
+        pass
+
+
+def recorded_process(path: str) -> psutil.Process | None:
+    """The live process a record names, or None (no record, gone, or the pid was reused)."""
+    try:
+        with open(path) as f:
+            pid, created = f.read().split()
+        p = psutil.Process(int(pid))
+        if abs(p.create_time() - float(created)) < 0.01 and p.status() != psutil.STATUS_ZOMBIE:
+            return p
+    except (OSError, ValueError, psutil.Error):
+        pass
+    return None
+
+
+async def stop_recorded(path: str, grace: float) -> bool:
+    """Stop the process group a record names (if it still runs) and remove the record.
+
+    Returns True when there was such a process."""
+    p = recorded_process(path)
+    if p is not None:
+        await stop_process_group(p.pid, grace, reap=lambda: _reap(p.pid))
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    return p is not None
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status of ``pid`` if it is our child (a server started by this hub)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
