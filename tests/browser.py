@@ -41,9 +41,11 @@ def chromium_path() -> str:
     raise AssertionError  # unreachable; pytest.fail raises
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator:
-    """One headless Chromium for the session (each test gets its own context)."""
+    """One headless Chromium per module (each test gets its own context). Not per session:
+    Playwright's sync API keeps an event loop running in the main thread while it is open, and
+    the tests after a browser module run their own loops (``asyncio.run``)."""
     from playwright.sync_api import sync_playwright
 
     executable = chromium_path()
