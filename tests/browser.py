@@ -66,8 +66,9 @@ def page(browser) -> Iterator:
 
 
 def hub_login(page, hub_url: str, username: str, password: str) -> None:
-    """Log in through the hub's login form (what a person does), landing on the hub's home."""
-    page.goto(f"{hub_url}/hub/login")
+    """Log in through the hub's login form (what a person does), landing on the hub's home page
+    (``next=/hub/home``: the default landing would start the user's server on a shared hub)."""
+    page.goto(f"{hub_url}/hub/login?next=%2Fhub%2Fhome")
     page.fill("input[name=username]", username)
     page.fill("input[name=password]", password)
     page.click("#login_submit")

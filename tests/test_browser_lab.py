@@ -103,7 +103,7 @@ def test_student_opens_the_panel_and_sees_quota_and_templates(page, hub, servers
     assert panel.get_by_role("heading", name="My server").is_visible()
     screenshot(page, "lab-panel")
     # palette commands exist for the panel's actions
-    page.keyboard.press("Control+Shift+C")
+    open_palette(page)
     page.locator(".lm-CommandPalette-input").fill("classhub")
     palette = page.locator(".lm-CommandPalette-content")
     for label in ("Open the classhub panel", "classhub: Share…", "classhub: Keep my server running"):
@@ -118,10 +118,19 @@ def test_student_opens_the_panel_and_sees_quota_and_templates(page, hub, servers
         assert is_dark(page, "#classhub-panel h3", "color") != dark  # its text stays readable
 
 
-def use_theme(page, theme: str) -> None:
+def open_palette(page) -> None:
+    """JupyterLab's command palette, by its shortcut, with the keyboard focus in the main area
+    first (after a sidebar click or an Escape the shortcut would go nowhere)."""
+    page.locator("#jp-main-dock-panel").click(position={"x": 5, "y": 5})
     page.keyboard.press("Control+Shift+C")
+    page.locator(".lm-CommandPalette-input").wait_for(state="visible")
+
+
+def use_theme(page, theme: str) -> None:
+    open_palette(page)
     page.locator(".lm-CommandPalette-input").fill(f"Use Theme: {theme}")
-    page.locator(".lm-CommandPalette-item", has_text=f"Use Theme: {theme}").first.click()
+    page.locator(".lm-CommandPalette-item.lm-mod-active", has_text=f"Use Theme: {theme}").wait_for()
+    page.keyboard.press("Enter")  # the palette re-renders its items as it filters: no click target
 
 
 def is_dark(page, selector: str, prop: str = "backgroundColor") -> bool:
