@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.browser import Clicks, hub_login, screenshot
 from tests.hubproc import HubSession, LocalHub, api, start_server, wait_for
@@ -103,8 +104,7 @@ def test_student_opens_the_panel_and_sees_quota_and_templates(page, hub, servers
     assert panel.get_by_role("heading", name="My server").is_visible()
     screenshot(page, "lab-panel")
     # palette commands exist for the panel's actions
-    open_palette(page)
-    page.locator(".lm-CommandPalette-input").fill("classhub")
+    palette_search(page, "classhub")
     palette = page.locator(".lm-CommandPalette-content")
     for label in ("Open the classhub panel", "classhub: Share…", "classhub: Keep my server running"):
         palette.get_by_text(label, exact=True).wait_for()
@@ -118,17 +118,27 @@ def test_student_opens_the_panel_and_sees_quota_and_templates(page, hub, servers
         assert is_dark(page, "#classhub-panel h3", "color") != dark  # its text stays readable
 
 
-def open_palette(page) -> None:
-    """JupyterLab's command palette, by its shortcut, with the keyboard focus in the main area
-    first (after a sidebar click or an Escape the shortcut would go nowhere)."""
-    page.locator("#jp-main-dock-panel").click(position={"x": 5, "y": 5})
-    page.keyboard.press("Control+Shift+C")
-    page.locator(".lm-CommandPalette-input").wait_for(state="visible")
+def palette_search(page, text: str) -> None:
+    """Type ``text`` into JupyterLab's command palette. The palette is a modal that closes when it
+    loses the focus (a panel refresh may take it), so this waits until the search box is open and
+    holds the text, opening it again by its shortcut from the main area when it closed."""
+    box = page.locator(".lm-CommandPalette-input")
+
+    def searching() -> bool:
+        if not box.is_visible():
+            page.locator("#jp-main-dock-panel").click(position={"x": 5, "y": 5})
+            page.keyboard.press("Control+Shift+C")
+        try:
+            box.fill(text, timeout=2000)
+        except PlaywrightTimeout:
+            return False
+        return box.is_visible() and box.input_value() == text
+
+    wait_for(searching, 30, f"the command palette searching {text!r}")
 
 
 def use_theme(page, theme: str) -> None:
-    open_palette(page)
-    page.locator(".lm-CommandPalette-input").fill(f"Use Theme: {theme}")
+    palette_search(page, f"Use Theme: {theme}")
     page.locator(".lm-CommandPalette-item.lm-mod-active", has_text=f"Use Theme: {theme}").wait_for()
     page.keyboard.press("Enter")  # the palette re-renders its items as it filters: no click target
 
