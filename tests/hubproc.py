@@ -227,9 +227,13 @@ def start_server(hub: LocalHub, username: str, token: str, timeout: float = 60) 
 
     def asked():  # a stop still pending (another test's) ends first; then the hub takes the start
         r = requests.post(f"{hub.url}/hub/api/users/{username}/server", headers=headers, timeout=30)
-        return None if r.status_code == 400 and "pending stop" in r.text else r
+        # (a list: a Response is falsy for 4xx, and "already running" is a 400)
+        return None if r.status_code == 400 and "pending stop" in r.text else [r]
 
-    r = wait_for(asked, timeout, f"{username}'s pending stop to end", interval=0.25)
+    try:
+        [r] = wait_for(asked, timeout, f"{username}'s pending stop to end", interval=0.25)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n--- the hub's log ends with:\n{hub.log()}") from None
     running = r.status_code == 400 and "is already running" in r.text
     assert r.status_code in (201, 202) or running, r.text
 
