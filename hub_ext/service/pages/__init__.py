@@ -1,4 +1,4 @@
-"""classhub's pages: Home, Course, Templates and Sharing, inside the hub's own page template.
+"""classhub's pages: Home, Course, Templates, Sharing and Jobs, inside the hub's own page template.
 
 `ROUTES` (relative to the service prefix) are mounted by hub_ext.service.app; `OPENAPI_PATHS`
 are merged into the OpenAPI document with the rest of the service's paths.
@@ -19,6 +19,7 @@ from hub_ext.service.pages.render import HUB_TEMPLATES
 from hub_ext.service.pages.views import (
     CoursePage,
     HomePage,
+    JobsPage,
     NotFoundPage,
     SharingPage,
     StaticHandler,
@@ -33,6 +34,7 @@ ROUTES: list[tuple[str, type]] = [
     (r"courses/([^/]+)", CoursePage),
     ("templates", TemplatesPage),
     ("shares", SharingPage),
+    ("jobs", JobsPage),
     ("api/files", api.FilesHandler),
     (r"api/courses/([^/]+)/roster/preview", api.RosterPreviewHandler),
     (r"api/courses/([^/]+)/audit", api.AuditHandler),
@@ -86,6 +88,9 @@ OPENAPI_PATHS: dict[str, Any] = {
                               _html("HTML page"))},
     "/shares": {"get": op("The sharing page: share, revoke, shared with me (HTML)", _USER,
                            _html("HTML page"))},
+    "/jobs": {"get": op("The jobs page: my jobs (state, place in the queue, why they wait, logs, "
+                         "cancel), a submit form, and the queues of the courses I teach or assist "
+                         "(HTML)", _USER, _html("HTML page"))},
     "/api/files": {"get": op(
         "The folders and files of a folder of my running server (query argument path, relative "
         "to the server's root; hidden files left out)", _USER,

@@ -122,6 +122,8 @@ class PageHandler(APIHandler):
             "parsed_scopes": {"admin-ui"} if caller and caller.is_admin else set(),
             "xsrf_token": xsrf,
             "page_title": self.page_title,
+            # the Jobs links (nav bar, tabs) only where the job service runs
+            "classhub_jobs": self.settings.get("jobs") is not None,
         }
 
     def render_page(self, name: str, caller: authz.Caller | None, **values: Any) -> None:

@@ -1,4 +1,4 @@
-"""The classhub pages: Home, Course, Templates, Sharing.
+"""The classhub pages: Home, Course, Templates, Sharing, Jobs.
 
 Handlers are thin (docs/architecture.md, rule 3): who asks, the same authorization decision as
 the matching API endpoint (hub_ext.core.authz), the same domain classes for the data (`Courses`,
@@ -16,13 +16,19 @@ from tornado import web
 
 from hub_ext.core import authz
 from hub_ext.core import templates as template_rules
+from hub_ext.core.jobs import ADMITTED, PREEMPTED, QUEUED, RUNNING
 from hub_ext.service.hubapi import HubAPIError
+from hub_ext.service.jobs.records import as_json as job_json
 from hub_ext.service.pages.render import STATIC, PageHandler
 from hub_ext.store.models import Course
 from hub_ext.store.template_models import Template, reseed_mode, version_json
 
 #: Resources shown as bars on the Home and Course pages, in this order when limited.
 _STAFF = ("teacher", "ta")
+#: Jobs that still hold or wait for resources: what Cancel applies to, and what the pages follow.
+ACTIVE_JOBS = (QUEUED, ADMITTED, RUNNING, PREEMPTED)
+#: Most jobs a table of the Jobs page shows (the API's page size).
+JOBS_SHOWN = 200
 
 
 def _server_of(model: dict[str, Any]) -> dict[str, Any] | None:
@@ -139,7 +145,20 @@ class HomePage(_Pages):
             })
         self.render_page("home.html", caller, courses=per_course, server=_server_of(model),
                          shares_mine=mine, shares_with_me=with_me, invitations=invitations,
-                         warnings=culling.get("warnings", []), all_courses=all_courses)
+                         warnings=culling.get("warnings", []), all_courses=all_courses,
+                         my_jobs=await self._active_jobs(name))
+
+    async def _active_jobs(self, name: str) -> dict[str, int] | None:
+        """How many of my jobs are in each active state (None: no job service on this hub)."""
+        service = self.settings.get("jobs")
+        if service is None:
+            return None
+        rows, _ = await asyncio.to_thread(service.store.list, owner=name, states=ACTIVE_JOBS,
+                                          limit=JOBS_SHOWN)
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r.state] = counts.get(r.state, 0) + 1
+        return counts
 
 
 class CoursePage(_Pages):
@@ -245,6 +264,71 @@ class SharingPage(_Pages):
         groups = sorted(g for g in model.get("groups", []) if g in caller.courses)
         self.render_page("sharing.html", caller, shares_mine=mine, shares_with_me=with_me,
                          people=sorted(people), groups=groups, server=_server_of(model))
+
+
+def _job_size(roles: list[dict[str, Any]]) -> str:
+    """What a job asks for, e.g. "2 x 1 nvidia.com/gpu, 4 cpu" (each role named when several)."""
+    parts = []
+    for role in roles:
+        resources = ", ".join(f"{v} {k}" for k, v in (role.get("resources") or {}).items())
+        if role.get("profile"):
+            resources = f"profile {role['profile']}" + (f" ({resources})" if resources else "")
+        resources = resources or "defaults"
+        label = f"{role.get('name')}: " if len(roles) > 1 else ""
+        parts.append(f"{label}{role.get('replicas', 1)} x {resources}")
+    return "; ".join(parts)
+
+
+def _queue_order(job: dict[str, Any]) -> tuple[int, int, str]:
+    """A course's queue as the admission loop sees it: admitted and running jobs, then the
+    waiting ones by their place in the queue, then by submit time."""
+    holding = job["state"] in (ADMITTED, RUNNING)
+    position = job.get("queue_position")
+    return (0 if holding else 1, position if position is not None else 10**9,
+            job.get("submitted_at") or "")
+
+
+class JobsPage(_Pages):
+    """``GET /jobs``: my jobs (state, where each waits and why, Logs, Cancel), a submit form,
+    and for teachers and TAs their courses' queues. Which buttons a row shows is the API's own
+    decision (hub_ext.core.authz), so the page never offers what the API refuses; the buttons
+    call the jobs API."""
+
+    page_title = "classhub: jobs"
+
+    async def get(self) -> None:
+        caller = await self.page_caller()
+        service = self.settings.get("jobs")
+        if service is None:
+            self.render_page("jobs.html", caller, enabled=False)
+            return
+        courses = sorted(caller.courses) if not caller.is_admin else sorted(
+            c["name"] for c in await self.courses.list(caller))
+        submit_to = [c for c in courses if authz.decide(caller, authz.SUBMIT_JOB, course=c)]
+        staff_of = [c for c in courses if authz.decide(caller, authz.READ_COURSE_JOBS, course=c)]
+
+        def read() -> tuple[list[Any], dict[str, list[Any]]]:
+            mine, _ = service.store.list(owner=caller.name, limit=JOBS_SHOWN)
+            queues = {c: service.store.list(courses=[c], states=ACTIVE_JOBS, limit=JOBS_SHOWN)[0]
+                      for c in staff_of}
+            return mine, queues
+
+        mine, queues = await asyncio.to_thread(read)
+
+        def row(record: Any) -> dict[str, Any]:
+            job = job_json(record)
+            job["size"] = _job_size(job["roles"])
+            job["active"] = job["state"] in ACTIVE_JOBS
+            job["may_cancel"] = job["active"] and bool(authz.decide(
+                caller, authz.CANCEL_JOB, course=job["course"], user=job["owner"]))
+            return job
+
+        self.render_page(
+            "jobs.html", caller, enabled=True, mine=[row(r) for r in mine],
+            queues={c: sorted((row(r) for r in rows), key=_queue_order) for c, rows in queues.items()},
+            submit_to=submit_to, active_states=list(ACTIVE_JOBS),
+            max_runtime_limit=service.settings.max_runtime_limit,
+            default_max_runtime=service.settings.default_max_runtime)
 
 
 class NotFoundPage(PageHandler):

@@ -7,8 +7,9 @@ const classhub = (() => {
   const meta = (name) => (document.querySelector(`meta[name="${name}"]`) || {}).content || "";
   const prefixOf = () => meta("classhub-prefix") || "/services/classhub/";
 
-  /** Call `api/<path>`; resolves to the JSON answer, rejects with the API's message. */
-  async function api(method, path, body, {raw = false, contentType = null} = {}) {
+  /** Call `api/<path>`; resolves to the JSON answer (`binary`: the body's bytes, an
+   *  ArrayBuffer, for text such as logs), rejects with the API's message. */
+  async function api(method, path, body, {raw = false, contentType = null, binary = false} = {}) {
     const headers = {...(window.classhubHeaders || {})};
     let payload;
     if (body instanceof FormData || raw) {
@@ -20,6 +21,7 @@ const classhub = (() => {
     }
     const r = await fetch(prefixOf() + "api/" + path, {method, headers, body: payload,
                                                    credentials: "same-origin"});
+    if (binary && r.ok) return await r.arrayBuffer();
     const text = await r.text();
     let data = null;
     try { data = text ? JSON.parse(text) : null; } catch (e) { data = {message: text}; }
@@ -148,16 +150,19 @@ const classhub = (() => {
       };
     });
   }
+  /** Show the ISO time in `el.dataset.localTime` in the reader's own time zone. */
+  function localTime(el) {
+    const d = new Date(el.dataset.localTime);
+    if (!Number.isNaN(d.getTime())) {
+      el.textContent = d.toLocaleString();
+      el.title = el.dataset.localTime;
+    }
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
     document.querySelectorAll("table.classhub-sortable").forEach(sortable);
-    document.querySelectorAll("[data-local-time]").forEach((el) => {
-      const d = new Date(el.dataset.localTime);
-      if (!Number.isNaN(d.getTime())) {
-        el.textContent = d.toLocaleString();
-        el.title = el.dataset.localTime;
-      }
-    });
+    document.querySelectorAll("[data-local-time]").forEach(localTime);
   });
 
-  return {api, say, busy, esc, enc, tree, get prefix() { return prefixOf(); }};
+  return {api, say, busy, esc, enc, tree, localTime, get prefix() { return prefixOf(); }};
 })();
