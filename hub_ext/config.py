@@ -212,7 +212,8 @@ def _add_course_roles(c: Any, ta_server_access: bool) -> None:
         handlers = list(section["extra_handlers"]) if "extra_handlers" in section else []
     else:
         handlers = list(getattr(section, "extra_handlers", None) or [])
-    handlers = [h for h in handlers if h[0] != hubside.PATH] + list(hubside.HANDLERS)
+    ours = {path for path, _handler in hubside.HANDLERS}
+    handlers = [h for h in handlers if h[0] not in ours] + list(hubside.HANDLERS)
     c.JupyterHub.extra_handlers = handlers
     service = next(s for s in c.JupyterHub.services if s.get("name") == SERVICE_NAME)
     service["environment"]["CLASSHUB_TA_SERVER_ACCESS"] = "1" if ta_server_access else "0"

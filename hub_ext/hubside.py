@@ -15,7 +15,12 @@ call is idempotent). Only the classhub service's own token may call it. Hub admi
 from the hub's database here, at the moment of the change, and left out of every server scope
 (hub_ext.core.roles.hub_roles), so no course role ever reaches a hub admin's server.
 
-It is registered with ``JupyterHub.extra_handlers`` by ``configure()``; JupyterHub 3.1+ logs
+``GET /hub/api/classhub/profiles/<user>`` (`ProfilesHandler`) gives the service the profile
+catalog of the user's spawner, so jobs by profile are checked like notebooks.
+``GET /hub/api/classhub/home/<user>`` (`HomeHandler`) gives it the home volume the user's
+notebook pod mounts, so a job's replicas on Kubernetes mount it too.
+
+They are registered with ``JupyterHub.extra_handlers`` by ``configure()``; JupyterHub 3.1+ logs
 that setting as deprecated, but it is the only way for an extension to change roles at run time
 in JupyterHub 5 and 6.
 """
@@ -86,7 +91,57 @@ class CourseRolesHandler(APIHandler):
             admins & {u for people in members.values() for u in people})}))
 
 
-HANDLERS = [(PATH, CourseRolesHandler)]
+#: The spawner's profile catalog, for the classhub service (jobs by profile).
+PROFILES_PATH = r"/api/classhub/profiles/([^/]+)"
+
+
+class ProfilesHandler(APIHandler):
+    """``GET /hub/api/classhub/profiles/<user>``: the profile catalog the user's spawner offers
+    (configured, or proposed from the hardware), as catalog entries: ``{"enabled": true,
+    "profiles": [...]}``. The service resolves a job's ``profile`` with the same code a
+    notebook's goes through (hub_ext.core.profiles); only the catalog lives in the hub's
+    configuration. ``enabled`` is false when the spawner has no classhub profiles (a plain
+    spawner, or KubeSpawner's own ``profile_list``). Only the classhub service may call it."""
+
+    def get(self, name: str) -> None:
+        caller = self.current_user
+        if not (isinstance(caller, orm.Service) and caller.name == SERVICE_NAME):
+            raise web.HTTPError(403, "Only the classhub service reads the profile catalog.")
+        user = self.find_user(name)
+        if user is None:
+            raise web.HTTPError(404, f"No user {name}.")
+        spawner = user.spawner
+        entries = getattr(spawner, "catalog_entries", None)
+        enabled = entries is not None and spawner.classhub_profiles_enabled()
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"enabled": enabled, "profiles": entries() if enabled else []},
+                               default=str))
+
+
+#: The user's home volume as their notebook pod mounts it, for the classhub service (jobs).
+HOME_PATH = r"/api/classhub/home/([^/]+)"
+
+
+class HomeHandler(APIHandler):
+    """``GET /hub/api/classhub/home/<user>``: ``{"home": ...}``, what the user's spawner mounts at
+    their home (``ClasshubKubeSpawner.home_volume``: namespace, volume, mount, uid, gid, fs_gid,
+    supplemental_gids, expanded by KubeSpawner itself), so a job's replicas see the notebook's
+    files; null for a spawner without one. Only the classhub service may call it."""
+
+    async def get(self, name: str) -> None:
+        caller = self.current_user
+        if not (isinstance(caller, orm.Service) and caller.name == SERVICE_NAME):
+            raise web.HTTPError(403, "Only the classhub service reads users' home volumes.")
+        user = self.find_user(name)
+        if user is None:
+            raise web.HTTPError(404, f"No user {name}.")
+        home_volume = getattr(user.spawner, "home_volume", None)
+        home = await home_volume() if home_volume is not None else None
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"home": home}, default=str))
+
+
+HANDLERS = [(PATH, CourseRolesHandler), (PROFILES_PATH, ProfilesHandler), (HOME_PATH, HomeHandler)]
 
 
 class Announcement:

@@ -1,7 +1,8 @@
 """``classhub job ...``: submit, list, show, follow and cancel distributed jobs from a terminal.
 
-``classhub job submit --replicas 2 --gpus 1 -- python train.py`` inside a user's server needs no
-setup (the server's token and the service's address are in its environment); elsewhere add
+``classhub job submit --replicas 2 --gpus 1 -- python train.py`` (or ``--profile gpu-1``: what
+a notebook of that profile gets) inside a user's server needs no setup (the server's token and
+the service's address are in its environment); elsewhere add
 ``--url https://<hub>/services/classhub/api --token <hub API token>``. Output is for people;
 ``--json`` prints the API's answer for scripts.
 """
@@ -31,6 +32,9 @@ def add_job_parser(sub: Any) -> None:
     submit = verbs.add_parser("submit", help="queue a job: classhub job submit --replicas 2 "
                               "--gpus 1 -- python train.py")
     submit.add_argument("--replicas", type=int, default=1, help="replicas started together (1)")
+    submit.add_argument("--profile", default=None, metavar="SLUG",
+                        help="each replica gets what a notebook of this profile of your course "
+                        "gets (CPU, memory, GPUs), e.g. gpu-1; instead of --gpus/--cpu/--memory")
     submit.add_argument("--gpus", type=int, default=0, help="GPUs per replica (0)")
     submit.add_argument("--gpu-resource", default="nvidia.com/gpu",
                         help="the GPU resource (nvidia.com/gpu, or a MIG slice such as "
@@ -85,7 +89,7 @@ def _submit(client: JobClient, args: argparse.Namespace) -> int:
     resources: dict[str, Any] = {}
     if args.gpus:
         resources[args.gpu_resource] = args.gpus
-    if args.cpu or not args.gpus:
+    if args.cpu or not (args.gpus or args.profile):
         resources["cpu"] = args.cpu or "1"
     if args.memory:
         resources["memory"] = args.memory
@@ -96,11 +100,12 @@ def _submit(client: JobClient, args: argparse.Namespace) -> int:
             print(f"classhub: --env {item!r}: write NAME=VALUE", file=sys.stderr)
             return 2
         env[name] = value
-    job = client.submit(command, replicas=args.replicas, resources=resources, name=args.name,
+    # With --profile, explicit --gpus/--cpu/--memory are sent too: the service refuses the mix.
+    job = client.submit(command, replicas=args.replicas, resources=resources or None, name=args.name,
                         id=args.id, course=args.course, max_runtime=args.max_runtime, env=env or None,
-                        workdir=workdir_in_home())
-    _print(args, job, f"{job['id']}: {job['state']} in {job['course']} "
-                      f"({args.replicas} x {', '.join(f'{v} {k}' for k, v in resources.items())})")
+                        workdir=workdir_in_home(), profile=args.profile)
+    shape = job.get("profile") or ", ".join(f"{v} {k}" for k, v in resources.items())
+    _print(args, job, f"{job['id']}: {job['state']} in {job['course']} ({args.replicas} x {shape})")
     if not args.wait:
         return 0
     job = client.wait(job["id"])

@@ -9,6 +9,7 @@ and a hub API token, or set ``CLASSHUB_URL`` and ``CLASSHUB_TOKEN``.
 from hub_ext.jobclient import JobClient
 jobs = JobClient()
 job = jobs.submit(["python", "train.py"], replicas=2, resources={"nvidia.com/gpu": 1})
+# or by profile: jobs.submit(["python", "train.py"], replicas=2, profile="gpu-1")
 print(jobs.show(job["id"])["reason"])        # why it waits, its place in the queue
 for text in jobs.logs(job["id"], follow=True):
     print(text, end="")
@@ -85,14 +86,20 @@ class JobClient:
                resources: Mapping[str, Any] | None = None, name: str = "job", id: str | None = None,
                course: str | None = None, max_runtime: float | None = None,
                env: Mapping[str, str] | None = None, workdir: str | None = None,
-               roles: Sequence[Mapping[str, Any]] | None = None, **fields: Any) -> dict:
-        """Queue a job; the same `id` again returns the job made the first time."""
+               roles: Sequence[Mapping[str, Any]] | None = None, profile: str | None = None,
+               **fields: Any) -> dict:
+        """Queue a job; the same `id` again returns the job made the first time. `profile`
+        (a slug of the course's profiles, e.g. "gpu-1") gives every replica what a notebook of
+        that profile gets, in place of `resources`; in `roles`, each role may name its own."""
         body: dict[str, Any] = {"name": name, "command": list(command), **fields}
+        if profile is not None:
+            body["profile"] = profile
         if roles is not None:
             body["roles"] = list(roles)
         else:
             body["replicas"] = replicas
-            body["resources"] = dict(resources or {"cpu": "1"})
+            if resources or profile is None:
+                body["resources"] = dict(resources or {"cpu": "1"})
         for key, value in (("id", id), ("course", course), ("max_runtime", max_runtime),
                            ("env", dict(env) if env else None), ("workdir", workdir)):
             if value is not None:

@@ -80,8 +80,13 @@ class ProfilesMixin(HasTraits):
 
     # ---- the catalog and who is looking -----------------------------------------------------------
 
+    def catalog_entries(self) -> list[dict[str, Any]]:
+        """The catalog as configured, or as proposed from the hardware when none is (the hub
+        hands these to the classhub service for jobs by profile, hub_ext.hubside)."""
+        return list(self.profiles or self.proposed_profiles())
+
     def catalog(self) -> Catalog:
-        entries = self.profiles or self.proposed_profiles()
+        entries = self.catalog_entries()
         try:
             return Catalog.from_config(entries)
         except CatalogError as e:

@@ -1,7 +1,8 @@
 """Distributed jobs through a real hub (``classhub local``) with an injected 3-GPU inventory.
 
 What a student or teacher would notice: a 2-replica job submitted through the API meets at its
-master and ends succeeded, its logs readable per replica; a 3-GPU job waits while a notebook
+master and ends succeeded, its logs readable per replica; a job by profile gets that profile's
+GPU per replica; a 3-GPU job waits while a notebook
 holds one of the 3 GPUs (no replica runs), says why and where it stands, and starts when the
 notebook stops; cancel leaves no process; a job beyond the course quota is refused with a
 sentence; a student never sees another student's job, the course's TA and teacher do, and
@@ -31,6 +32,11 @@ GPU_PROFILE = "nvidia-h200-gpu"
 CONFIG = f"""
 c.ClasshubLocalSpawner.gpu_discovery_command = ['cat', {str(INVENTORY)!r}]
 c.ClasshubLocalSpawner.use_nvml = False
+c.ClasshubLocalSpawner.profiles = [
+    {{"slug": "cpu", "display_name": "CPU only", "kind": "cpu", "default": True}},
+    {{"slug": {GPU_PROFILE!r}, "display_name": "Whole H200", "kind": "gpu", "gpu_product": "NVIDIA-H200",
+     "cpu_guarantee": "500m", "cpu_limit": "2", "mem_guarantee": "1Gi", "mem_limit": "4Gi"}},
+]
 """
 #: The service discovers the same GPUs as the spawner; jobs cycle fast and stop fast in tests.
 ENV = {"CLASSHUB_GPU_DISCOVERY_COMMAND": json.dumps(["cat", str(INVENTORY)]),
@@ -84,6 +90,28 @@ def test_a_two_replica_job_meets_at_its_master_and_its_logs_show_the_ranks(hub, 
     assert "rank 1 of 2 ready" in log1.text
     home = hub.data_dir / "homes" / "student1" / ".classhub" / "jobs" / job_id
     assert (home / "worker-0.log").is_file()
+
+
+def test_a_job_by_profile_gives_each_replica_what_a_notebook_of_that_profile_gets(hub, tokens):
+    student = tokens["student1"]
+    r = api(hub, "POST", "jobs", student, json={"name": "by-profile", "command": command(),
+                                                "replicas": 2, "profile": GPU_PROFILE})
+    assert r.status_code == 201, r.text
+    assert r.json()["profile"] == "Whole H200"
+    assert r.json()["roles"][0]["resources"] == {"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": "1"}
+    done = ended(hub, student, r.json()["id"])
+    assert done["state"] == "succeeded", done["events"]
+    assert "(profile Whole H200)" in done["events"][0]["message"]
+    gpus = [replica["gpus"] for replica in done["replicas"]]
+    assert [len(g) for g in gpus] == [1, 1] and gpus[0] != gpus[1]
+    log = api(hub, "GET", f"jobs/{done['id']}/logs?index=1", student).text
+    assert f"gpus {gpus[1][0]}" in log  # CUDA_VISIBLE_DEVICES: the one GPU of its profile
+    r = api(hub, "POST", "jobs", student, json={"command": ["true"], "profile": "h100"})
+    assert r.status_code == 400
+    assert f"choose one of: cpu, {GPU_PROFILE}" in r.json()["message"], r.text
+    r = api(hub, "POST", "jobs", student, json={"command": ["true"], "profile": GPU_PROFILE,
+                                                "resources": {"cpu": "1"}})
+    assert r.status_code == 400 and "either profile or resources" in r.json()["message"], r.text
 
 
 def test_a_three_gpu_job_waits_for_a_notebooks_gpu_then_starts(hub, tokens):

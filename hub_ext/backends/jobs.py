@@ -57,6 +57,9 @@ class Launch:
     """role -> Kubernetes resource requests of one replica (for pods)."""
     max_restarts: int = 0
     """How often a failed replica is started again."""
+    pods: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
+    """role -> what a notebook of the role's profile would get besides its requests: ``limits``,
+    ``node_selector``, ``tolerations`` (roles that named a profile; Kubernetes)."""
 
     @property
     def world_size(self) -> int:
@@ -82,8 +85,10 @@ class JobBackend(Protocol):
         `other`: what running jobs hold besides devices (local); `running`: the admitted jobs
         (a cluster subtracts the replicas whose pods do not exist yet)."""
 
-    def devices_for(self, node: str, resource: str, count: int, taken: set[str]) -> list[str]:
-        """`count` devices of `resource` on `node` not in `taken` (local mode; [] elsewhere)."""
+    def devices_for(self, node: str, resource: str, count: int, taken: set[str],
+                    product: str | None = None) -> list[str]:
+        """`count` devices of `resource` on `node` not in `taken`, of GPU model `product` when
+        given (local mode; [] elsewhere)."""
 
     async def launch(self, launch: Launch) -> None:
         """Start every replica that does not exist yet."""

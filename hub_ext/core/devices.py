@@ -474,3 +474,9 @@ def parse_cuda_visible_devices(value: str | None) -> list[str]:
 def product_label(product: str) -> str:
     """NVML/nvidia-smi names ("NVIDIA H200") as GPU feature discovery labels them ("NVIDIA-H200")."""
     return "-".join(product.split())
+
+
+def matches_product(device_product: str, wanted: str | None) -> bool:
+    """Whether a device of model `device_product` (as discovered, "NVIDIA H200") is of the model
+    a profile or job names (`wanted`, a node label value such as "NVIDIA-H200"; None: any)."""
+    return wanted is None or product_label(device_product) == product_label(wanted)

@@ -387,7 +387,7 @@ def outcome(policy: FailurePolicy, main_role: str, role_replicas: Mapping[str, i
 _CLIENT_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}\Z")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 _SUBMIT_KEYS = frozenset({"id", "course", "command", "env", "workdir", "replicas", "resources",
-                          "gpu_product"}) | _JOB_KEYS
+                          "gpu_product", "profile"}) | _JOB_KEYS
 #: Environment variables the runner sets for every replica; a job may not set them itself.
 RESERVED_ENV = frozenset({
     "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK",
@@ -421,8 +421,10 @@ def parse_submission(data: Any) -> Submission:
      "replicas": 2, "resources": {"nvidia.com/gpu": 1}, "max_runtime": 3600}
     ```
     `replicas`/`resources`/`gpu_product` are the shorthand for one role named `worker`; give
-    `roles` instead for a master and workers. `id` (optional) makes the submit idempotent: sending
-    the same id again returns the job made the first time.
+    `roles` instead for a master and workers. `profile` (in the shorthand or in a role) names a
+    profile of the course in place of `resources`/`gpu_product`; the service resolves it
+    (hub_ext.core.profiles.resolve_job_roles) before `parse_job`. `id` (optional) makes the
+    submit idempotent: sending the same id again returns the job made the first time.
     """
     if not isinstance(data, Mapping):
         raise JobError("a job must be a JSON object such as "
@@ -461,13 +463,35 @@ def parse_submission(data: Any) -> Submission:
             "\x00" in workdir) or len(workdir) > 1024:
         raise JobError("workdir must be a folder inside your home, relative to it (e.g. lab3)")
     fields = {k: data[k] for k in _JOB_KEYS if k in data and k != "name"}
-    shorthand = {k for k in ("replicas", "resources", "gpu_product") if k in data}
+    shorthand = {k for k in ("replicas", "resources", "gpu_product", "profile") if k in data}
     if shorthand and "roles" in data:
-        raise JobError("give either roles or replicas/resources (one role named worker), not both")
+        raise JobError("give either roles or replicas/resources/profile (one role named worker), "
+                       "not both; in roles, each role may name its own profile")
     if "roles" not in data:
-        role: dict[str, Any] = {"name": "worker", "replicas": data.get("replicas", 1),
-                                "resources": data.get("resources", {"cpu": "1"})}
-        if "gpu_product" in data:
-            role["gpu_product"] = data["gpu_product"]
+        role: dict[str, Any] = {"name": "worker", "replicas": data.get("replicas", 1)}
+        for key in ("resources", "gpu_product", "profile"):
+            if key in data:
+                role[key] = data[key]
+        if "profile" not in data:
+            role.setdefault("resources", {"cpu": "1"})
         fields["roles"] = [role]
+    elif isinstance(data["roles"], list):
+        fields["roles"] = [dict(r) if isinstance(r, Mapping) else r for r in data["roles"]]
+    for role in fields["roles"] if isinstance(fields["roles"], list) else ():
+        if isinstance(role, Mapping) and "profile" in role:
+            _check_profile(role)
     return Submission(client_id, course, name, tuple(command), dict(env), workdir, fields)
+
+
+def _check_profile(role: Mapping[str, Any]) -> None:
+    """A role names a profile (what a notebook of that profile gets) or its own resources, not
+    both: a profile is a whole request, as in KubeSpawner's profile list."""
+    where = "" if role.get("name") == "worker" else f"role {role.get('name')}: "
+    slug = role["profile"]
+    if not isinstance(slug, str) or not _NAME_RE.match(slug):
+        raise JobError(f"{where}profile must be the slug of a profile of your course, such as "
+                       f"gpu-1, not {slug!r}")
+    given = [k for k in ("resources", "gpu_product") if k in role]
+    if given:
+        raise JobError(f"{where}give either profile or {'/'.join(given)}, not both: profile "
+                       f"{slug} sets the CPU, memory and GPUs of each replica")

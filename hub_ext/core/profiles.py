@@ -199,6 +199,10 @@ class Catalog:
     def visible(self, viewer: Viewer) -> list[Profile]:
         return [p for p in self.profiles if p.visible_to(viewer)]
 
+    def for_course(self, course: str) -> Catalog:
+        """The profiles a course offers: those listing no group, or listing the course."""
+        return Catalog(tuple(p for p in self.profiles if not p.groups or course in p.groups))
+
     def default_for(self, viewer: Viewer) -> Profile | None:
         visible = self.visible(viewer)
         return next((p for p in visible if p.default), visible[0] if visible else None)
@@ -423,6 +427,68 @@ def _string_set(value: Any, name: str, fail) -> frozenset[str]:
     if not all(isinstance(v, str) for v in items):
         raise fail(f"{name} must be a list of names")
     return frozenset(items)
+
+
+# ---- profiles of distributed jobs ----------------------------------------------------------------
+
+
+def select_for_job(catalog: Catalog, viewer: Viewer, course: str, slug: Any) -> Selection:
+    """A job replica's profile: the notebook's check (:meth:`Catalog.select`) on the profiles
+    ``course`` offers, for ``viewer`` with their role in that course; OptionsError names the
+    profiles they can choose for a job of that course."""
+    offered = catalog.for_course(course)
+    if isinstance(slug, str) and not any(p.slug == slug for p in offered.profiles) and any(
+            p.slug == slug and p.visible_to(viewer) for p in catalog.profiles):
+        names = ", ".join(p.slug for p in offered.visible(viewer)) or "none"
+        raise OptionsError(f"course {course} does not offer profile {_quote(slug)}; "
+                           f"choose one of: {names}")
+    if slug is None:
+        raise OptionsError("profile must name a profile, e.g. 'cpu'")
+    return offered.select(viewer, {"profile": slug})
+
+
+def job_role(selection: Selection) -> dict[str, Any]:
+    """What one replica of a profile asks for, as a job role's fields: the profile's guarantees
+    and GPUs as ``resources``, and the GPU model its pods need (``gpu_product``, the node label
+    a notebook of that profile is pinned to) when it names one."""
+    role: dict[str, Any] = {"resources": selection.request.to_k8s()}
+    product = selection.profile.scheduling_selector.get(GPU_PRODUCT_LABEL)
+    if product:
+        role["gpu_product"] = product
+    return role
+
+
+def job_profile_record(selection: Selection) -> dict[str, Any]:
+    """What a job keeps of a role's profile: its name for people, and what its pods get on
+    Kubernetes besides the request (limits, node selector, tolerations), as a notebook would."""
+    profile = selection.profile
+    settings = pod_settings(profile)
+    return {
+        "slug": profile.slug, "display_name": profile.display_name, "summary": profile.summary(),
+        "limits": {CPU: format_quantity(selection.cpu.limit),
+                   MEMORY: format_quantity(selection.memory.limit, binary=True)},
+        "node_selector": settings["node_selector"], "tolerations": settings["tolerations"],
+    }
+
+
+def resolve_job_roles(catalog: Catalog, viewer: Viewer, course: str,
+                      roles: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Roles that name a ``profile`` get its request in its place (:func:`job_role`); returns
+    the roles and, per role name, what the job keeps of its profile (:func:`job_profile_record`).
+    OptionsError (with the role's name when the job has several) for a profile refused."""
+    out: list[dict[str, Any]] = []
+    records: dict[str, Any] = {}
+    for raw in roles:
+        role = dict(raw)
+        if "profile" in role:
+            try:
+                selection = select_for_job(catalog, viewer, course, role.pop("profile"))
+            except OptionsError as e:
+                raise OptionsError(f"role {role.get('name')}: {e}" if len(roles) > 1 else str(e)) from None
+            role.update(job_role(selection))
+            records[str(role.get("name"))] = job_profile_record(selection)
+        out.append(role)
+    return out, records
 
 
 # ---- what a profile means for a Kubernetes pod ---------------------------------------------------

@@ -144,6 +144,15 @@ class HubAPI:
         """The hub's admins now."""
         return {user["name"] for user in await self.users() if user.get("admin")}
 
+    async def profile_catalog(self, user: str) -> dict[str, Any]:
+        """The profile catalog of `user`'s spawner (the hub-side endpoint of hub_ext.hubside)."""
+        return await self.request("GET", f"classhub/profiles/{quote(user, safe='')}")
+
+    async def home_volume(self, user: str) -> dict[str, Any] | None:
+        """The home volume `user`'s notebook pod mounts (the hub-side endpoint of hub_ext.hubside),
+        None when their spawner has none."""
+        return (await self.request("GET", f"classhub/home/{quote(user, safe='')}") or {}).get("home")
+
     async def set_course_roles(self, courses: dict[str, Any]) -> dict[str, Any]:
         """Replace the hub's course roles (the hub-side endpoint of hub_ext.hubside)."""
         return await self.request("PUT", "classhub/course-roles", {"courses": courses})

@@ -13,6 +13,12 @@ Why these objects and this order (README, "Distributed jobs"):
   something else took the capacity between classhub's decision and the binding.
 - **Kueue** (a setting): the job carries the course's LocalQueue in `kueue.x-k8s.io/queue-name`
   and stays suspended for Kueue to admit; classhub then only shows status.
+- **The student's home**: every replica mounts the volume the owner's notebook pod mounts at its
+  home, as the hub's KubeSpawner expands it for that user (`Home`, from
+  ``ClasshubKubeSpawner.home_volume`` through the hub), runs in the submission's folder inside it,
+  as the notebook's uid/gid/fsGroup. A claim that does not exist, or a ReadWriteOnce claim the
+  replicas would need on more than one node, refuses the launch with a sentence
+  (`KubernetesJobs.check_home`).
 
 The objects are plain dicts validated in the tests against the upstream CRD schemas
 (tests/data/crds): the `kubeflow-training` SDK's models would pin an older Kubernetes client than
@@ -22,7 +28,9 @@ the one classhub uses.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import posixpath
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -39,6 +47,7 @@ __all__ = [
     "JOB_LABEL",
     "KUEUE_QUEUE_LABEL",
     "POD_GROUP_LABEL",
+    "Home",
     "KubernetesJobs",
     "admit_patch",
     "pod_group",
@@ -59,6 +68,41 @@ HOSTNAME = "kubernetes.io/hostname"
 
 class KubeJobError(ValueError):
     """A job shape a PyTorchJob cannot express; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Home:
+    """The owner's home as their notebook pod mounts it (``ClasshubKubeSpawner.home_volume``,
+    expanded and escaped by KubeSpawner): the replicas mount the same volume at the same path and
+    run with the same ids, so the files the student sees are the files the job sees."""
+
+    volume: Mapping[str, Any]
+    mount: Mapping[str, Any]
+    namespace: str = ""
+    uid: int | None = None
+    gid: int | None = None
+    fs_gid: int | None = None
+    supplemental_gids: tuple[int, ...] = field(default=())
+
+    @classmethod
+    def from_answer(cls, answer: Mapping[str, Any]) -> Home:
+        def number(key: str) -> int | None:
+            return None if answer.get(key) is None else int(answer[key])
+        return cls(dict(answer["volume"]), dict(answer["mount"]), str(answer.get("namespace") or ""),
+                   number("uid"), number("gid"), number("fs_gid"),
+                   tuple(int(g) for g in answer.get("supplemental_gids") or ()))
+
+    @property
+    def path(self) -> str:
+        return str(self.mount["mountPath"])
+
+    @property
+    def claim(self) -> str | None:
+        return (self.volume.get("persistentVolumeClaim") or {}).get("claimName")
+
+    def workdir(self, relative: str) -> str:
+        """The submission's folder (relative to the home, checked by hub_ext.core.jobs)."""
+        return posixpath.normpath(posixpath.join(self.path, relative)) if relative else self.path
 
 
 def replica_types(launch: Launch) -> list[tuple[str, str, int]]:
@@ -93,10 +137,13 @@ def _label_value(text: str) -> str:
     return cleaned.strip("._-") or "x"
 
 
-def _resources(request: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    """Requests, and limits for what must not be shared (GPUs and memory), as for notebooks."""
+def _resources(request: Mapping[str, str], profile_limits: Mapping[str, str] | None = None,
+               ) -> dict[str, dict[str, str]]:
+    """Requests, and limits for what must not be shared (GPUs and memory), as for notebooks; a
+    role that named a profile gets that profile's CPU and memory limits, as its notebook would."""
     requests = dict(request)
     limits = {k: v for k, v in requests.items() if k == "memory" or k.startswith("nvidia.com/")}
+    limits.update(profile_limits or {})
     out: dict[str, dict[str, str]] = {"requests": requests}
     if limits:
         out["limits"] = limits
@@ -104,9 +151,12 @@ def _resources(request: Mapping[str, str]) -> dict[str, dict[str, str]]:
 
 
 def _template(launch: Launch, role: str, image: str, scheduler: str | None,
-              nodes: Sequence[str] | None) -> dict[str, Any]:
+              nodes: Sequence[str] | None, home: Home | None = None) -> dict[str, Any]:
     env = [{"name": k, "value": v} for k, v in sorted(launch.env.items()) if k not in RESERVED_ENV]
     env.append({"name": "CLASSHUB_JOB_ID", "value": launch.job_id})
+    pod: Mapping[str, Any] = launch.pods.get(role, {})
+    tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    tolerations += [dict(t) for t in pod.get("tolerations", ()) if t not in tolerations]
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "containers": [{
@@ -114,11 +164,15 @@ def _template(launch: Launch, role: str, image: str, scheduler: str | None,
             "image": image,
             "command": list(launch.command),
             "env": env,
-            "resources": _resources(launch.requests.get(role, {})),
+            "resources": _resources(launch.requests.get(role, {}), pod.get("limits")),
             **({"workingDir": launch.workdir} if launch.workdir.startswith("/") else {}),
         }],
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "tolerations": tolerations,
     }
+    if pod.get("node_selector"):  # a profile's node selector (GPU model, MIG layout), as a notebook's
+        spec["nodeSelector"] = dict(pod["node_selector"])
+    if home is not None:
+        _mount_home(spec, home, launch.workdir)
     if scheduler:
         spec["schedulerName"] = scheduler
     if nodes:
@@ -127,20 +181,38 @@ def _template(launch: Launch, role: str, image: str, scheduler: str | None,
     return {"metadata": {"labels": labels}, "spec": spec}
 
 
+def _mount_home(spec: dict[str, Any], home: Home, workdir: str) -> None:
+    """The home volume at the notebook's home path, the submission's folder as the working
+    directory, and the notebook's ids (as KubeSpawner's make_pod sets them)."""
+    container = spec["containers"][0]
+    container["volumeMounts"] = [dict(home.mount)]
+    container["workingDir"] = home.workdir(workdir)
+    spec["volumes"] = [dict(home.volume)]
+    ids = {"runAsUser": home.uid, "runAsGroup": home.gid}
+    if any(v is not None for v in ids.values()):
+        container["securityContext"] = {k: v for k, v in ids.items() if v is not None}
+    pod_ids: dict[str, Any] = {"fsGroup": home.fs_gid} if home.fs_gid is not None else {}
+    if home.supplemental_gids:
+        pod_ids["supplementalGroups"] = list(home.supplemental_gids)
+    if pod_ids:
+        spec["securityContext"] = pod_ids
+
+
 def _affinity(nodes: Sequence[str]) -> dict[str, Any]:
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
         {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": sorted(set(nodes))}]}]}}}
 
 
 def pytorch_job(launch: Launch, *, namespace: str, image: str, scheduler: str | None = None,
-                kueue_queue: str | None = None) -> dict[str, Any]:
-    """The job's PyTorchJob, created suspended (classhub, or Kueue with `kueue_queue`, admits it)."""
+                kueue_queue: str | None = None, home: Home | None = None) -> dict[str, Any]:
+    """The job's PyTorchJob, created suspended (classhub, or Kueue with `kueue_queue`, admits it);
+    with `home`, its replicas mount the owner's home and run in the submission's folder."""
     labels = _labels(launch)
     if kueue_queue:
         labels[KUEUE_QUEUE_LABEL] = kueue_queue
     specs = {
         kind: {"replicas": count, "restartPolicy": "OnFailure" if launch.max_restarts else "Never",
-               "template": _template(launch, role, image, scheduler, None)}
+               "template": _template(launch, role, image, scheduler, None, home)}
         for kind, role, count in replica_types(launch)
     }
     return {
@@ -200,13 +272,17 @@ class KubernetesJobs:
 
     def __init__(self, core: Any = None, custom: Any = None, *, namespace: str, image: str,
                  scheduler: str | None = None, kueue_queue: str | None = None,
-                 pod_annotations: Mapping[str, str] | None = None) -> None:
+                 pod_annotations: Mapping[str, str] | None = None,
+                 home_of: Callable[[str], Awaitable[Mapping[str, Any] | None]] | None = None) -> None:
         """`kueue_queue`: the LocalQueue of a course (``{course}`` is replaced), when Kueue
-        admits; None when classhub does."""
+        admits; None when classhub does. `home_of(user)`: the home volume the user's notebook
+        pod mounts (`Home.from_answer`'s fields: the hub's ``ClasshubKubeSpawner.home_volume``),
+        None for none; without it the replicas mount nothing."""
         self._core, self._custom = core, custom
         self.namespace, self.image, self.scheduler = namespace, image, scheduler
         self.kueue_queue = kueue_queue
         self.pod_annotations = dict(pod_annotations or {})
+        self.home_of = home_of
 
     @property
     def core(self) -> Any:
@@ -250,17 +326,20 @@ class KubernetesJobs:
                 out.add((labels[JOB_LABEL], _rank(labels)))
         return out
 
-    def devices_for(self, node: str, resource: str, count: int, taken: set[str]) -> list[str]:
+    def devices_for(self, node: str, resource: str, count: int, taken: set[str],
+                    product: str | None = None) -> list[str]:
         return []  # the device plugin picks the devices on the node
 
     # -- running
     async def launch(self, launch: Launch) -> None:
         queue = self.kueue_queue.format(course=launch.course) if self.kueue_queue else None
+        home = await self.check_home(launch)
         objects = (("scheduling.x-k8s.io", "v1alpha1", "podgroups",
                     pod_group(launch, namespace=self.namespace)),
                    ("kubeflow.org", "v1", "pytorchjobs",
                     self._with_annotations(pytorch_job(launch, namespace=self.namespace, image=self.image,
-                                                       scheduler=self.scheduler, kueue_queue=queue))))
+                                                       scheduler=self.scheduler, kueue_queue=queue,
+                                                       home=home))))
         for group, version, plural, body in objects:
             try:
                 await self.custom.create_namespaced_custom_object(group, version, self.namespace,
@@ -272,6 +351,62 @@ class KubernetesJobs:
             await self.custom.patch_namespaced_custom_object(
                 "kubeflow.org", "v1", self.namespace, "pytorchjobs", launch.job_id, admit_patch(launch),
                 _content_type="application/merge-patch+json")
+
+    async def check_home(self, launch: Launch) -> Home | None:
+        """The owner's home for the replicas (None: their notebook mounts none, or no `home_of`);
+        KubeJobError with a sentence when the replicas could not mount it: another namespace, a
+        claim that does not exist (never started server), a claim that is not ReadWriteMany
+        needed on more than one node (this job's replicas, and pods already holding it)."""
+        answer = await self.home_of(launch.owner) if self.home_of is not None else None
+        if not answer:
+            return None
+        home = Home.from_answer(answer)
+        if home.namespace and home.namespace != self.namespace:
+            raise KubeJobError(
+                f"your home volume is in namespace {home.namespace} and jobs run in {self.namespace}, "
+                f"so the replicas cannot mount it; ask an admin to set CLASSHUB_JOB_NAMESPACE to "
+                f"{home.namespace}")
+        if home.claim is None:  # NFS, hostPath, ...: mounted exactly as the notebook mounts it
+            return home
+        try:
+            claim = await self.core.read_namespaced_persistent_volume_claim(home.claim, self.namespace)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+            raise KubeJobError(f"your home volume {home.claim} does not exist yet: start your "
+                               "server once (that creates it), then submit the job again") from None
+        modes = set((claim.status.access_modes if claim.status else None)
+                    or claim.spec.access_modes or ["ReadWriteOnce"])
+        if "ReadWriteMany" not in modes:
+            await self._check_single_attach(launch, home.claim, modes)
+        return home
+
+    async def _check_single_attach(self, launch: Launch, claim: str, modes: set[str]) -> None:
+        """A ReadWriteOnce claim is mounted by one node at a time (ReadWriteOncePod: one pod):
+        refuse a job that would need it on more (a pod waiting for it would hang in
+        ContainerCreating with a Multi-Attach error until the start timeout)."""
+        pods = await self.core.list_namespaced_pod(self.namespace)
+        holders: dict[str, str] = {}  # running pods that mount the claim -> their node
+        for pod in pods.items:
+            if ((pod.metadata.labels or {}).get(OPERATOR_JOB_LABEL) == launch.job_id
+                    or not pod.spec.node_name
+                    or (pod.status and pod.status.phase in ("Succeeded", "Failed"))):
+                continue
+            if any(v.persistent_volume_claim and v.persistent_volume_claim.claim_name == claim
+                   for v in pod.spec.volumes or ()):
+                holders[pod.metadata.name] = pod.spec.node_name
+        placed = sorted({r.node for r in launch.replicas if r.node})
+        nodes = set(placed) | set(holders.values())
+        one_pod = modes == {"ReadWriteOncePod"}
+        if (launch.world_size + len(holders) > 1) if one_pod else len(nodes) > 1:
+            where = f"this job's replicas are placed on {', '.join(placed)}" if placed else ""
+            held = ", ".join(f"{name} on {node}" for name, node in sorted(holders.items()))
+            mode = "ReadWriteOncePod: one pod" if one_pod else "ReadWriteOnce: one node"
+            raise KubeJobError(
+                f"your home volume {claim} is {mode} at a time can mount it, and "
+                + " and ".join(p for p in (where, held and f"{held} already mount it") if p)
+                + "; submit a job that fits on one node (and stop your server if it runs on another), "
+                "or ask an admin for a ReadWriteMany storage class (e.g. NFS) for homes")
 
     def _with_annotations(self, job: dict[str, Any]) -> dict[str, Any]:
         if self.pod_annotations:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from hub_ext.backends.local import gpus
 from hub_ext.backends.local.jobs import job_devices
-from hub_ext.core.devices import Assignments, Inventory, product_label
+from hub_ext.core.devices import Assignments, Inventory, matches_product, product_label
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +57,9 @@ class GPUPool:
 
     def free(self, resource_name: str, product: str | None = None) -> int:
         """Free units of a resource, 0 when ``product`` is given and none of them is that model."""
-        if product is not None:
-            products = {product_label(p) for p in self.inventory.products_of(resource_name)}
-            if product_label(product) not in products:
-                return 0
+        if product is not None and not any(
+                matches_product(p, product) for p in self.inventory.products_of(resource_name)):
+            return 0
         self._count_jobs()
         return self.assignments.free(self.inventory, resource_name)
 

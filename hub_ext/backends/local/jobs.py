@@ -37,7 +37,7 @@ import psutil
 from hub_ext.backends.jobs import ENDED, PENDING, RUNNING, Launch, ReplicaLaunch, ReplicaStatus, replica_name
 from hub_ext.backends.local import accounts
 from hub_ext.core.admission import NodeState
-from hub_ext.core.devices import Inventory, cuda_visible_devices, product_label
+from hub_ext.core.devices import Inventory, cuda_visible_devices, matches_product, product_label
 from hub_ext.core.resources import PODS, ResourceVector
 
 __all__ = ["LocalJobs", "job_devices", "job_processes", "notebook_devices", "torch_env"]
@@ -145,12 +145,17 @@ class LocalJobs:
         return (NodeState(self.node, allocatable, free,
                           gpu_product=next(iter(products)) if len(products) == 1 else None),)
 
-    def devices_for(self, node: str, resource: str, count: int, taken: set[str]) -> list[str]:
-        """`count` free devices of `resource`, avoiding `taken` and what notebooks hold now."""
+    def devices_for(self, node: str, resource: str, count: int, taken: set[str],
+                    product: str | None = None) -> list[str]:
+        """`count` free devices of `resource`, avoiding `taken` and what notebooks hold now; of
+        GPU model `product` when given (a whole-GPU-by-model profile), matched as the hub's GPU
+        pool matches a notebook's profile (`matches_product`)."""
         busy = taken | notebook_devices()
-        free = [d.uuid for d in self.inventory.devices_for(resource) if d.uuid not in busy]
+        free = [d.uuid for d in self.inventory.devices_for(resource)
+                if d.uuid not in busy and matches_product(d.product, product)]
         if len(free) < count:
-            raise RuntimeError(f"only {len(free)} {resource} free on {node}, {count} needed")
+            model = f" {product}" if product else ""
+            raise RuntimeError(f"only {len(free)}{model} {resource} free on {node}, {count} needed")
         return free[:count]
 
     # -- where things live ----------------------------------------------------------------------

@@ -7,7 +7,8 @@ same as one that does not exist (README, "Security model", rule 4).
 - ``GET /api/jobs``: my jobs, and the jobs of the courses I teach or assist (all for admins);
   ``?course=``, ``?owner=``, ``?state=queued,running``, ``?offset=``, ``?limit=`` (at most 200).
 - ``POST /api/jobs``: submit (hub_ext.core.jobs.parse_submission); ``id`` makes it idempotent:
-  201 for a new job, 200 with the job when the same id was submitted before.
+  201 for a new job, 200 with the job when the same id was submitted before. A ``profile``
+  (per job, or per role) is resolved like a notebook's (hub_ext.service.jobs.profiles).
 - ``GET /api/jobs/<id>``: state, reason, queue position, estimated start, replicas, history.
 - ``GET /api/jobs/<id>/logs?role=worker&index=0&offset=0&follow=1``: a replica's log as text;
   ``follow`` keeps the answer open until the replica ends.
@@ -17,6 +18,7 @@ same as one that does not exist (README, "Security model", rule 4).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import datetime, timezone
 from typing import Any
 
@@ -30,6 +32,7 @@ from hub_ext.core.roles import TEACHER
 from hub_ext.service.apidoc import json_body, ok, op
 from hub_ext.service.handlers import APIHandler
 from hub_ext.service.jobs.loop import launch_of
+from hub_ext.service.jobs.profiles import resolve_profiles
 from hub_ext.service.jobs.records import JobConflict, as_json, events_json
 from hub_ext.service.jobs.settings import JobService
 from hub_ext.store.job_models import JobRecord
@@ -135,6 +138,8 @@ class JobsHandler(_JobsHandler):
                 caller.is_admin or caller.role_in(course) == TEACHER):
             raise web.HTTPError(403, "Only teachers of %s and hub admins set a job's priority; "
                                 "leave priority out.", course)
+        fields, profiles = await resolve_profiles(self.hub, caller, course, fields)
+        submission = dataclasses.replace(submission, job_fields=fields)
         settings = self.jobs.settings
         now = datetime.now(timezone.utc)
         try:
@@ -155,7 +160,7 @@ class JobsHandler(_JobsHandler):
             raise web.HTTPError(400, "%s", refusal)
         try:
             record, created = await asyncio.to_thread(self.jobs.store.submit, caller.name, course,
-                                                      submission, job, now)
+                                                      submission, job, now, profiles)
         except JobConflict as e:
             raise web.HTTPError(409, "%s", str(e)) from None
         self.jobs.loop.poke()
@@ -269,6 +274,11 @@ _JOB = {"type": "object", "properties": {
     "estimated_start": {"type": ["string", "null"], "format": "date-time"},
     "command": {"type": "array", "items": {"type": "string"}},
     "roles": {"type": "array", "items": {"type": "object"}},
+    "profile": {"type": ["string", "null"],
+                "description": "the display name of the profile every role named, if one"},
+    "profiles": {"type": "object", "description": "role -> the profile it named", "additionalProperties": {
+        "type": "object", "properties": {"slug": {"type": "string"}, "display_name": {"type": "string"},
+                                         "summary": {"type": "string"}}}},
     "replicas": {"type": "array", "items": _REPLICA},
     "events": {"type": "array", "items": {"type": "object", "properties": {
         "at": {"type": "string"}, "state": {"type": "string"}, "message": {"type": "string"}}}}}}
@@ -283,7 +293,15 @@ _SUBMIT = {"type": "object", "additionalProperties": False, "required": ["comman
     "env": {"type": "object", "additionalProperties": {"type": "string"}},
     "workdir": {"type": "string"}, "replicas": {"type": "integer", "minimum": 1},
     "resources": {"type": "object"}, "gpu_product": {"type": "string"},
-    "roles": {"type": "array", "items": {"type": "object"}}, "main_role": {"type": "string"},
+    "profile": {"type": "string", "maxLength": 63, "description": (
+        "a profile of the course (its slug, as in the spawn form): every replica gets what a "
+        "notebook of that profile gets (CPU, memory, GPUs, node selection); not with resources "
+        "or gpu_product. With roles, give it per role instead")},
+    "roles": {"type": "array", "items": {"type": "object", "properties": {
+        "name": {"type": "string"}, "replicas": {"type": "integer", "minimum": 1},
+        "resources": {"type": "object"}, "gpu_product": {"type": "string"},
+        "profile": {"type": "string", "description": "this role's profile, in place of resources"}}}},
+    "main_role": {"type": "string"},
     "priority": {"type": "integer"}, "max_runtime": {"type": "number"},
     "success": {"type": "string", "enum": ["all", "main"]},
     "tolerated_failures": {"type": "integer"}, "max_restarts": {"type": "integer"}},

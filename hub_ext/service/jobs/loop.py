@@ -301,13 +301,15 @@ class JobLoop:
         """Ranks (master first, replicas in order) and the devices of each replica."""
         order = {role.name: i for i, role in enumerate(job.roles)}
         requests = {role.name: role.request for role in job.roles}
+        products = {role.name: role.gpu_product for role in job.roles}
         ordered = sorted(placement, key=lambda p: (order[p[0]], p[1]))
         plan = []
         for rank, (role, index, node) in enumerate(ordered):
             devices: list[str] = []
             for resource, amount in requests[role].items():
                 if is_gpu_resource(resource) and amount:
-                    picked = self.backend.devices_for(node, resource, int(amount), taken)
+                    picked = self.backend.devices_for(node, resource, int(amount), taken,
+                                                      product=products[role])
                     taken.update(picked)
                     devices.extend(picked)
             plan.append((role, index, rank, node, tuple(devices)))
@@ -329,6 +331,8 @@ def launch_of(record: JobRecord) -> Launch:
         requests={name: {k: str(v) for k, v in (role.get("resources") or {}).items()}
                   for name, role in roles.items()},
         max_restarts=int(spec["job"].get("max_restarts") or 0),
+        pods={role: {k: kept[k] for k in ("limits", "node_selector", "tolerations") if k in kept}
+              for role, kept in (spec.get("profiles") or {}).items()},
     )
 
 

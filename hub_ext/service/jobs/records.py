@@ -125,11 +125,15 @@ class JobStore:
 
     # ------------------------------------------------------------------ submit and cancel
     def submit(self, owner: str, course: str, submission: Submission, job: Job, now: datetime,
-               ) -> tuple[JobRecord, bool]:
+               profiles: Mapping[str, Any] | None = None) -> tuple[JobRecord, bool]:
         """Record a queued job; (record, created). The same `client_id` again returns the job
-        made the first time (created False) when it asks for the same, else JobConflict."""
+        made the first time (created False) when it asks for the same, else JobConflict.
+        `profiles`: role -> what the job keeps of the profile it named
+        (hub_ext.core.profiles.job_profile_record)."""
         spec = {"command": list(submission.command), "env": dict(submission.env),
                 "workdir": submission.workdir, "job": dict(submission.job_fields)}
+        if profiles:
+            spec["profiles"] = {role: dict(kept) for role, kept in profiles.items()}
         for _attempt in range(3):
             if submission.client_id is not None:
                 existing = self._by_client_id(owner, submission.client_id)
@@ -151,8 +155,10 @@ class JobStore:
                         placement={}, preemptions=0,
                     )
                     session.add(record)
+                    named = sorted({kept["display_name"] for kept in (profiles or {}).values()})
+                    shown = f" (profile {', '.join(named)})" if named else ""
                     session.add(JobEvent(job=record, at=now, state=J.QUEUED,
-                                         message=f"submitted by {owner}: {job.describe()}"))
+                                         message=f"submitted by {owner}: {job.describe()}{shown}"))
                     session.flush()
                 return self.get(record.job_id), True  # type: ignore[return-value]
             except IntegrityError:
@@ -339,10 +345,16 @@ def utcnow() -> datetime:
 def as_json(record: JobRecord, *, position_detail: bool = True) -> dict[str, Any]:
     """The API's view of a job."""
     spec = record.spec
+    kept = spec.get("profiles") or {}
+    names = {kept[r["name"]]["display_name"] if r.get("name") in kept else None
+             for r in spec["job"]["roles"]}
     out: dict[str, Any] = {
         "id": record.job_id, "client_id": record.client_id, "name": record.name,
         "owner": record.owner, "course": record.course.name, "state": record.state,
         "command": spec["command"], "roles": spec["job"]["roles"], "priority": record.priority,
+        # the profile's display name when every role has the same one; per role in "profiles"
+        "profile": next(iter(names)) if len(names) == 1 else None,
+        "profiles": {role: _profile_json(k) for role, k in kept.items()},
         "max_runtime": record.max_runtime, "submitted_at": _iso(record.submitted_at),
         "admitted_at": _iso(record.admitted_at), "started_at": _iso(record.started_at),
         "finished_at": _iso(record.finished_at), "preemptions": record.preemptions,
@@ -358,6 +370,12 @@ def as_json(record: JobRecord, *, position_detail: bool = True) -> dict[str, Any
                           "gpus": r.devices.get("gpu_uuids", [])} for r in record.replicas],
         })
     return out
+
+
+def _profile_json(kept: Mapping[str, Any]) -> dict[str, str]:
+    """A role's profile as the API shows it."""
+    return {"slug": kept["slug"], "display_name": kept["display_name"],
+            "summary": kept.get("summary", "")}
 
 
 def events_json(events: Sequence[JobEvent]) -> list[dict[str, Any]]:

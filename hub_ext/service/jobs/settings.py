@@ -85,15 +85,18 @@ class ClasshubJobs(Configurable):
         super().__init__(**kwargs)
         apply_env(self, given=kwargs)
 
-    def kubernetes_backend(self) -> JobBackend:
-        """PyTorchJobs in the cluster (clients made at first use)."""
+    def kubernetes_backend(self, home_of: Any = None) -> JobBackend:
+        """PyTorchJobs in the cluster (clients made at first use); `home_of(user)`: the home
+        volume of the user's notebook pod, from the hub (`HubAPI.home_volume`), which the
+        replicas mount."""
         import os
 
         from hub_ext.backends.kubernetes.jobs import KubernetesJobs
 
         namespace = self.namespace or os.environ.get("POD_NAMESPACE", "default")
         return KubernetesJobs(namespace=namespace, image=self.image,
-                              scheduler=self.scheduler_name or None, kueue_queue=self.kueue_queue or None)
+                              scheduler=self.scheduler_name or None, kueue_queue=self.kueue_queue or None,
+                              home_of=home_of)
 
     def local_backend(self) -> JobBackend:
         """Processes on this machine, with the same GPUs the local spawner hands out."""
