@@ -3,7 +3,9 @@
 The journeys: a student opens the classhub panel and sees their quota and their course's
 templates; shares a notebook with the TA from the file browser's context menu; the TA opens it
 from "Shared with me", sees it read-only (banner, no typing, no kernel error) and copies it to
-their own server, where the copy is editable. Clicks are counted (README, "The JupyterLab panel").
+their own server, where the copy is editable; a student submits a Python script as a job from
+the file browser's context menu and reads its log from the panel's Jobs section (issue 17).
+Clicks are counted (README, "The JupyterLab panel").
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ NOTEBOOK = {
                "source": "print(6 * 7)",
                "outputs": [{"output_type": "stream", "name": "stdout", "text": "42\n"}]}],
 }
+SCRIPT = 'import os\nprint("job output:", 6 * 7, "in", os.path.basename(os.getcwd()))\n'
 COURSE = "demo101"
 LAB_READY = "#jp-main-dock-panel"
 PANEL_TAB = ".jp-SideBar .lm-TabBar-tab[data-id='classhub-panel']"
@@ -35,7 +38,9 @@ PANEL_TAB = ".jp-SideBar .lm-TabBar-tab[data-id='classhub-panel']"
 
 @pytest.fixture(scope="module")
 def hub(hub_root: Path):
-    hub = LocalHub(data_dir=hub_root / "lab-panel", env={"CLASSHUB_SHARE_INTERVAL": "0.5"}).start()
+    # the job service runs in every local hub; a cycle a second lets a short job end quickly
+    hub = LocalHub(data_dir=hub_root / "lab-panel",
+                   env={"CLASSHUB_SHARE_INTERVAL": "0.5", "CLASSHUB_JOB_INTERVAL": "1"}).start()
     yield hub
     hub.stop()
 
@@ -104,11 +109,17 @@ def test_student_opens_the_panel_and_sees_quota_and_templates(page, hub, servers
     assert panel.get_by_role("heading", name="My server").is_visible()
     screenshot(page, "lab-panel")
     # palette commands exist for the panel's actions
-    palette_search(page, "classhub")
     palette = page.locator(".lm-CommandPalette-content")
-    for label in ("Open the classhub panel", "classhub: Share…", "classhub: Keep my server running"):
-        palette.get_by_text(label, exact=True).wait_for()
-        assert palette.get_by_text(label, exact=True).count() == 1, label
+    box = page.locator(".lm-CommandPalette-input")
+    labels = ("Open the classhub panel", "classhub: Share…", "classhub: Keep my server running",
+              "classhub: Submit as job…")
+
+    def listed() -> bool:
+        if not (box.is_visible() and box.input_value() == "classhub"):
+            palette_search(page, "classhub")  # opened again when JupyterLab closed it meanwhile
+        return all(palette.get_by_text(label, exact=True).count() == 1 for label in labels)
+
+    wait_for(listed, 60, f"the command palette listing {labels}")
     page.keyboard.press("Escape")
 
     # JupyterLab's dark theme: the panel takes its colours from the theme
@@ -225,6 +236,42 @@ def test_student_shares_from_the_file_browser_and_the_ta_opens_it_read_only(brow
     finally:
         student.close()
         ta.close()
+
+
+def test_student_submits_a_script_as_a_job_and_reads_its_log(page, hub, tokens, servers) -> None:
+    r = server_api(hub, "student1", "PUT", "api/contents/hello_job.py", tokens["student1"],
+                   json={"type": "file", "format": "text", "content": SCRIPT})
+    assert r.status_code in (200, 201), r.text
+    open_lab(page, hub, "student1", "lab?reset")  # the file browser
+    item = page.locator(".jp-DirListing-item[title*='hello_job.py']")
+    item.wait_for()
+    clicks = Clicks(page)
+    clicks.click_locator(item, button="right")
+    clicks.click_locator(page.locator(".lm-Menu-item", has_text="Submit as job…"))
+    dialog = page.locator(".jp-Dialog")
+    assert dialog.get_by_label("Replicas").input_value() == "1"
+    assert dialog.get_by_label("GPUs per replica").input_value() == "0"
+    assert dialog.get_by_label("Course").count() == 0  # in one course: not asked
+    screenshot(page, "lab-submit-job")
+    clicks.click_locator(dialog.get_by_role("button", name="Submit"))  # the defaults as they are
+    page.locator(".Toastify__toast", has_text=f"Submitted hello-job ({COURSE})").wait_for()
+    jobs = [j for j in api(hub, "GET", "jobs", tokens["student1"]).json()["jobs"] if j["name"] == "hello-job"]
+    assert [(j["command"], j["course"], j["roles"][0]["replicas"]) for j in jobs] == [
+        (["python", "hello_job.py"], COURSE, 1)]
+
+    # the Jobs section lists it; "Logs" opens its log in the main area, read while it runs
+    clicks.click(PANEL_TAB)
+    row = page.locator("#classhub-panel .classhub-jobs li", has_text=f"hello-job ({COURSE})")
+    row.wait_for()
+    clicks.click_locator(row.get_by_role("button", name="Logs of job hello-job"))
+    log = page.locator(".classhub-job-log-text")
+    wait_for(lambda: "job output: 42 in student1" in log.inner_text(), 90, "the job's output in its log")
+    assert clicks.count == 5, clicks.count
+    page.locator(".classhub-job-log-status", has_text="succeeded").wait_for(timeout=60_000)
+    # the panel follows the job to its end without a refresh
+    row.filter(has_text="succeeded").wait_for(timeout=30_000)
+    assert row.get_by_role("button", name="Cancel job hello-job").count() == 0
+    screenshot(page, "lab-job-log")
 
 
 @pytest.fixture(scope="module")

@@ -25,10 +25,12 @@ RELAY = "api/classhub/panel/service"
 def test_the_owner_relay_passes_only_the_panel_s_calls() -> None:
     assert relayable("GET", "usage/me") and relayable("POST", "shares") and relayable("DELETE", "shares/7")
     assert relayable("POST", "courses/demo101/templates/lab1/start") and relayable("POST", "jobs/j1/cancel")
+    assert relayable("POST", "jobs") and relayable("GET", "jobs/j1/logs")  # "Submit as job…", "Logs"
     for method, path in (("GET", "usage"), ("DELETE", "shares"), ("PUT", "courses/demo101/quota"),
                          ("POST", "courses/demo101/members"), ("GET", "shares/../usage"),
                          ("DELETE", "shares/7/x"), ("PATCH", "shares/7"),
-                         ("GET", "courses/../templates")):
+                         ("GET", "courses/../templates"), ("DELETE", "jobs/j1"),
+                         ("GET", "jobs/../logs")):
         assert not relayable(method, path), (method, path)
 
 

@@ -19,6 +19,8 @@ Routes (authenticated like every jupyter-server API: the cookie and ``_xsrf`` of
   use, templates, shares, shares with me, pending cull warnings, jobs (``?parts=viewer``: who looks
   and the server only);
 - ``GET|POST|PUT|DELETE api/classhub/panel/service/<path>``: the owner's relay to the service;
+  a text answer (a job's log) comes back as text; a log is read from ``offset``, never followed
+  (the panel reads again what is new);
 - ``POST api/classhub/panel/keep``: "keep running" (the owner): tells the hub this server is in
   use now, which is what the idle culler reads;
 - ``POST api/classhub/panel/copy`` ``{"path": "week1.ipynb"}``: a viewer's copy to their server.
@@ -33,7 +35,7 @@ import re
 import time
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, urlencode
 
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
@@ -48,11 +50,11 @@ ROUTE = "api/classhub/panel"
 RELAYED: dict[str, tuple[re.Pattern[str], ...]] = {
     "GET": tuple(re.compile(p) for p in (
         r"me", r"usage/me", r"shares", r"shares/with-me", r"culling/me",
-        r"courses/[^/]+/templates", r"courses/[^/]+/usage", r"jobs", r"jobs/[^/]+",
+        r"courses/[^/]+/templates", r"courses/[^/]+/usage", r"jobs", r"jobs/[^/]+", r"jobs/[^/]+/logs",
     )),
     "POST": tuple(re.compile(p) for p in (
         r"shares", r"courses/[^/]+/templates/[^/]+/start", r"courses/[^/]+/templates/[^/]+/versions",
-        r"jobs/[^/]+/cancel",
+        r"jobs", r"jobs/[^/]+/cancel",
     )),
     "PUT": (),
     "DELETE": tuple(re.compile(p) for p in (r"shares/[0-9]+",)),
@@ -67,6 +69,14 @@ def relayable(method: str, path: str) -> bool:
     if any(part in (".", "..") for part in path.split("/")):
         return False
     return any(p.fullmatch(path) for p in RELAYED.get(method, ()))
+
+
+def _payload(raw: bytes) -> Any:
+    """A service answer as JSON (a text one as ``{"message": ...}``)."""
+    try:
+        return json.loads(raw) if raw else None
+    except ValueError:
+        return {"message": raw.decode(errors="replace")[:500]}
 
 
 def _started() -> str:
@@ -112,6 +122,12 @@ class PanelHandler(APIHandler):
 
     async def service(self, method: str, path: str, body: bytes | None = None) -> tuple[int, Any]:
         """Call the classhub service (``<api>/<path>``) with this server's token: status, JSON."""
+        code, raw, _ = await self.service_raw(method, path, body)
+        return code, _payload(raw)
+
+    async def service_raw(self, method: str, path: str,
+                          body: bytes | None = None) -> tuple[int, bytes, str]:
+        """Call the classhub service: status, the answer's bytes and its Content-Type."""
         if not self.service_api:
             raise web.HTTPError(503, "This server does not know the classhub service "
                                      "(CLASSHUB_SERVICE_API_URL is not set).")
@@ -119,22 +135,17 @@ class PanelHandler(APIHandler):
         if body is not None:
             headers["Content-Type"] = "application/json"
         try:
-            response = await AsyncHTTPClient().fetch(
+            answer = await AsyncHTTPClient().fetch(
                 f"{self.service_api}/{path}", method=method, headers=headers, request_timeout=60,
                 body=body if body is not None else (b"" if method in ("POST", "PUT") else None),
                 allow_nonstandard_methods=True, follow_redirects=False)
-            code, raw = response.code, response.body
         except HTTPClientError as e:
             if e.response is None:
                 raise web.HTTPError(502, f"The classhub service did not answer: {e}.") from None
-            code, raw = e.code, e.response.body
+            answer = e.response
         except OSError as e:
             raise web.HTTPError(502, f"The classhub service cannot be reached: {e}.") from None
-        try:
-            payload = json.loads(raw) if raw else None
-        except ValueError:
-            payload = {"message": raw.decode(errors="replace")[:500]}
-        return code, payload
+        return answer.code, answer.body or b"", answer.headers.get("Content-Type", "")
 
     def answer(self, status: int, payload: Any) -> None:
         self.set_status(status)
@@ -204,9 +215,18 @@ class RelayHandler(PanelHandler):
         if not relayable(method, path):
             raise web.HTTPError(404, f"The panel does not relay {method} {path} to classhub.")
         query = self.request.query
+        if path.endswith("/logs"):  # a log is read from an offset; following would hold the relay
+            query = urlencode([(k, v) for k, v in parse_qsl(query, keep_blank_values=True)
+                               if k != "follow"])
         body = (self.request.body or b"{}") if method in ("POST", "PUT") else None
-        code, payload = await self.service(method, path + (f"?{query}" if query else ""), body)
-        self.answer(code, payload)
+        target = path + (f"?{query}" if query else "")
+        code, raw, content_type = await self.service_raw(method, target, body)
+        if code == 200 and content_type.startswith("text/plain"):
+            self.set_status(code)
+            self.set_header("Cache-Control", "no-store")
+            self.finish(raw, set_content_type=content_type)
+            return
+        self.answer(code, _payload(raw))
 
     @web.authenticated
     async def get(self, path: str) -> None:

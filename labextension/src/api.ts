@@ -58,3 +58,32 @@ export function serviceRequest<T = any>(
   }
   return panelRequest<T>(`service/${path}`, init);
 }
+
+/**
+ * A text answer of the service through the owner's relay (a job's log), as bytes: the caller
+ * counts them for the next ``offset`` and decodes them (a chunk may end inside a character).
+ */
+export async function serviceBytes(
+  path: string,
+  settings: ServerConnection.ISettings = ServerConnection.makeSettings()
+): Promise<Uint8Array> {
+  const url = URLExt.join(settings.baseUrl, 'api/classhub/panel/service', path);
+  let response: Response;
+  try {
+    response = await ServerConnection.makeRequest(url, {}, settings);
+  } catch (error) {
+    throw new ClasshubError(`This server cannot be reached: ${error}`, 0);
+  }
+  if (!response.ok) {
+    const text = await response.text();
+    let message = `classhub answered ${response.status}`;
+    try {
+      const data = JSON.parse(text);
+      message = (data && (data.message || data.reason)) || message;
+    } catch {
+      message = text || message;
+    }
+    throw new ClasshubError(message, response.status);
+  }
+  return new Uint8Array(await response.arrayBuffer());
+}

@@ -11,6 +11,7 @@ import {
   Dialog,
   ICommandPalette,
   InputDialog,
+  MainAreaWidget,
   Notification,
   ToolbarButton,
   showDialog
@@ -22,6 +23,8 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 import { ClasshubError, panelRequest, serviceRequest } from './api';
+import { JobForm } from './jobform';
+import { JobLogView } from './joblog';
 import { ClasshubPanel } from './panel';
 import { ShareForm } from './shareform';
 import {
@@ -32,13 +35,20 @@ import {
   ITemplate,
   bannerText,
   cullMessage,
+  describeJob,
+  isActiveJob,
   isReadOnly,
+  jobRequest,
   shareRequest
 } from './state';
 
 const PLUGIN_ID = 'classhub-jupyterlab:plugin';
 /** How often the owner's panel asks for pending cull warnings (ms). */
 const CULL_POLL_MS = 10_000;
+/** How often the Jobs section is read again while one of my jobs is active (ms). */
+const JOBS_POLL_MS = 5_000;
+/** JupyterLab cuts a notification's message at 140 characters. */
+const NOTIFICATION_CHARS = 140;
 
 namespace CommandIDs {
   export const open = 'classhub:open-panel';
@@ -47,6 +57,7 @@ namespace CommandIDs {
   export const keep = 'classhub:keep-running';
   export const copy = 'classhub:copy-to-my-server';
   export const publish = 'classhub:publish-folder';
+  export const submitJob = 'classhub:submit-job';
 }
 
 const icon = new LabIcon({
@@ -61,7 +72,19 @@ function errorText(error: unknown): string {
 }
 
 function fail(what: string, error: unknown): void {
-  Notification.error(`${what}: ${errorText(error)}`, { autoClose: false });
+  const message = `${what}: ${errorText(error)}`;
+  // a refusal's sentence says what to change: never lose its end to the notification's cut
+  const actions =
+    message.length > NOTIFICATION_CHARS
+      ? [
+          {
+            label: 'Read all',
+            callback: () =>
+              void showDialog({ title: what, body: message, buttons: [Dialog.okButton()] })
+          }
+        ]
+      : [];
+  Notification.error(message, { autoClose: false, actions });
 }
 
 /** The banner over a document of a shared server (and its "Copy to my server" button). */
@@ -135,6 +158,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         }
         await refresh();
       },
+      showLogs: (job: IJob) => showLogs(job),
       refresh: () => refresh()
     });
     panel.title.icon = icon;
@@ -228,6 +252,75 @@ const plugin: JupyterFrontEndPlugin<void> = {
         fail('Not revoked', error);
       }
       await refresh();
+    }
+
+    // -- jobs -----------------------------------------------------------------------------------
+    async function submitJob(path: string): Promise<void> {
+      const courses = Object.keys(panel.state?.courses || {});
+      const form = new JobForm(path, courses);
+      const result = await showDialog({
+        title: 'Submit as job',
+        body: form,
+        buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Submit' })],
+        focusNodeSelector: 'input[name=replicas]'
+      });
+      if (!result.button.accept || !result.value) {
+        return;
+      }
+      const request = jobRequest(result.value);
+      if ('error' in request) {
+        Notification.error(request.error, { autoClose: 8000 });
+        return;
+      }
+      let job: IJob;
+      try {
+        job = await serviceRequest<IJob>('jobs', 'POST', request.body);
+      } catch (error) {
+        fail('Not submitted', error);
+        return;
+      }
+      const id = Notification.success(`Submitted ${describeJob(job)}.`, {
+        autoClose: 10_000,
+        actions: [{ label: 'Logs', callback: () => showLogs(job) }]
+      });
+      await refresh();
+      // the admission loop gives the job its place within a cycle or two: say it when known
+      for (let i = 0; i < 10 && job.state === 'queued' && !job.queue_position; i++) {
+        await new Promise(resolve => window.setTimeout(resolve, 1000));
+        try {
+          job = await serviceRequest<IJob>(`jobs/${encodeURIComponent(job.id)}`);
+        } catch {
+          break;
+        }
+      }
+      Notification.update({
+        id,
+        message: `Submitted ${describeJob(job)}.`,
+        type: 'success',
+        autoClose: 10_000,
+        actions: [{ label: 'Logs', callback: () => showLogs(job) }]
+      });
+      await refresh();
+    }
+
+    const logViews = new Map<string, MainAreaWidget<JobLogView>>();
+    function showLogs(job: IJob): void {
+      let view = logViews.get(job.id);
+      if (!view || view.isDisposed) {
+        view = new MainAreaWidget({ content: new JobLogView(job) });
+        view.id = `classhub-job-log-${job.id}`;
+        view.title.label = `Log: ${job.name}`;
+        view.title.caption = `The log of job ${job.name} (${job.id})`;
+        view.title.icon = icon;
+        view.title.closable = true;
+        logViews.set(job.id, view);
+        app.shell.add(view, 'main');
+      }
+      app.shell.activateById(view.id);
+    }
+
+    function isScript(path: string | null): path is string {
+      return !!path && /\.py$/i.test(path);
     }
 
     // -- templates ------------------------------------------------------------------------------
@@ -366,6 +459,27 @@ const plugin: JupyterFrontEndPlugin<void> = {
         await refresh();
       }
     });
+    app.commands.addCommand(CommandIDs.submitJob, {
+      label: args => (args.from === 'filebrowser' ? 'Submit as job…' : 'classhub: Submit as job…'),
+      caption: 'Run this Python script as a job: replicas, GPUs, a maximum runtime',
+      icon,
+      isVisible: () =>
+        !readOnly && (panel.state ? panel.state.viewer.owner && !!panel.state.jobs : true),
+      execute: async args => {
+        const path =
+          (args.path as string | undefined) ??
+          (args.from === 'filebrowser'
+            ? browserSelection()
+            : [currentDocumentPath(), browserSelection()].find(isScript) ?? null);
+        if (!isScript(path)) {
+          Notification.info('Open a Python script, or select one in the file browser, first.', {
+            autoClose: 6000
+          });
+          return;
+        }
+        await submitJob(path);
+      }
+    });
     if (palette) {
       for (const command of Object.values(CommandIDs)) {
         palette.addItem({ command, category: 'classhub' });
@@ -377,6 +491,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
       command: CommandIDs.share,
       selector: '.jp-DirListing-item[data-isdir]',
       rank: 3,
+      args: { from: 'filebrowser' }
+    });
+    app.contextMenu.addItem({
+      command: CommandIDs.submitJob,
+      selector: '.jp-DirListing-item[data-file-type="python"]',
+      rank: 4,
       args: { from: 'filebrowser' }
     });
     app.docRegistry.addWidgetExtension('Notebook', {
@@ -471,6 +591,25 @@ const plugin: JupyterFrontEndPlugin<void> = {
           console.warn('classhub: cull warnings could not be read', error);
         }
       }, CULL_POLL_MS);
+      // while one of my jobs is active, its state and place in the queue move: follow them
+      window.setInterval(async () => {
+        const jobs = panel.state?.jobs;
+        if (!jobs || !jobs.some(isActiveJob)) {
+          return;
+        }
+        try {
+          const owner = encodeURIComponent(panel.state?.owner || '');
+          const answer = await serviceRequest<{ jobs: IJob[] } | IJob[]>(
+            `jobs?owner=${owner}&limit=20`
+          );
+          const fresh = Array.isArray(answer) ? answer : answer.jobs || [];
+          if (JSON.stringify(fresh) !== JSON.stringify(panel.state?.jobs)) {
+            panel.updateJobs(fresh);
+          }
+        } catch (error) {
+          console.warn('classhub: jobs could not be read', error);
+        }
+      }, JOBS_POLL_MS);
     }
   }
 };

@@ -17,7 +17,8 @@ import {
   describeShare,
   formatDuration,
   quotaBars,
-  secondsLeft
+  secondsLeft,
+  waitingText
 } from './state';
 
 /** What the panel's buttons do; index.ts wires them to commands. */
@@ -29,6 +30,7 @@ export interface IPanelActions {
   publishFolder(course: string): Promise<void>;
   copyToMyServer(): Promise<void>;
   cancelJob(job: IJob): Promise<void>;
+  showLogs(job: IJob): void;
   refresh(): Promise<void>;
 }
 
@@ -268,14 +270,44 @@ export class ClasshubPanel extends Widget {
     const s = section('Jobs', 'jobs');
     const list = el('ul', { class: 'classhub-list classhub-jobs' });
     for (const job of state.jobs) {
-      const item = el('li', {}, el('span', { title: job.reason || '' }, describeJob(job)));
-      if (ACTIVE_JOB_STATES.includes(job.state)) {
-        item.append(button('Cancel', () => this.actions.cancelJob(job), `Cancel job ${job.name}`));
+      const what = el('div', { class: 'classhub-job-what' }, el('span', {}, describeJob(job)));
+      const waiting = waitingText(job);
+      if (waiting) {
+        what.append(el('p', { class: 'classhub-job-reason' }, waiting));
       }
+      const item = el('li', { 'data-classhub-job': job.id }, what);
+      const actions = el('span', { class: 'classhub-job-actions' });
+      actions.append(button('Logs', () => this.actions.showLogs(job), `Logs of job ${job.name}`));
+      if (ACTIVE_JOB_STATES.includes(job.state)) {
+        actions.append(button('Cancel', () => this.actions.cancelJob(job), `Cancel job ${job.name}`));
+      }
+      item.append(actions);
       list.append(item);
     }
-    s.append(state.jobs.length ? list : el('p', {}, 'No jobs. Submit one with "classhub job submit" in a terminal.'));
+    s.append(
+      state.jobs.length
+        ? list
+        : el(
+            'p',
+            {},
+            'No jobs. Right-click a .py file in the file browser and choose "Submit as job…", ' +
+              'or run "classhub job submit" in a terminal.'
+          )
+    );
     return [s];
+  }
+
+  /** New jobs (from the jobs poll): only the Jobs section is drawn again (focus stays put). */
+  updateJobs(jobs: IJob[]): void {
+    if (!this._state || !this._state.jobs) {
+      return;
+    }
+    this._state = { ...this._state, jobs };
+    const old = this.node.querySelector("section[aria-labelledby='classhub-jobs']");
+    const [fresh] = this._jobs(this._state);
+    if (old && fresh) {
+      old.replaceWith(fresh);
+    }
   }
 
   private _courses(state: IPanelState): HTMLElement[] {

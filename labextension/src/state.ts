@@ -60,6 +60,13 @@ export interface ITemplate {
   description?: string;
 }
 
+export interface IJobReplica {
+  role: string;
+  index: number;
+  rank?: number;
+  state: string;
+}
+
 export interface IJob {
   id: string;
   name: string;
@@ -67,6 +74,7 @@ export interface IJob {
   state: string;
   reason?: string | null;
   queue_position?: number | null;
+  replicas?: IJobReplica[];
 }
 
 /** Jobs that still hold or wait for resources (a "Cancel" applies to them). */
@@ -82,6 +90,91 @@ export function describeJob(job: IJob): string {
     where = `, ${n}${suffix} in the queue`;
   }
   return `${job.name} (${job.course}): ${job.state}${where}`;
+}
+
+/** Why a waiting job waits, as the panel shows it under the job; null for a job not waiting. */
+export function waitingText(job: IJob): string | null {
+  if ((job.state !== 'queued' && job.state !== 'preempted') || !job.reason) {
+    return null;
+  }
+  return `Waits: ${job.reason}`;
+}
+
+/** Whether a job may still change (its log may still grow): the panel and log view poll it. */
+export function isActiveJob(job: Pick<IJob, 'state'>): boolean {
+  return ACTIVE_JOB_STATES.includes(job.state);
+}
+
+/** What a person fills in the "Submit as job…" dialog. */
+export interface IJobForm {
+  /** the script, relative to the server's root (the home) */
+  path: string;
+  /** empty: the API picks my only course */
+  course?: string;
+  replicas: number;
+  /** GPUs per replica (0: one CPU core instead) */
+  gpus: number;
+  /** minutes; empty or 0: the service's default */
+  maxRuntimeMinutes?: number | null;
+}
+
+/** A job name the API takes (lowercase letters, digits, '-'; at most 63) from a script's path. */
+export function jobName(path: string): string {
+  const base = path.split('/').pop() || '';
+  const stem = base.replace(/\.py$/i, '');
+  const slug = stem
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, '-')
+    .replace(/^-+|-+$/g, '')
+    .slice(0, 63)
+    .replace(/-+$/, '');
+  return slug || 'job';
+}
+
+function wholeIn(value: number, low: number, high: number): boolean {
+  return Number.isInteger(value) && value >= low && value <= high;
+}
+
+/**
+ * The body of ``POST /api/jobs`` for a Python script, or a sentence saying what to change.
+ * The job runs in the script's folder (as ``cd lab3 && python train.py`` in a terminal would):
+ * ``workdir`` is that folder relative to the home, the command ``["python", "<file name>"]``.
+ */
+export function jobRequest(
+  form: IJobForm
+): { body: Record<string, unknown> } | { error: string } {
+  const path = (form.path || '').replace(/^\/+/, '');
+  if (!/\.py$/i.test(path)) {
+    return { error: 'Choose a Python script (a .py file) to submit as a job.' };
+  }
+  if (path.split('/').includes('..')) {
+    return { error: 'The script must be inside your home folder.' };
+  }
+  if (!wholeIn(form.replicas, 1, 64)) {
+    return { error: 'Replicas must be a whole number from 1 to 64.' };
+  }
+  if (!wholeIn(form.gpus, 0, 64)) {
+    return { error: 'GPUs per replica must be a whole number from 0 to 64.' };
+  }
+  const minutes = form.maxRuntimeMinutes ?? 0;
+  if (!Number.isFinite(minutes) || minutes < 0) {
+    return { error: 'The maximum runtime must be a number of minutes (empty: the default).' };
+  }
+  const slash = path.lastIndexOf('/');
+  const body: Record<string, unknown> = {
+    name: jobName(path),
+    command: ['python', path.slice(slash + 1)],
+    workdir: slash < 0 ? '' : path.slice(0, slash),
+    replicas: form.replicas,
+    resources: form.gpus > 0 ? { 'nvidia.com/gpu': form.gpus } : { cpu: '1' }
+  };
+  if (form.course) {
+    body.course = form.course;
+  }
+  if (minutes > 0) {
+    body.max_runtime = Math.round(minutes * 60);
+  }
+  return { body };
 }
 
 /** What ``GET api/classhub/panel/state`` answers. */

@@ -9,11 +9,15 @@ import {
   describeJob,
   describeShare,
   formatDuration,
+  isActiveJob,
   isReadOnly,
+  jobName,
+  jobRequest,
   parseQuantity,
   quotaBars,
   secondsLeft,
-  shareRequest
+  shareRequest,
+  waitingText
 } from '../src/state';
 
 describe('parseQuantity', () => {
@@ -155,5 +159,109 @@ describe('describeJob', () => {
     expect(describeJob(job)).toBe('resnet (demo101): queued, 2nd in the queue');
     expect(describeJob({ ...job, queue_position: 11 })).toBe('resnet (demo101): queued, 11th in the queue');
     expect(describeJob({ ...job, state: 'running', queue_position: null })).toBe('resnet (demo101): running');
+  });
+});
+
+describe('waitingText', () => {
+  const job = {
+    id: 'j1',
+    name: 'train',
+    course: 'demo101',
+    state: 'queued',
+    queue_position: 1,
+    reason: "waiting for 1 node with 1 free nvidia.com/gpu; 1st in demo101's queue"
+  };
+  it("shows why a queued or preempted job waits", () => {
+    expect(waitingText(job)).toBe(
+      "Waits: waiting for 1 node with 1 free nvidia.com/gpu; 1st in demo101's queue"
+    );
+    expect(waitingText({ ...job, state: 'preempted' })).toMatch(/^Waits: /);
+  });
+  it('says nothing for a job that does not wait, or without a reason', () => {
+    expect(waitingText({ ...job, state: 'running' })).toBeNull();
+    expect(waitingText({ ...job, state: 'failed' })).toBeNull();
+    expect(waitingText({ ...job, reason: null })).toBeNull();
+    expect(waitingText({ ...job, reason: '' })).toBeNull();
+  });
+  it('knows which jobs are still active', () => {
+    expect(['queued', 'admitted', 'running', 'preempted'].every(state => isActiveJob({ state }))).toBe(true);
+    expect(['succeeded', 'failed', 'cancelled'].some(state => isActiveJob({ state }))).toBe(false);
+  });
+});
+
+describe('jobName', () => {
+  it('makes a name the API takes from the script', () => {
+    expect(jobName('lab3/train.py')).toBe('train');
+    expect(jobName('My_Train Script.PY')).toBe('my-train-script');
+    expect(jobName('__init__.py')).toBe('init');
+    expect(jobName('???.py')).toBe('job');
+    const long = jobName(`${'a'.repeat(62)}_b.py`);
+    expect(long).toBe('a'.repeat(62));
+    expect(long).toMatch(/^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$/);
+  });
+});
+
+describe('jobRequest', () => {
+  const form = { path: 'lab3/train.py', replicas: 1, gpus: 0, maxRuntimeMinutes: 0 };
+  it('runs the script in its folder, with one CPU core when no GPU is asked', () => {
+    expect(jobRequest(form)).toEqual({
+      body: {
+        name: 'train',
+        command: ['python', 'train.py'],
+        workdir: 'lab3',
+        replicas: 1,
+        resources: { cpu: '1' }
+      }
+    });
+  });
+  it('runs a script at the top of the home in the home', () => {
+    const request = jobRequest({ ...form, path: '/hello.py' });
+    expect(request).toEqual({
+      body: expect.objectContaining({ command: ['python', 'hello.py'], workdir: '' })
+    });
+  });
+  it('asks for GPUs per replica, a course and a runtime in seconds', () => {
+    const request = jobRequest({
+      path: 'a/b/ddp.py',
+      course: 'demo101',
+      replicas: 2,
+      gpus: 1,
+      maxRuntimeMinutes: 30
+    });
+    expect(request).toEqual({
+      body: {
+        name: 'ddp',
+        command: ['python', 'ddp.py'],
+        workdir: 'a/b',
+        replicas: 2,
+        resources: { 'nvidia.com/gpu': 1 },
+        course: 'demo101',
+        max_runtime: 1800
+      }
+    });
+  });
+  it('leaves the course and the runtime to the service when not given', () => {
+    const request = jobRequest({ ...form, course: '', maxRuntimeMinutes: null });
+    expect('body' in request && Object.keys(request.body).sort()).toEqual([
+      'command',
+      'name',
+      'replicas',
+      'resources',
+      'workdir'
+    ]);
+  });
+  it('says what to change', () => {
+    const error = (f: Partial<typeof form>) => {
+      const r = jobRequest({ ...form, ...f });
+      return 'error' in r ? r.error : null;
+    };
+    expect(error({ path: 'week1.ipynb' })).toMatch(/Python script/);
+    expect(error({ path: '../other/train.py' })).toMatch(/inside your home/);
+    expect(error({ replicas: 0 })).toMatch(/Replicas/);
+    expect(error({ replicas: 1.5 })).toMatch(/Replicas/);
+    expect(error({ replicas: NaN })).toMatch(/Replicas/);
+    expect(error({ gpus: -1 })).toMatch(/GPUs per replica/);
+    expect(error({ maxRuntimeMinutes: -5 })).toMatch(/runtime/);
+    expect(error({ maxRuntimeMinutes: NaN })).toMatch(/runtime/);
   });
 });
