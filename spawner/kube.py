@@ -23,7 +23,7 @@ import asyncio
 import re
 from typing import Any
 
-from jupyterhub.utils import exponential_backoff
+from jupyterhub.utils import exponential_backoff, maybe_future
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubespawner import KubeSpawner
 from tornado import web
@@ -187,10 +187,33 @@ class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
     def _default_templates(self) -> ClasshubTemplates:
         return ClasshubTemplates(parent=self)
 
+    def _home_mount(self) -> dict[str, Any] | None:
+        """The volume mount at ``home_mount_path`` as configured (not expanded), or None."""
+        return next((dict(m) for m in self._sorted_dict_values(self.volume_mounts)
+                     if m.get("mountPath") == self.home_mount_path), None)
+
+    async def home_volume(self) -> dict[str, Any] | None:
+        """The user's home as their notebook pod mounts it, for other pods that must see the
+        same files (a job's replicas, hub_ext.backends.kubernetes.jobs): the namespace, the
+        volume and its mount after KubeSpawner's own expansion (``{username}``, ``{pvc_name}``,
+        ``{user_server}``, escaped by its slug scheme exactly as in the notebook's pod), and the
+        ``uid``, ``gid``, ``fs_gid`` and ``supplemental_gids`` the notebook runs with. None when
+        no volume is mounted at the home."""
+        mount = self._home_mount()
+        volume = mount and next((dict(v) for v in self._sorted_dict_values(self.volumes)
+                                 if v.get("name") == mount.get("name")), None)
+        if not volume:
+            return None
+        ids = {}
+        for key in ("uid", "gid", "fs_gid", "supplemental_gids"):
+            value = getattr(self, key)
+            ids[key] = await maybe_future(value(self)) if callable(value) else value
+        return {"namespace": self.namespace, "volume": self._expand_all(volume),
+                "mount": self._expand_all(mount), **ids}
+
     def _add_seeding(self, job: SeedJob) -> None:
         """Seed the home in the pod: an init container (small templates) or a sidecar (large)."""
-        home_volume = next((m.get("name") for m in self.volume_mounts
-                            if m.get("mountPath") == self.home_mount_path), None)
+        home_volume = (self._home_mount() or {}).get("name")
         if home_volume is None:
             raise web.HTTPError(500, "Cannot start from a template: no volume is mounted at the home "
                                      f"({self.home_mount_path}); ask an admin to check home_mount_path.")

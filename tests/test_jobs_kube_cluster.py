@@ -50,10 +50,10 @@ def store(tmp_path):
     sessions.kw["bind"].dispose()
 
 
-def submit(store: JobStore, name: str, seconds: float = 1.0) -> str:
+def submit(store: JobStore, name: str, seconds: float = 1.0, workdir: str = "") -> str:
     sub = J.parse_submission({"name": name, "command": ["python", "train.py"], "replicas": 2,
                               "resources": {"nvidia.com/gpu": 4, "cpu": "4", "memory": "16Gi"},
-                              "env": {"RUN_SECONDS": str(seconds)}})
+                              "env": {"RUN_SECONDS": str(seconds)}, "workdir": workdir})
     job = J.parse_job({**sub.job_fields, "name": sub.name}, owner="ann", course="gpu101",
                       submit_time=NOW.timestamp(), default_max_runtime=600)
     return store.submit("ann", "gpu101", sub, job, datetime.now(timezone.utc))[0].job_id
@@ -70,12 +70,12 @@ async def run_until(loop: JobLoop, predicate, timeout: float = 60.0):
         await asyncio.sleep(0.1)
 
 
-async def make_loop(cluster, store, exit_after: str = "1") -> tuple[JobLoop, object]:
+async def make_loop(cluster, store, exit_after: str = "1", home_of=None) -> tuple[JobLoop, object]:
     api = await kubernetes_asyncio.config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     client = kubernetes_asyncio.client
     backend = KubernetesJobs(client.CoreV1Api(api), client.CustomObjectsApi(api), namespace=NS,
                              image="pytorch/pytorch:2.5.1", scheduler=SCHEDULER_NAME,
-                             pod_annotations={EXIT_AFTER_ANNOTATION: exit_after})
+                             pod_annotations={EXIT_AFTER_ANNOTATION: exit_after}, home_of=home_of)
     return JobLoop(store, backend, interval=0.2, grace=1.0), api
 
 
@@ -174,3 +174,48 @@ async def test_with_kueue_the_job_waits_suspended_in_the_course_queue_until_kueu
         assert "handed to Kueue" in store.get(job_id).events[-1].message
         cluster.mutate("pytorchjobs", job_id, lambda o: o["spec"]["runPolicy"].update(suspend=False), NS)
         await run_until(loop, lambda: store.get(job_id).state == J.SUCCEEDED)  # Kueue admitted it
+
+
+def home_answer(claim: str):
+    """What the hub answers for ann (ClasshubKubeSpawner.home_volume) with her home on `claim`."""
+    async def home_of(user: str) -> dict:
+        return {"namespace": NS, "volume": {"name": "home", "persistentVolumeClaim": {"claimName": claim}},
+                "mount": {"name": "home", "mountPath": "/home/jovyan"},
+                "uid": 1000, "gid": 100, "fs_gid": 100}
+    return home_of
+
+
+def make_claim(cluster, name: str, mode: str) -> None:
+    cluster.create("persistentvolumeclaims", {"metadata": {"name": name}, "spec": {
+        "accessModes": [mode], "resources": {"requests": {"storage": "1Gi"}}}}, NS)
+
+
+async def test_the_replicas_mount_the_owners_home_claim_and_start_in_the_submitted_folder(cluster, store):
+    make_claim(cluster, "claim-ann", "ReadWriteMany")  # e.g. NFS: both nodes mount it at once
+    loop, api = await make_loop(cluster, store, home_of=home_answer("claim-ann"))
+    async with api:
+        job_id = submit(store, "home", workdir="lab3")
+        await run_until(loop, lambda: store.get(job_id).state == J.SUCCEEDED)
+    pods = job_pods(cluster, job_id)
+    assert sorted(p["spec"]["nodeName"] for p in pods) == ["gpu-a", "gpu-b"]
+    for pod in pods:
+        container = pod["spec"]["containers"][0]
+        assert pod["spec"]["volumes"] == [{"name": "home",
+                                           "persistentVolumeClaim": {"claimName": "claim-ann"}}]
+        assert container["volumeMounts"] == [{"name": "home", "mountPath": "/home/jovyan"}]
+        assert container["workingDir"] == "/home/jovyan/lab3"
+        assert pod["spec"]["securityContext"]["fsGroup"] == 100
+
+
+async def test_a_home_the_replicas_cannot_mount_refuses_the_job_with_a_sentence(cluster, store):
+    make_claim(cluster, "claim-ann-rwo", "ReadWriteOnce")
+    for claim, sentence in (("claim-ann-rwo", "your home volume claim-ann-rwo is ReadWriteOnce: one node at "
+                             "a time can mount it, and this job's replicas are placed on gpu-a, gpu-b"),
+                            ("claim-nobody", "your home volume claim-nobody does not exist yet")):
+        loop, api = await make_loop(cluster, store, home_of=home_answer(claim))
+        async with api:
+            job_id = submit(store, f"refused-{claim}")
+            record = await run_until(
+                loop, lambda job_id=job_id: (r := store.get(job_id)).state == J.FAILED and r)
+        assert any(sentence in e.message for e in record.events), [e.message for e in record.events]
+        assert cluster.get("pytorchjobs", job_id, NS) is None  # nothing was created

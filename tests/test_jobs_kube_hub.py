@@ -3,7 +3,9 @@ with its training-operator and coscheduling stand-ins; the fake kubelet runs eac
 command as a process with the pod's environment.
 
 What a student would notice: a job submitted through the API becomes a PyTorchJob, runs its two
-replicas with the ranks the operator gives, ends succeeded, and its replicas' logs are readable.
+replicas with the ranks the operator gives, ends succeeded, and its replicas' logs are readable;
+the replicas mount the student's home claim (as the hub's spawner names it) at the home and start
+in the folder the job was submitted from.
 """
 
 from __future__ import annotations
@@ -54,18 +56,28 @@ def test_a_job_submitted_to_a_kubernetes_mode_hub_runs_as_a_pytorchjob(hub, clus
             json={"add": [{"username": "student1", "role": "student"}]})
     assert r.status_code == 200, r.text
     student = hub.login("student1").new_token()
+    # The claim student1's server made (KubeSpawner's claim-{user_server}), on NFS-like storage.
+    cluster.create("persistentvolumeclaims", {"metadata": {"name": "claim-student1"}, "spec": {
+        "accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}}, NS)
     body = {"name": "ranks", "command": [sys.executable, "-c", PRINT_RANK], "replicas": 2,
-            "resources": {"cpu": "1"}}
+            "resources": {"cpu": "1"}, "workdir": "lab3"}
     r = api(hub, "POST", "jobs", student, json=body)
     assert r.status_code == 201, r.text
     job_id = r.json()["id"]
     done = wait_for(lambda: (j := api(hub, "GET", f"jobs/{job_id}", student).json())["state"]
                     in ("succeeded", "failed", "cancelled") and j, 120, "the job to end")
     assert done["state"] == "succeeded", done["events"]
+    replicas = [p for p in cluster.list("pods", NS)
+                if p["metadata"]["labels"].get("training.kubeflow.org/job-name") == job_id]
     pods = {p["metadata"]["labels"]["training.kubeflow.org/replica-type"]: p["spec"]["nodeName"]
-            for p in cluster.list("pods", NS)
-            if p["metadata"]["labels"].get("training.kubeflow.org/job-name") == job_id}
+            for p in replicas}
     assert [r["node"] for r in done["replicas"]] == [pods["master"], pods["worker"]]  # as placed
+    for pod in replicas:  # the home the student's notebook mounts, and the folder they were in
+        volume = pod["spec"]["volumes"][0]
+        assert volume["persistentVolumeClaim"] == {"claimName": "claim-student1"}
+        assert pod["spec"]["containers"][0]["volumeMounts"] == [{"name": volume["name"],
+                                                                  "mountPath": "/home/jovyan"}]
+        assert pod["spec"]["containers"][0]["workingDir"] == "/home/jovyan/lab3"
     obj = cluster.get("pytorchjobs", job_id, NS)
     assert obj["metadata"]["labels"]["classhub.io/user"] == "student1"
     assert obj["spec"]["runPolicy"]["suspend"] is False

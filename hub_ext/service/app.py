@@ -160,7 +160,7 @@ class ClasshubService(Application):
         registry.register(jobs.JobCollector(sessions))
         job_settings = getattr(self, "job_settings", None) or jobs.ClasshubJobs(parent=self)
         job_backend = (job_settings.local_backend() if self.mode == "local"
-                       else job_settings.kubernetes_backend())
+                       else job_settings.kubernetes_backend(home_of=hub_api.home_volume))
         job_service = jobs.JobService.make(sessions, job_backend, job_settings)
         routes = [(url_path_join(self.prefix, path), handler) for path, handler in ROUTES]
         routes += [
