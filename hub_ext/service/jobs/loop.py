@@ -295,6 +295,8 @@ class JobLoop:
             except QuotaDenied as e:
                 await asyncio.to_thread(self.store.set_waiting, {
                     record.job_id: ("course_quota", e.decision.message, None, None)})
+            except Exception:  # the others are still handed over; _follow fails this one
+                log.exception("classhub jobs: handing %s over failed", record.job_id)
 
     def _plan(self, record: JobRecord, job: Job, placement: tuple[tuple[str, int, str], ...],
               taken: set[str]) -> tuple[tuple[str, int, int, str, tuple[str, ...]], ...]:
@@ -358,7 +360,8 @@ def _ending(reason: str, by: str | None) -> tuple[str, str]:
         return J.PREEMPTED, "preempted; every replica stopped"
     if reason == "main_succeeded":
         return J.SUCCEEDED, "succeeded: the main role succeeded; the other replicas were stopped"
-    return J.FAILED, "failed: a replica failed; the other replicas were stopped"
+    # a replica failed, or the job could not start: the event before this one says which
+    return J.FAILED, "failed; every replica stopped (the event before says why)"
 
 
 def _codes(ended: Mapping[tuple[str, int], int | None]) -> str:
