@@ -40,8 +40,12 @@ install: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/classhub local $(ARGS)
 
+# The suite runs its modules on TEST_WORKERS pytest-xdist workers (each module on one worker):
+# most of its time is spent waiting for hub, server and cluster processes, so three workers
+# share two cores well. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 3
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest $(ARGS)
+	$(VENV)/bin/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(ARGS)
 
 # The quick tier: pure logic and the store, no hub, no cluster (under a minute).
 test-unit: $(STAMP)

@@ -33,6 +33,7 @@ def schema(file: str, version: str) -> dict:
 
 PYTORCHJOB = schema("kubeflow.org_pytorchjobs.yaml", "v1")
 PODGROUP = schema("scheduling.x-k8s.io_podgroups.yaml", "v1alpha1")
+TRAINJOB = schema("trainer.kubeflow.org_trainjobs.yaml", "v1alpha1")
 
 
 def launch(roles: dict[str, int], nodes: list[str]) -> Launch:
@@ -149,3 +150,55 @@ async def test_the_replicas_mount_the_students_home_as_the_hubs_kubespawner_expa
         assert pod["securityContext"] == {"fsGroup": 100}
     assert "workingDir" not in kube.pytorch_job(job, namespace="classhub", image="img")[
         "spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]  # no home: as before
+
+
+def test_with_trainer_v2_a_job_is_a_valid_suspended_trainjob_admitted_by_one_merge_patch():
+    """A site running Kubeflow Trainer v2 (CLASSHUB_JOB_KIND=trainjob): the API server takes the
+    TrainJob (422 otherwise), nothing runs before classhub un-suspends it, the replicas mount the
+    student's home and start in the submitted folder, and the patch that admits it places them
+    without dropping what the runtime patch carried (a merge patch replaces lists whole)."""
+    job = replace(launch({"worker": 2}, ["gpu-a", "gpu-b"]), workdir="lab3")
+    home = kube.Home({"name": "home", "persistentVolumeClaim": {"claimName": "claim-ann"}},
+                     {"name": "home", "mountPath": "/home/jovyan"}, "classhub", uid=1000, gid=100, fs_gid=100)
+    obj = kube.train_job(job, namespace="classhub", image="img", home=home, annotations={"a": "1"})
+    jsonschema.validate(obj, TRAINJOB)
+    spec = obj["spec"]
+    assert spec["suspend"] is True and spec["runtimeRef"] == {"name": "torch-distributed"}
+    assert (spec["trainer"]["numNodes"], spec["trainer"]["numProcPerNode"]) == (2, 1)
+    assert spec["trainer"]["resourcesPerNode"]["limits"]["nvidia.com/gpu"] == "4"
+    assert spec["trainer"]["command"][-3:] == ["/home/jovyan/lab3", "python", "train.py"]
+    env = {e["name"]: e for e in spec["trainer"]["env"]}
+    assert env["WORLD_SIZE"]["value"] == "2" and "PET_NNODES" not in env  # the trainer's own
+    assert obj["metadata"]["labels"]["classhub.io/user"] == "ann-uni.example"
+    assert obj["metadata"]["labels"]["classhub.io/course"] == "gpu101"
+    [patch] = spec["runtimePatches"]
+    assert patch["manager"] == "classhub.io/jobs"
+    [node] = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    pod = node["template"]["spec"]["template"]
+    assert node["name"] == "node" and pod["metadata"]["annotations"] == {"a": "1"}
+    assert pod["metadata"]["labels"]["classhub.io/course"] == "gpu101"
+    assert kube.POD_GROUP_LABEL not in pod["metadata"]["labels"]
+    assert pod["spec"]["volumes"] == [dict(home.volume)] and "affinity" not in pod["spec"]
+    assert pod["spec"]["containers"] == [{"name": "node", "volumeMounts": [dict(home.mount)],
+                                          "securityContext": {"runAsUser": 1000, "runAsGroup": 100}}]
+    assert pod["spec"]["securityContext"] == {"fsGroup": 100}
+
+    placed = kube.train_job(job, namespace="classhub", image="img", home=home, annotations={"a": "1"},
+                            nodes=["gpu-b", "gpu-a"])
+    admitted = merge_patch(obj, kube.train_job_admit_patch(placed))
+    jsonschema.validate(admitted, TRAINJOB)
+    assert admitted["spec"]["suspend"] is False
+    assert admitted["spec"]["trainer"] == spec["trainer"]  # immutable in the CRD: untouched
+    pod_after = admitted["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"][
+        "replicatedJobs"][0]["template"]["spec"]["template"]
+    assert pod_after["spec"]["volumes"] == pod["spec"]["volumes"]
+    assert pod_after["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == ["gpu-a", "gpu-b"]
+
+    obj["spec"]["trainer"]["numNodes"] = "two"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(obj, TRAINJOB)
+    with pytest.raises(kube.KubeJobError, match="one role"):
+        kube.train_job(launch({"master": 1, "worker": 1}, ["a", "b"]), namespace="classhub", image="img")
+    with pytest.raises(kube.KubeJobError, match="start with a letter"):
+        kube.train_job(replace(job, job_id="3d-unet-1a2b3c4d"), namespace="classhub", image="img")

@@ -5,7 +5,8 @@ What a student or an admin would notice: a 2 x 4-GPU job becomes a PyTorchJob th
 suspended until classhub admits it, then runs on the two nodes classhub chose, its pods bound all
 at once, and ends succeeded; while a notebook holds one node's GPUs no PyTorchJob is even created
 (the job waits in classhub's queue with a reason) and it starts when the notebook goes; cancel
-removes the job's pods; the PodGroup is bound all or nothing.
+removes the job's pods; the PodGroup is bound all or nothing. With CLASSHUB_JOB_KIND=trainjob the
+same job is a Kubeflow Trainer v2 TrainJob, run by the stand-in as the trainer runs it.
 """
 
 from __future__ import annotations
@@ -70,12 +71,13 @@ async def run_until(loop: JobLoop, predicate, timeout: float = 60.0):
         await asyncio.sleep(0.1)
 
 
-async def make_loop(cluster, store, exit_after: str = "1", home_of=None) -> tuple[JobLoop, object]:
+async def make_loop(cluster, store, exit_after: str = "1", home_of=None,
+                    kind: str = "pytorchjob") -> tuple[JobLoop, object]:
     api = await kubernetes_asyncio.config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     client = kubernetes_asyncio.client
     backend = KubernetesJobs(client.CoreV1Api(api), client.CustomObjectsApi(api), namespace=NS,
                              image="pytorch/pytorch:2.5.1", scheduler=SCHEDULER_NAME,
-                             pod_annotations={EXIT_AFTER_ANNOTATION: exit_after}, home_of=home_of)
+                             pod_annotations={EXIT_AFTER_ANNOTATION: exit_after}, home_of=home_of, kind=kind)
     return JobLoop(store, backend, interval=0.2, grace=1.0), api
 
 
@@ -219,3 +221,30 @@ async def test_a_home_the_replicas_cannot_mount_refuses_the_job_with_a_sentence(
                 loop, lambda job_id=job_id: (r := store.get(job_id)).state == J.FAILED and r)
         assert any(sentence in e.message for e in record.events), [e.message for e in record.events]
         assert cluster.get("pytorchjobs", job_id, NS) is None  # nothing was created
+
+
+async def test_a_trainjob_is_admitted_by_unsuspending_runs_on_the_chosen_nodes_and_cancel_deletes_it(
+        cluster, store):
+    loop, api = await make_loop(cluster, store, exit_after="600", kind="trainjob")
+    async with api:
+        job_id = submit(store, "trainer")
+        record = await run_until(loop, lambda: (r := store.get(job_id)).state == J.RUNNING and r)
+        obj = cluster.get("trainjobs", job_id, NS)
+        assert obj["spec"]["suspend"] is False
+        conditions = {c["type"]: (c["status"], c["reason"]) for c in obj["status"]["conditions"]}
+        assert conditions == {"Suspended": ("False", "Resumed")}  # it was created suspended
+        pods = [p for p in cluster.list("pods", NS)
+                if p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == job_id]
+        assert sorted(p["spec"]["nodeName"] for p in pods) == ["gpu-a", "gpu-b"]
+        assert sorted(r.node for r in record.replicas) == ["gpu-a", "gpu-b"]
+        for pod in pods:
+            assert pod["metadata"]["labels"]["classhub.io/job"] == job_id
+            env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+            assert (env["PET_NNODES"], env["PET_MASTER_PORT"], env["WORLD_SIZE"]) == ("2", "29500", "2")
+            assert env["PET_MASTER_ADDR"] == env["MASTER_ADDR"] == f"{job_id}-node-0-0.{job_id}"
+        assert cluster.get("podgroups", job_id, NS) is None  # gang binding is the runtime's
+        store.request_stop(job_id, J.STOP_CANCEL, "ann", datetime.now(timezone.utc), "cancel")
+        await run_until(loop, lambda: store.get(job_id).state == J.CANCELLED)
+    assert cluster.get("trainjobs", job_id, NS) is None
+    assert [p for p in cluster.list("pods", NS)
+            if p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == job_id] == []

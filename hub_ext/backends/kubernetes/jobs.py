@@ -11,6 +11,17 @@ Why these objects and this order (README, "Distributed jobs"):
 - **PodGroup** (`scheduling.x-k8s.io/v1alpha1`, scheduler-plugins' coscheduling): minMember =
   every replica, so the cluster's gang scheduler also binds the pods all or nothing, even if
   something else took the capacity between classhub's decision and the binding.
+- **TrainJob** (a setting, `trainer.kubeflow.org/v1alpha1`, Kubeflow Trainer v2): the same job as
+  one TrainJob on a ClusterTrainingRuntime (`torch-distributed` by default), created suspended
+  (`spec.suspend`); the trainer runs it as a JobSet of `numNodes` pods with the PET_* variables.
+  Image, command, environment and resources go in `spec.trainer`; what a TrainJob has no field
+  for (the home volume and ids, tolerations, node selector, labels, the decided nodes) goes in
+  classhub's entry of `spec.runtimePatches` (manager `classhub.io/jobs`), which the trainer
+  merges into the runtime's pod template. Admitting is one merge patch: un-suspend, and that
+  entry again with the nodes (a merge patch replaces a list whole; the trainer's webhook lets
+  runtimePatches change in the request that un-suspends, since v2.3). No PodGroup: a TrainJob
+  cannot name a scheduler, and gang binding is the runtime's (`podGroupPolicy.coscheduling`,
+  which makes a PodGroup named after the job).
 - **Kueue** (a setting): the job carries the course's LocalQueue in `kueue.x-k8s.io/queue-name`
   and stays suspended for Kueue to admit; classhub then only shows status.
 - **The student's home**: every replica mounts the volume the owner's notebook pod mounts at its
@@ -20,9 +31,10 @@ Why these objects and this order (README, "Distributed jobs"):
   replicas would need on more than one node, refuses the launch with a sentence
   (`KubernetesJobs.check_home`).
 
-The objects are plain dicts validated in the tests against the upstream CRD schemas
-(tests/data/crds): the `kubeflow-training` SDK's models would pin an older Kubernetes client than
-the one classhub uses.
+The PyTorchJob and PodGroup are plain dicts validated in the tests against the upstream CRD
+schemas (tests/data/crds): the `kubeflow-training` SDK's models would pin an older Kubernetes
+client than the one classhub uses. The TrainJob is built with the models of
+`kubeflow-trainer-api` (pydantic only) and validated against its CRD too.
 """
 
 from __future__ import annotations
@@ -53,9 +65,20 @@ __all__ = [
     "pod_group",
     "pytorch_job",
     "replica_types",
+    "train_job",
+    "train_job_admit_patch",
 ]
 
 PYTORCH_API = "kubeflow.org/v1"
+TRAINJOB_API = "trainer.kubeflow.org/v1alpha1"
+#: classhub's key in a TrainJob's spec.runtimePatches (a domain-prefixed path, as the webhook wants).
+PATCH_MANAGER = "classhub.io/jobs"
+#: The replicated job and container of the trainer nodes in Kubeflow's runtimes.
+TRAINER_NODE = "node"
+TRAINER_PORT = 29500  # the torch plugin's PET_MASTER_PORT
+#: Labels JobSet and the Job controller put on a TrainJob's pods.
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 POD_GROUP_API = "scheduling.x-k8s.io/v1alpha1"
 #: The label coscheduling reads on pods to find their PodGroup.
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
@@ -151,7 +174,8 @@ def _resources(request: Mapping[str, str], profile_limits: Mapping[str, str] | N
 
 
 def _template(launch: Launch, role: str, image: str, scheduler: str | None,
-              nodes: Sequence[str] | None, home: Home | None = None) -> dict[str, Any]:
+              nodes: Sequence[str] | None, home: Home | None = None,
+              pod_group: bool = True) -> dict[str, Any]:
     env = [{"name": k, "value": v} for k, v in sorted(launch.env.items()) if k not in RESERVED_ENV]
     env.append({"name": "CLASSHUB_JOB_ID", "value": launch.job_id})
     pod: Mapping[str, Any] = launch.pods.get(role, {})
@@ -177,7 +201,7 @@ def _template(launch: Launch, role: str, image: str, scheduler: str | None,
         spec["schedulerName"] = scheduler
     if nodes:
         spec["affinity"] = _affinity(nodes)
-    labels = {**_labels(launch), POD_GROUP_LABEL: launch.job_id}
+    labels = {**_labels(launch), **({POD_GROUP_LABEL: launch.job_id} if pod_group else {})}
     return {"metadata": {"labels": labels}, "spec": spec}
 
 
@@ -257,6 +281,75 @@ def pod_group(launch: Launch, *, namespace: str, schedule_timeout: int = 120) ->
     }
 
 
+def train_job(launch: Launch, *, namespace: str, image: str, runtime: str = "torch-distributed",
+              kueue_queue: str | None = None, home: Home | None = None,
+              annotations: Mapping[str, str] | None = None,
+              nodes: Sequence[str] | None = None) -> dict[str, Any]:
+    """The job's TrainJob (Kubeflow Trainer v2), created suspended, on the ClusterTrainingRuntime
+    `runtime`: one role of `world_size` identical nodes. The pod is the PyTorchJob's (`_template`),
+    split between `spec.trainer` and classhub's runtime patch; `nodes`: the decided nodes, as a
+    required node affinity (`train_job_admit_patch`)."""
+    from kubeflow_trainer_api import models as m  # pydantic models, imported when first used
+
+    roles = {r.role for r in launch.replicas}
+    if len(roles) != 1:
+        raise KubeJobError("with Kubeflow Trainer a job is a TrainJob: one role whose replicas "
+                           "all ask for the same resources")
+    # The TrainJob's name must be an RFC 1035 label, and JobSet's pod host names
+    # <job>-node-0-<rank> must fit in 63 characters.
+    longest = f"{launch.job_id}-{TRAINER_NODE}-0-{launch.world_size - 1}"
+    if not launch.job_id[:1].isalpha() or len(longest) > 63:
+        raise KubeJobError(f"with Kubeflow Trainer a job's name must start with a letter and be at most "
+                           f"{63 - len(longest) + len(launch.job_id) - 9} characters long; rename the job")
+    pod = _template(launch, roles.pop(), image, None, nodes, home, pod_group=False)
+    spec, container = pod["spec"], pod["spec"]["containers"][0]
+    command = list(launch.command)
+    if container.get("workingDir"):  # a TrainJob has no working directory: start there
+        command = ["/bin/sh", "-c", 'cd "$0" && exec "$@"', container["workingDir"], *command]
+    master = f"{launch.job_id}-{TRAINER_NODE}-0-0.{launch.job_id}"  # JobSet's pod DNS name
+    rank = {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']"}}
+    env = [*container["env"], {"name": "MASTER_ADDR", "value": master},  # as a PyTorchJob gives
+           {"name": "MASTER_PORT", "value": str(TRAINER_PORT)},
+           {"name": "WORLD_SIZE", "value": str(launch.world_size)}, {"name": "RANK", "valueFrom": rank}]
+    node_container = {"name": TRAINER_NODE, "volumeMounts": container.get("volumeMounts"),
+                      "securityContext": container.get("securityContext")}
+    metadata: dict[str, Any] = {"labels": pod["metadata"]["labels"]}
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    pod_patch = {"metadata": metadata,
+                 "spec": {"containers": [{k: v for k, v in node_container.items() if v}],
+                          **{k: spec[k] for k in ("volumes", "securityContext", "nodeSelector",
+                                                   "tolerations", "affinity") if k in spec}}}
+    replicated = {"name": TRAINER_NODE, "template": {"spec": {"template": pod_patch}}}
+    labels = _labels(launch)
+    if kueue_queue:
+        labels[KUEUE_QUEUE_LABEL] = kueue_queue
+    job = m.TrainerV1alpha1TrainJob(
+        api_version=TRAINJOB_API, kind="TrainJob",
+        metadata=m.IoK8sApimachineryPkgApisMetaV1ObjectMeta(name=launch.job_id, namespace=namespace,
+                                                            labels=labels),
+        spec=m.TrainerV1alpha1TrainJobSpec(
+            suspend=True,
+            runtime_ref=m.TrainerV1alpha1RuntimeRef(name=runtime),
+            active_deadline_seconds=max(1, int(launch.max_runtime)),
+            trainer=m.TrainerV1alpha1Trainer(
+                image=image, command=command, num_nodes=launch.world_size, num_proc_per_node=1,
+                env=[m.IoK8sApiCoreV1EnvVar.from_dict(e) for e in env],
+                resources_per_node=m.IoK8sApiCoreV1ResourceRequirements.from_dict(container["resources"])),
+            runtime_patches=[m.TrainerV1alpha1RuntimePatch(
+                manager=PATCH_MANAGER,
+                training_runtime_spec=m.TrainerV1alpha1TrainingRuntimeSpecPatch.from_dict(
+                    {"template": {"spec": {"replicatedJobs": [replicated]}}}))]))
+    return job.to_dict()
+
+
+def train_job_admit_patch(placed: Mapping[str, Any]) -> dict[str, Any]:
+    """The merge patch that admits a suspended TrainJob, from `train_job(..., nodes=...)`:
+    un-suspend, and classhub's runtime patch with the nodes (all pods share one template, so each
+    may land on any of them; the capacity classhub reserved keeps them there)."""
+    return {"spec": {"suspend": False, "runtimePatches": placed["spec"]["runtimePatches"]}}
+
+
 # ---------------------------------------------------------------------------------------------
 # The backend: creates, admits, watches and stops those objects (hub_ext.backends.jobs.JobBackend).
 
@@ -265,21 +358,31 @@ OPERATOR_TYPE_LABEL = "training.kubeflow.org/replica-type"
 OPERATOR_INDEX_LABEL = "training.kubeflow.org/replica-index"
 
 
+#: kind -> (group, version, plural) of the job object.
+JOB_KINDS = {"pytorchjob": ("kubeflow.org", "v1", "pytorchjobs"),
+             "trainjob": ("trainer.kubeflow.org", "v1alpha1", "trainjobs")}
+
+
 class KubernetesJobs:
-    """Runs jobs as PyTorchJobs (see the module docstring). `core` is a kubernetes_asyncio
-    CoreV1Api, `custom` a CustomObjectsApi of the same client; None: the clients KubeSpawner
-    shares (in-cluster config or $KUBECONFIG), made at first use."""
+    """Runs jobs as PyTorchJobs or TrainJobs (see the module docstring). `core` is a
+    kubernetes_asyncio CoreV1Api, `custom` a CustomObjectsApi of the same client; None: the
+    clients KubeSpawner shares (in-cluster config or $KUBECONFIG), made at first use."""
 
     def __init__(self, core: Any = None, custom: Any = None, *, namespace: str, image: str,
                  scheduler: str | None = None, kueue_queue: str | None = None,
                  pod_annotations: Mapping[str, str] | None = None,
-                 home_of: Callable[[str], Awaitable[Mapping[str, Any] | None]] | None = None) -> None:
+                 home_of: Callable[[str], Awaitable[Mapping[str, Any] | None]] | None = None,
+                 kind: str = "pytorchjob", runtime: str = "torch-distributed") -> None:
         """`kueue_queue`: the LocalQueue of a course (``{course}`` is replaced), when Kueue
         admits; None when classhub does. `home_of(user)`: the home volume the user's notebook
         pod mounts (`Home.from_answer`'s fields: the hub's ``ClasshubKubeSpawner.home_volume``),
-        None for none; without it the replicas mount nothing."""
+        None for none; without it the replicas mount nothing. `kind`: ``pytorchjob`` or
+        ``trainjob`` (on the ClusterTrainingRuntime `runtime`)."""
+        if kind not in JOB_KINDS:
+            raise ValueError(f"kind must be one of {', '.join(JOB_KINDS)}, not {kind!r}")
         self._core, self._custom = core, custom
         self.namespace, self.image, self.scheduler = namespace, image, scheduler
+        self.kind, self.runtime = kind, runtime
         self.kueue_queue = kueue_queue
         self.pod_annotations = dict(pod_annotations or {})
         self.home_of = home_of
@@ -322,7 +425,7 @@ class KubernetesJobs:
         out = set()
         for pod in pods.items:
             labels = pod.metadata.labels or {}
-            if pod.spec.node_name and OPERATOR_TYPE_LABEL in labels:
+            if pod.spec.node_name and (OPERATOR_TYPE_LABEL in labels or COMPLETION_INDEX in labels):
                 out.add((labels[JOB_LABEL], _rank(labels)))
         return out
 
@@ -334,12 +437,21 @@ class KubernetesJobs:
     async def launch(self, launch: Launch) -> None:
         queue = self.kueue_queue.format(course=launch.course) if self.kueue_queue else None
         home = await self.check_home(launch)
-        objects = (("scheduling.x-k8s.io", "v1alpha1", "podgroups",
-                    pod_group(launch, namespace=self.namespace)),
-                   ("kubeflow.org", "v1", "pytorchjobs",
-                    self._with_annotations(pytorch_job(launch, namespace=self.namespace, image=self.image,
-                                                       scheduler=self.scheduler, kueue_queue=queue,
-                                                       home=home))))
+        group, version, plural = JOB_KINDS[self.kind]
+        if self.kind == "trainjob":
+            def trainjob(nodes: Sequence[str] | None = None) -> dict[str, Any]:
+                return train_job(launch, namespace=self.namespace, image=self.image, runtime=self.runtime,
+                                 kueue_queue=queue, home=home, annotations=self.pod_annotations, nodes=nodes)
+            objects = [(group, version, plural, trainjob())]
+            admit = train_job_admit_patch(trainjob([r.node for r in launch.replicas]))
+        else:
+            objects = [("scheduling.x-k8s.io", "v1alpha1", "podgroups",
+                        pod_group(launch, namespace=self.namespace)),
+                       (group, version, plural,
+                        self._with_annotations(pytorch_job(launch, namespace=self.namespace, image=self.image,
+                                                           scheduler=self.scheduler, kueue_queue=queue,
+                                                           home=home)))]
+            admit = admit_patch(launch)
         for group, version, plural, body in objects:
             try:
                 await self.custom.create_namespaced_custom_object(group, version, self.namespace,
@@ -349,7 +461,7 @@ class KubernetesJobs:
                     raise
         if queue is None:
             await self.custom.patch_namespaced_custom_object(
-                "kubeflow.org", "v1", self.namespace, "pytorchjobs", launch.job_id, admit_patch(launch),
+                group, version, self.namespace, plural, launch.job_id, admit,
                 _content_type="application/merge-patch+json")
 
     async def check_home(self, launch: Launch) -> Home | None:
@@ -388,7 +500,8 @@ class KubernetesJobs:
         pods = await self.core.list_namespaced_pod(self.namespace)
         holders: dict[str, str] = {}  # running pods that mount the claim -> their node
         for pod in pods.items:
-            if ((pod.metadata.labels or {}).get(OPERATOR_JOB_LABEL) == launch.job_id
+            if (launch.job_id in ((pod.metadata.labels or {}).get(OPERATOR_JOB_LABEL),
+                                  (pod.metadata.labels or {}).get(JOBSET_NAME_LABEL))
                     or not pod.spec.node_name
                     or (pod.status and pod.status.phase in ("Succeeded", "Failed"))):
                 continue
@@ -415,8 +528,7 @@ class KubernetesJobs:
         return job
 
     async def status(self, launch: Launch) -> dict[tuple[str, int], ReplicaStatus]:
-        pods = await self.core.list_namespaced_pod(
-            self.namespace, label_selector=f"{OPERATOR_JOB_LABEL}={launch.job_id}")
+        pods = await self.core.list_namespaced_pod(self.namespace, label_selector=self._selector(launch))
         by_rank = {r.rank: r for r in launch.replicas}
         out = {(r.role, r.index): ReplicaStatus(PENDING) for r in launch.replicas}
         for pod in pods.items:
@@ -431,9 +543,15 @@ class KubernetesJobs:
                 out[(replica.role, replica.index)] = ReplicaStatus(ENDED, _exit_code(pod, phase), node)
         return out
 
+    def _selector(self, launch: Launch) -> str:
+        """The job's pods: the training operator's label, or JobSet's for a TrainJob."""
+        return f"{JOBSET_NAME_LABEL if self.kind == 'trainjob' else OPERATOR_JOB_LABEL}={launch.job_id}"
+
     async def stop(self, launch: Launch, grace: float) -> None:
-        for group, version, plural in (("kubeflow.org", "v1", "pytorchjobs"),
-                                       ("scheduling.x-k8s.io", "v1alpha1", "podgroups")):
+        objects = [JOB_KINDS[self.kind]]
+        if self.kind == "pytorchjob":
+            objects.append(("scheduling.x-k8s.io", "v1alpha1", "podgroups"))
+        for group, version, plural in objects:
             try:
                 await self.custom.delete_namespaced_custom_object(
                     group, version, self.namespace, plural, launch.job_id,
@@ -441,7 +559,7 @@ class KubernetesJobs:
             except ApiException as e:
                 if e.status != 404:
                     raise
-        selector = f"{OPERATOR_JOB_LABEL}={launch.job_id}"
+        selector = self._selector(launch)
         for _ in range(int((grace + 60) * 5)):  # the pods go with their owner
             pods = await self.core.list_namespaced_pod(self.namespace, label_selector=selector)
             if not pods.items:
@@ -451,15 +569,25 @@ class KubernetesJobs:
     async def logs(self, launch: Launch, role: str, index: int, offset: int, limit: int) -> bytes:
         rank = next((r.rank for r in launch.replicas if (r.role, r.index) == (role, index)), 0)
         kind, number = ("master", 0) if rank == 0 else ("worker", rank - 1)
+        name = f"{launch.job_id}-{kind}-{number}"
         try:
-            text = await self.core.read_namespaced_pod_log(f"{launch.job_id}-{kind}-{number}", self.namespace)
+            if self.kind == "trainjob":  # the Job controller names pods with a random tail
+                pods = await self.core.list_namespaced_pod(
+                    self.namespace, label_selector=f"{self._selector(launch)},{COMPLETION_INDEX}={rank}")
+                if not pods.items:
+                    return b""
+                name = max(pods.items, key=lambda p: str(p.metadata.creation_timestamp or "")).metadata.name
+            text = await self.core.read_namespaced_pod_log(name, self.namespace)
         except ApiException:
             return b""
         return text.encode()[offset:offset + limit]
 
 
 def _rank(labels: Mapping[str, str]) -> int:
-    """Master 0 is rank 0, Worker i is rank i + 1 (as the training operator numbers them)."""
+    """Master 0 is rank 0, Worker i is rank i + 1 (as the training operator numbers them); a
+    TrainJob's pod: its completion index (PET_NODE_RANK)."""
+    if COMPLETION_INDEX in labels:
+        return int(labels[COMPLETION_INDEX])
     index = int(labels.get(OPERATOR_INDEX_LABEL, "0") or 0)
     return index if labels.get(OPERATOR_TYPE_LABEL, "").lower() == "master" else index + 1
 

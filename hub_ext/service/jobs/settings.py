@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
-from traitlets import Bool, Float, List, Unicode
+from traitlets import Bool, CaselessStrEnum, Float, List, Unicode
 from traitlets.config import Configurable
 
 from hub_ext.backends.jobs import JobBackend
@@ -67,7 +67,8 @@ class ClasshubJobs(Configurable):
         env="CLASSHUB_SYSTEM_USER_PREFIX")
 
     namespace = Unicode("", config=True, help="Kubernetes mode: the namespace of the jobs' "
-                        "PyTorchJobs (default: the hub's, $POD_NAMESPACE) ($CLASSHUB_JOB_NAMESPACE).").tag(
+                        "PyTorchJobs or TrainJobs (default: the hub's, $POD_NAMESPACE) "
+                        "($CLASSHUB_JOB_NAMESPACE).").tag(
         env="CLASSHUB_JOB_NAMESPACE")
     image = Unicode("quay.io/jupyter/pytorch-notebook:latest", config=True,
                     help="Kubernetes mode: the image of the jobs' containers ($CLASSHUB_JOB_IMAGE).").tag(
@@ -81,12 +82,22 @@ class ClasshubJobs(Configurable):
                           "empty: classhub admits ($CLASSHUB_JOB_KUEUE_QUEUE).").tag(
         env="CLASSHUB_JOB_KUEUE_QUEUE")
 
+    job_kind = CaselessStrEnum(
+        ["pytorchjob", "trainjob"], "pytorchjob", config=True,
+        help="Kubernetes mode: what a job becomes: pytorchjob (kubeflow.org/v1, the training operator) "
+        "or trainjob (trainer.kubeflow.org/v1alpha1, Kubeflow Trainer v2, on the ClusterTrainingRuntime "
+        "training_runtime) ($CLASSHUB_JOB_KIND).").tag(env="CLASSHUB_JOB_KIND")
+    training_runtime = Unicode("torch-distributed", config=True, help="Kubernetes mode with "
+                               "job_kind=trainjob: the ClusterTrainingRuntime the TrainJobs name in "
+                               "spec.runtimeRef (torch-distributed: the one Kubeflow Trainer ships) "
+                               "($CLASSHUB_JOB_RUNTIME).").tag(env="CLASSHUB_JOB_RUNTIME")
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         apply_env(self, given=kwargs)
 
     def kubernetes_backend(self, home_of: Any = None) -> JobBackend:
-        """PyTorchJobs in the cluster (clients made at first use); `home_of(user)`: the home
+        """PyTorchJobs or TrainJobs in the cluster (clients made at first use); `home_of(user)`: the home
         volume of the user's notebook pod, from the hub (`HubAPI.home_volume`), which the
         replicas mount."""
         import os
@@ -96,7 +107,7 @@ class ClasshubJobs(Configurable):
         namespace = self.namespace or os.environ.get("POD_NAMESPACE", "default")
         return KubernetesJobs(namespace=namespace, image=self.image,
                               scheduler=self.scheduler_name or None, kueue_queue=self.kueue_queue or None,
-                              home_of=home_of)
+                              home_of=home_of, kind=self.job_kind.lower(), runtime=self.training_runtime)
 
     def local_backend(self) -> JobBackend:
         """Processes on this machine, with the same GPUs the local spawner hands out."""
