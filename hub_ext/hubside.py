@@ -66,13 +66,21 @@ def _desired(body: Any) -> tuple[dict[str, dict[str, str]], dict[str, bool]]:
     return members, ta_access
 
 
-class CourseRolesHandler(APIHandler):
+class ServiceOnlyHandler(APIHandler):
+    """A hub endpoint that only the classhub service's own token may call."""
+
+    def require_classhub(self, what: str) -> None:
+        """403 "Only the classhub service <what>." for every other caller."""
+        caller = self.current_user
+        if not (isinstance(caller, orm.Service) and caller.name == SERVICE_NAME):
+            raise web.HTTPError(403, f"Only the classhub service {what}.")
+
+
+class CourseRolesHandler(ServiceOnlyHandler):
     """Replace the hub roles generated for classhub courses (see the module docstring)."""
 
     def put(self) -> None:
-        caller = self.current_user
-        if not (isinstance(caller, orm.Service) and caller.name == SERVICE_NAME):
-            raise web.HTTPError(403, "Only the classhub service sets course roles.")
+        self.require_classhub("sets course roles")
         members, ta_access = _desired(self.get_json_body())
         admins = {u.name for u in self.db.query(orm.User).filter(orm.User.admin.is_(True))}
         wanted = roles.hub_roles(members, ta_access, hub_admins=admins)
@@ -95,7 +103,7 @@ class CourseRolesHandler(APIHandler):
 PROFILES_PATH = r"/api/classhub/profiles/([^/]+)"
 
 
-class ProfilesHandler(APIHandler):
+class ProfilesHandler(ServiceOnlyHandler):
     """``GET /hub/api/classhub/profiles/<user>``: the profile catalog the user's spawner offers
     (configured, or proposed from the hardware), as catalog entries: ``{"enabled": true,
     "profiles": [...]}``. The service resolves a job's ``profile`` with the same code a
@@ -104,9 +112,7 @@ class ProfilesHandler(APIHandler):
     spawner, or KubeSpawner's own ``profile_list``). Only the classhub service may call it."""
 
     def get(self, name: str) -> None:
-        caller = self.current_user
-        if not (isinstance(caller, orm.Service) and caller.name == SERVICE_NAME):
-            raise web.HTTPError(403, "Only the classhub service reads the profile catalog.")
+        self.require_classhub("reads the profile catalog")
         user = self.find_user(name)
         if user is None:
             raise web.HTTPError(404, f"No user {name}.")
@@ -122,16 +128,14 @@ class ProfilesHandler(APIHandler):
 HOME_PATH = r"/api/classhub/home/([^/]+)"
 
 
-class HomeHandler(APIHandler):
+class HomeHandler(ServiceOnlyHandler):
     """``GET /hub/api/classhub/home/<user>``: ``{"home": ...}``, what the user's spawner mounts at
     their home (``ClasshubKubeSpawner.home_volume``: namespace, volume, mount, uid, gid, fs_gid,
     supplemental_gids, expanded by KubeSpawner itself), so a job's replicas see the notebook's
     files; null for a spawner without one. Only the classhub service may call it."""
 
     async def get(self, name: str) -> None:
-        caller = self.current_user
-        if not (isinstance(caller, orm.Service) and caller.name == SERVICE_NAME):
-            raise web.HTTPError(403, "Only the classhub service reads users' home volumes.")
+        self.require_classhub("reads users' home volumes")
         user = self.find_user(name)
         if user is None:
             raise web.HTTPError(404, f"No user {name}.")

@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,16 +22,11 @@ import psutil
 import requests
 
 from tests.kubefake.waiting import wait_for as _wait_for
+from tests.ports import free_port
 
 #: The console script that ``make run`` ends in (installed into the venv by ``pip install -e``).
 CLASSHUB = [str(Path(sys.prefix) / "bin" / "classhub")]
 START_TIMEOUT = 60
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.1) -> Any:
@@ -63,6 +57,10 @@ class HubProcess:
                                      stdin=subprocess.DEVNULL, env=env, cwd=cwd)
         try:
             wait_for(self._ready, timeout, f"the hub on port {self.port}")
+        except AssertionError as e:
+            log = self.log()
+            self.stop()
+            raise AssertionError(f"{e}\n--- the hub's log ends with:\n{log}") from None
         except BaseException:
             self.stop()
             raise

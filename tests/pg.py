@@ -21,13 +21,14 @@ import itertools
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.ports import free_port as _free_port
 
 __all__ = [
     "PostgresCluster",
@@ -55,10 +56,6 @@ def find_postgres_bin() -> Path | None:
     return Path(initdb).parent if initdb else None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class PostgresCluster:

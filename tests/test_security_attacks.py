@@ -210,3 +210,16 @@ def test_a_user_cannot_forge_a_share_access_report(hub, tokens):
         assert r.status_code in (400, 403), (body, r.text)
         assert r.json()["message"]
     assert [e for e in audit(hub) if e[1] == "share_accessed"] == log
+
+
+@pytest.mark.parametrize("method,path", [
+    ("PUT", "course-roles"), ("GET", "profiles/s_cs"), ("GET", "home/s_cs")])
+def test_only_the_classhub_service_calls_its_hub_endpoints(hub, tokens, method, path):
+    """The hub-side endpoints classhub adds (course roles, a user's profile catalog, a user's
+    home volume) answer the classhub service only: a hub admin, a teacher and a student get 403
+    with the sentence."""
+    for who in ("admin", "t_cs", "s_cs"):
+        r = requests.request(method, f"{hub.url}/hub/api/classhub/{path}", json={"courses": {}},
+                             headers={"Authorization": f"token {tokens[who]}"}, timeout=30)
+        assert r.status_code == 403, (who, r.status_code, r.text)
+        assert "Only the classhub service" in r.json()["message"], r.text
