@@ -55,11 +55,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
 # Flaky tests: each module N times in a fresh pytest (default: every hub, cluster and browser
-# module); MODULES="tests/test_x.py ..." picks modules, LOAD=1 keeps one core busy, SUITE=1 runs
-# the whole suite N times. Prints "<module>: n of N passed (mean, max seconds)".
+# module); MODULES="tests/test_x.py ..." picks modules (or tests: "tests/test_x.py::test_y"),
+# LOAD=1 keeps one core busy, SUITE=1 runs the whole suite N times (as `make test` runs it),
+# J=3 runs three at a time. Prints "<module>: n of N passed (mean, max seconds)".
 N ?= 20
 flake-check: $(STAMP)
-	$(VENV)/bin/python -m tests.flakecheck -n $(N) $(if $(LOAD),--load) $(if $(SUITE),--suite) $(MODULES)
+	$(VENV)/bin/python -m tests.flakecheck -n $(N) $(if $(LOAD),--load) $(if $(SUITE),--suite) $(if $(J),-j $(J)) $(MODULES)
 
 clean:
 	rm -rf $(VENV) var

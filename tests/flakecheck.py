@@ -7,6 +7,7 @@ per module how many runs passed and how long they took:
     python -m tests.flakecheck -n 20 tests/test_quota_spawns.py tests/test_culler_local.py
     python -m tests.flakecheck -n 20 --load          # every hub, cluster and browser module
     python -m tests.flakecheck -n 3 --suite --load   # the whole suite, 3 times, under load
+    python -m tests.flakecheck -n 50 -j 3 "tests/test_x.py::test_y"   # 3 runs at a time
 
 (``make flake-check N=20 MODULES="..." LOAD=1`` runs the same.) ``--load`` keeps one core busy
 with a spinning process for the whole check: races that an idle machine hides show up when the
@@ -22,11 +23,14 @@ import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+#: How ``make test`` runs the suite (Makefile, TEST_WORKERS).
+SUITE_ARGS = ["-n", "3", "--dist", "loadfile"]
 
 
 @dataclass
@@ -61,24 +65,32 @@ def spin() -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-c", "while True: pass"])
 
 
-def check(targets: list[str], runs: int, logs: Path, extra: list[str]) -> list[Tally]:
+def _run(target: str, extra: list[str]) -> tuple[float, subprocess.CompletedProcess]:
+    """One run of ``target`` (runs side by side get ports of their own: tests/ports.py). The
+    whole suite runs as ``make test`` runs it (on xdist workers)."""
+    args = ["tests", *SUITE_ARGS] if target == "suite" else [target, "-x"]
+    started = time.monotonic()
+    result = subprocess.run([*PYTEST, *args, *extra], cwd=ROOT, capture_output=True, text=True)
+    return time.monotonic() - started, result
+
+
+def check(targets: list[str], runs: int, logs: Path, extra: list[str], jobs: int = 1) -> list[Tally]:
     tallies = []
     for target in targets:
         tally = Tally(target)
-        for run in range(1, runs + 1):
-            args = ["tests"] if target == "suite" else [target, "-x"]
-            started = time.monotonic()
-            result = subprocess.run([*PYTEST, *args, *extra], cwd=ROOT, capture_output=True, text=True)
-            tally.seconds.append(time.monotonic() - started)
-            if result.returncode != 0:
-                tally.failed.append(run)
-                logs.mkdir(parents=True, exist_ok=True)
-                log = logs / f"{Path(target).stem}-run{run}.log"
-                log.write_text(result.stdout + result.stderr)
-                print(f"  {target} run {run}: FAILED ({tally.seconds[-1]:.1f} s), output in {log}",
-                      flush=True)
-            else:
-                print(f"  {target} run {run}: passed ({tally.seconds[-1]:.1f} s)", flush=True)
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(_run, target, extra) for run in range(1, runs + 1)]
+            for run, future in enumerate(futures, start=1):
+                seconds, result = future.result()
+                tally.seconds.append(seconds)
+                if result.returncode != 0:
+                    tally.failed.append(run)
+                    logs.mkdir(parents=True, exist_ok=True)
+                    log = logs / f"{Path(target.split('::')[0]).stem}-run{run}.log"
+                    log.write_text(result.stdout + result.stderr)
+                    print(f"  {target} run {run}: FAILED ({seconds:.1f} s), output in {log}", flush=True)
+                else:
+                    print(f"  {target} run {run}: passed ({seconds:.1f} s)", flush=True)
         tallies.append(tally)
         print(tally.line(), flush=True)
     return tallies
@@ -90,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
                         "browser module)")
     parser.add_argument("-n", "--runs", type=int, default=20, help="runs per module (default 20)")
     parser.add_argument("--suite", action="store_true", help="run the whole suite instead of modules")
+    parser.add_argument("-j", "--jobs", type=int, default=1, help="runs of a target at the same "
+                        "time (default 1; each with its own ports)")
     parser.add_argument("--load", action="store_true", help="keep one core busy while checking")
     parser.add_argument("--logs", type=Path, default=ROOT / "var" / "flakecheck-logs",
                         help="folder for the output of failed runs")
@@ -102,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         print(f"flake check: {len(targets)} target(s) x {args.runs} run(s)"
               f"{', one core kept busy' if load else ''}", flush=True)
-        tallies = check(targets, args.runs, args.logs, args.pytest_args.split())
+        tallies = check(targets, args.runs, args.logs, args.pytest_args.split(), max(1, args.jobs))
     finally:
         if load is not None:
             load.kill()

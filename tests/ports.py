@@ -4,32 +4,48 @@ Why: a port found by binding port 0 and closing the socket is free only for a mo
 ``make test`` several pytest-xdist workers start hubs, proxies and servers at once, and every
 outgoing connection also takes an ephemeral port, so "a free port" could be taken again before
 the hub bound it (seen: the proxy's ``EADDRINUSE``, a hub that never answered). The kernel never
-hands out ports below ``net.ipv4.ip_local_port_range`` (32768 by default), so each worker takes
-ports from a block of its own below it, in turn, skipping one that is bound: two workers never
-pick the same port, and no outgoing connection takes it.
+hands out ports below ``net.ipv4.ip_local_port_range`` (32768 by default), so each pytest process
+claims a block of its own below it, holding a lock on the block's file for as long as it lives,
+and takes the block's ports in turn, skipping one that is bound: no two processes (workers of one
+run, two runs side by side, a flake check's parallel runs) pick the same port, and no outgoing
+connection takes it.
 """
 
 from __future__ import annotations
 
+import fcntl
 import itertools
-import os
 import socket
+import tempfile
+from pathlib import Path
+from typing import IO
 
 FIRST = 20000
-BLOCK = 1500
-BLOCKS = 8  # 20000-31999: below the default ephemeral range
+BLOCK = 500
+BLOCKS = 24  # 20000-31999: below the default ephemeral range
+LOCKS = Path(tempfile.gettempdir()) / "classhub-test-ports"
+
+_claimed: tuple[int, IO[str]] | None = None
+_next = itertools.count()
 
 
 def _block() -> int:
-    """This process's block: the xdist worker's number (gw0, gw1, ...), else one by pid (two
-    pytest processes run side by side, e.g. a flake check beside a run)."""
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    if worker.startswith("gw") and worker[2:].isdigit():
-        return int(worker[2:]) % BLOCKS
-    return os.getpid() % BLOCKS
-
-
-_next = itertools.count()
+    """The block this process holds (claimed at first use; the lock ends with the process)."""
+    global _claimed
+    if _claimed is None:
+        LOCKS.mkdir(exist_ok=True)
+        for block in range(BLOCKS):
+            lock = open(LOCKS / f"{block}.lock", "w")  # noqa: SIM115 - held while we live
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                lock.close()
+                continue
+            _claimed = (block, lock)
+            break
+        else:
+            raise RuntimeError(f"all {BLOCKS} test port blocks are taken by other test processes")
+    return _claimed[0]
 
 
 def free_port() -> int:
