@@ -378,6 +378,29 @@ class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
         if self._discard_pvc:
             await self._delete_pvc()
 
+    async def _start_reflector(self, kind: str, reflector_class: Any, replace: bool = False,
+                               **kwargs: Any) -> Any:
+        """KubeSpawner's, except that a reflector whose start is cancelled fails its first load.
+
+        ``_start`` starts the pods and events reflectors together and cancels one when the other
+        fails. Cancelled during its first list, a reflector stays in the shared ``reflectors``
+        with a first load that never resolves (``ResourceReflector.start`` only fails it on an
+        ``Exception``), and every later spawn in its namespace awaits it until the start
+        timeout. Failed, it wakes those spawns and ``_revive_reflectors`` replaces it."""
+        created = []
+
+        def make(**options: Any) -> Any:
+            created.append(reflector_class(**options))
+            return created[-1]
+
+        try:
+            return await super()._start_reflector(kind, make, replace=replace, **kwargs)
+        except asyncio.CancelledError:
+            if created and not created[0].first_load_future.done():
+                created[0].first_load_future.set_exception(
+                    RuntimeError(f"the start of the {kind} reflector was cancelled"))
+            raise
+
     def _broken_reflectors(self) -> list[str]:
         """Kinds ("pods", "events") whose shared reflector's first list failed or watch gave up."""
         broken = []

@@ -210,11 +210,14 @@ def test_a_failed_first_watch_is_explained_and_the_next_spawn_recovers(hub, clus
     # The first spawn into course-b starts KubeSpawner's pod reflector there; its first list fails.
     cluster.create("namespaces", {"metadata": {"name": "course-b"}}, None)
     rule = cluster.faults.add(500, verbs="list", path=r"/namespaces/course-b/pods$", count=1)
+    # KubeSpawner starts the events reflector alongside and cancels it when the pods one fails;
+    # holding its first list makes that cancel land mid-list (what load did by chance).
+    slow = cluster.faults.add_latency(5, verbs="list", path=r"/namespaces/course-b/events$", count=1)
     teacher = hub.login("teacher1")
     assert request_server(teacher, {"profile": "course-b"}).status_code in (201, 202, 400, 500)
     events = list(progress_events(teacher, 30)) if server_model(teacher) else []
     wait_stopped(teacher, 20)
-    assert rule.hits == 1
+    assert (rule.hits, slow.hits) == (1, 1)
     if events:  # the spawn failed before the progress stream connected otherwise
         assert events[-1]["message"].startswith(
             "Spawn failed: The cluster could not start your server (API server error 500"
@@ -222,7 +225,8 @@ def test_a_failed_first_watch_is_explained_and_the_next_spawn_recovers(hub, clus
         assert events[-1]["message"].endswith("Try again in a minute; if it keeps happening, tell "
                                               "the hub admin."), events[-1]
 
-    # The next spawn recovers: the reflector was restarted.
+    # The next spawn recovers: both reflectors were restarted (the events one's start had been
+    # cancelled mid-list; a spawn awaiting its first load used to wait until the timeout).
     assert request_server(teacher, {"profile": "course-b"}).status_code in (201, 202)
     wait_ready(teacher, START_TIMEOUT + 10)
     assert cluster.get("pods", "jupyter-teacher1", "course-b")["status"]["phase"] == "Running"
