@@ -112,6 +112,9 @@ def _fuzz(operation, mode: GenerationMode, who: str, token: str, base_url: str, 
     return run
 
 
+# Every operation x 2 callers x 2 modes x EXAMPLES requests (about 1,000 and growing with the API):
+# 110 s alone, over the suite-wide 300 s beside two other workers and a busy core.
+@pytest.mark.timeout(900)
 def test_schemathesis_finds_no_server_error_and_no_undeclared_status(hub, tokens, document):
     schema = schemathesis.openapi.from_dict(document)
     base_url = f"{hub.url}/services/classhub"
