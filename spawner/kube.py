@@ -81,6 +81,10 @@ def scheduling_sentence(message: str) -> str:
 _MERGEABLE = frozenset({"tolerations", "volumes", "volume_mounts", "init_containers", "extra_containers"})
 
 
+class ReflectorStartCancelled(RuntimeError):
+    """A shared reflector whose first list was cancelled (see `_start_reflector`)."""
+
+
 class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
     """KubeSpawner, as selected by ``classhub.configure(c, mode="kubernetes")``."""
 
@@ -355,11 +359,16 @@ class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
     # ------------------------------------------------------------------ progress, poll, stop
     async def progress(self):
         """KubeSpawner's event stream, with scheduler refusals worded for students."""
-        async for event in super().progress():
-            raw = event.get("raw_event") or {}
-            if raw.get("reason") == "FailedScheduling":
-                event = {**event, "message": scheduling_sentence(raw.get("message") or "")}
-            yield event
+        try:
+            async for event in super().progress():
+                raw = event.get("raw_event") or {}
+                if raw.get("reason") == "FailedScheduling":
+                    event = {**event, "message": scheduling_sentence(raw.get("message") or "")}
+                yield event
+        except ReflectorStartCancelled:
+            # The events reflector went down with a failed spawn (`_start_reflector`): no events
+            # to report. Ending the stream lets the hub send the spawn's own outcome.
+            return
 
     async def poll(self) -> int | None:
         await self._revive_reflectors()
@@ -397,8 +406,8 @@ class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
             return await super()._start_reflector(kind, make, replace=replace, **kwargs)
         except asyncio.CancelledError:
             if created and not created[0].first_load_future.done():
-                created[0].first_load_future.set_exception(
-                    RuntimeError(f"the start of the {kind} reflector was cancelled"))
+                created[0].first_load_future.set_exception(ReflectorStartCancelled(
+                    f"the start of the {kind} reflector was cancelled"))
             raise
 
     def _broken_reflectors(self) -> list[str]:
