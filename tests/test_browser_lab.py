@@ -36,6 +36,17 @@ LAB_READY = "#jp-main-dock-panel"
 PANEL_TAB = ".jp-SideBar .lm-TabBar-tab[data-id='classhub-panel']"
 
 
+def context_menu_dialog(page, filename: str, label: str):
+    """Right-click ``filename`` in the file browser and pick ``label``: the clicks so far (2)
+    and the dialog it opened."""
+    item = page.locator(f".jp-DirListing-item[title*='{filename}']")
+    item.wait_for()
+    clicks = Clicks(page)
+    clicks.click_locator(item, button="right")
+    clicks.click_locator(page.locator(".lm-Menu-item", has_text=label))
+    return clicks, page.locator(".jp-Dialog")
+
+
 @pytest.fixture(scope="module")
 def hub(hub_root: Path):
     # the job service runs in every local hub; a cycle a second lets a short job end quickly
@@ -170,12 +181,7 @@ def test_student_shares_from_the_file_browser_and_the_ta_opens_it_read_only(brow
     try:
         page = student.new_page()
         open_lab(page, hub, "student1", "lab?reset")  # JupyterLab's default layout: the file browser
-        item = page.locator(".jp-DirListing-item[title*='week1.ipynb']")
-        item.wait_for()
-        clicks = Clicks(page)
-        clicks.click_locator(item, button="right")
-        clicks.click_locator(page.locator(".lm-Menu-item", has_text="Share…"))
-        dialog = page.locator(".jp-Dialog")
+        clicks, dialog = context_menu_dialog(page, "week1.ipynb", "Share…")
         dialog.get_by_label("User name").fill("ta1")
         screenshot(page, "lab-share")
         clicks.click_locator(dialog.get_by_role("button", name="Share"))
@@ -243,12 +249,7 @@ def test_student_submits_a_script_as_a_job_and_reads_its_log(page, hub, tokens, 
                    json={"type": "file", "format": "text", "content": SCRIPT})
     assert r.status_code in (200, 201), r.text
     open_lab(page, hub, "student1", "lab?reset")  # the file browser
-    item = page.locator(".jp-DirListing-item[title*='hello_job.py']")
-    item.wait_for()
-    clicks = Clicks(page)
-    clicks.click_locator(item, button="right")
-    clicks.click_locator(page.locator(".lm-Menu-item", has_text="Submit as job…"))
-    dialog = page.locator(".jp-Dialog")
+    clicks, dialog = context_menu_dialog(page, "hello_job.py", "Submit as job…")
     assert dialog.get_by_label("Replicas").input_value() == "1"
     assert dialog.get_by_label("GPUs per replica").input_value() == "0"
     assert dialog.get_by_label("Course").count() == 0  # in one course: not asked

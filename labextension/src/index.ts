@@ -202,22 +202,37 @@ const plugin: JupyterFrontEndPlugin<void> = {
       return browsers?.tracker.currentWidget?.model.path ?? '';
     }
 
+    /** A form dialog whose values become a request body, or null: cancelled, or refused by
+     *  `toRequest` (its sentence shown as a notification). */
+    async function askFor<V, B>(
+      title: string,
+      form: Widget & { getValue(): V },
+      okLabel: string,
+      focus: string,
+      toRequest: (value: V) => { body: B } | { error: string }
+    ): Promise<{ body: B } | null> {
+      const result = await showDialog({
+        title,
+        body: form,
+        buttons: [Dialog.cancelButton(), Dialog.okButton({ label: okLabel })],
+        focusNodeSelector: focus
+      });
+      if (!result.button.accept || !result.value) {
+        return null;
+      }
+      const request = toRequest(result.value);
+      if ('error' in request) {
+        Notification.error(request.error, { autoClose: 8000 });
+        return null;
+      }
+      return request;
+    }
+
     // -- sharing --------------------------------------------------------------------------------
     async function share(path: string): Promise<void> {
       const courses = Object.keys(panel.state?.courses || {});
-      const form = new ShareForm(path, courses);
-      const result = await showDialog({
-        title: 'Share',
-        body: form,
-        buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Share' })],
-        focusNodeSelector: 'input[name=user]'
-      });
-      if (!result.button.accept || !result.value) {
-        return;
-      }
-      const request = shareRequest(result.value);
-      if ('error' in request) {
-        Notification.error(request.error, { autoClose: 8000 });
+      const request = await askFor('Share', new ShareForm(path, courses), 'Share', 'input[name=user]', shareRequest);
+      if (!request) {
         return;
       }
       try {
@@ -257,19 +272,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     // -- jobs -----------------------------------------------------------------------------------
     async function submitJob(path: string): Promise<void> {
       const courses = Object.keys(panel.state?.courses || {});
-      const form = new JobForm(path, courses);
-      const result = await showDialog({
-        title: 'Submit as job',
-        body: form,
-        buttons: [Dialog.cancelButton(), Dialog.okButton({ label: 'Submit' })],
-        focusNodeSelector: 'input[name=replicas]'
-      });
-      if (!result.button.accept || !result.value) {
-        return;
-      }
-      const request = jobRequest(result.value);
-      if ('error' in request) {
-        Notification.error(request.error, { autoClose: 8000 });
+      const request = await askFor('Submit as job', new JobForm(path, courses), 'Submit', 'input[name=replicas]', jobRequest);
+      if (!request) {
         return;
       }
       let job: IJob;
