@@ -47,7 +47,7 @@ def _reserve_sync(url: str, username: str, key: str, selection: Selection) -> st
     # still held under its key is stale (e.g. the hub died before it could release it).
     ledger.release(key, _now())
     try:
-        ledger.reserve(username, course, key, selection.request, _now())
+        ledger.reserve(username, course, key, selection.request, _now(), profile=selection.profile.slug)
     except store.QuotaDenied as e:
         with sessions.begin() as session:
             store.record(session, username, "spawn_denied", _now(), reason=e.decision.reason_code,

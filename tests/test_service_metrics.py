@@ -15,9 +15,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from hub_ext import store
+from hub_ext.core.profiles import Catalog, Viewer
 from hub_ext.core.quota import parse_limits, week_window
 from hub_ext.core.resources import ResourceVector
 from hub_ext.service.app import ClasshubService
+from spawner import quota
 from tests.hubproc import free_port
 
 PREFIX = "/services/classhub/"
@@ -133,3 +135,36 @@ async def test_openapi_is_served_without_login(service):
     code, content_type, body = await fetch(service() + "api/openapi.json")
     assert code == 200 and content_type.startswith("application/json")
     assert '"/api/courses/{course}/roster"' in body
+
+
+async def test_server_devices_name_the_profile_each_server_was_started_with(service, db_url):
+    """Two profiles of the same device type (one and two whole GPUs) are one line by device type;
+    the profile label, recorded by the spawner's own reservation, tells them apart."""
+    sessions = store.connect(db_url)
+    now = datetime.now(timezone.utc)
+    with sessions.begin() as session:
+        cs = store.ensure_course(session, "cs101", now)
+        for user in ("sam", "sue", "bo", "jo"):
+            store.add_member(session, cs, user, "student")
+    catalog = Catalog.from_config([
+        {"slug": "h200", "kind": "gpu", "groups": ["cs101"]},
+        {"slug": "h200-x2", "kind": "gpu", "gpu_count": 2, "groups": ["cs101"]},
+    ])
+    for user, slug in (("sam", "h200"), ("sue", "h200-x2")):
+        selection = catalog.select(Viewer(user, frozenset({"cs101"})), {"profile": slug})
+        assert await quota.reserve(db_url, user, "", selection) == "cs101"
+    ledger = store.Ledger(sessions)
+    # A server reserved before the ledger recorded profiles, and a job: no profile.
+    ledger.reserve("bo", "cs101", "server:bo/", ResourceVector({"nvidia.com/gpu": 1}), now)
+    ledger.reserve("jo", "cs101", "job:7", ResourceVector({"nvidia.com/gpu": 4}), now, kind="job")
+    sessions.kw["bind"].dispose()
+    quota._sessions(db_url).kw["bind"].dispose()
+
+    code, _, text = await fetch(service(authenticate_metrics=False) + "metrics")
+    assert code == 200
+    [family] = [f for f in text_string_to_metric_families(text) if f.name == "classhub_server_devices"]
+    held = {(s.labels["user"], s.labels["profile"]): (s.labels["course"], s.labels["resource"], s.value)
+            for s in family.samples}
+    assert held == {("sam", "h200"): ("cs101", "nvidia.com/gpu", 1.0),
+                    ("sue", "h200-x2"): ("cs101", "nvidia.com/gpu", 2.0),
+                    ("bo", ""): ("cs101", "nvidia.com/gpu", 1.0)}

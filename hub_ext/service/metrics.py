@@ -17,8 +17,9 @@ Exposed:
 - ``classhub_spawns_denied_total{reason}``: spawns refused, by reason code (hub_ext.core.quota).
 - ``classhub_culls_total{reason, resource}``, ``classhub_culler_gpu_hours_reclaimed_total``,
   ``classhub_culler_pending_warnings``: the idle culler (`CullCollector`).
-- ``classhub_server_devices{course, user, resource}``: GPU devices held by running servers
-  (`ServerDeviceCollector`), to join with the DCGM exporter's per-pod GPU metrics.
+- ``classhub_server_devices{course, user, profile, resource}``: GPU devices held by running
+  servers (`ServerDeviceCollector`), to join with the DCGM exporter's per-pod GPU metrics;
+  ``profile`` is the slug the server was started with ("" when the ledger has none).
 
 Scrapes read through the store's readers (they never wait on a writer) and count in SQL, on the
 audit log's index by action: a scrape does not load every audit row.
@@ -140,7 +141,10 @@ class ServerDeviceCollector(Collector):
 
     Why per user: NVIDIA's DCGM exporter labels GPU metrics with the pod, and a user's default
     server pod is ``jupyter-<user>``; joining on the user is how a dashboard shows GPU
-    utilisation by course (helm-values/dashboards/).
+    utilisation by course (helm-values/dashboards/). Why per profile too: device types alone
+    cannot tell two profiles of the same device apart (a 1-GPU and a 2-GPU profile, two A100
+    models); the profile label lets the same join show GPU use by profile. Reservations without
+    a profile (made before the ledger recorded it) report ``profile=""``.
     """
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
@@ -149,19 +153,20 @@ class ServerDeviceCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         held = GaugeMetricFamily(
             "classhub_server_devices", "GPU devices (whole GPUs, MIG slices, shares) held by a user's "
-            "running servers, per course and resource.", labels=["course", "user", "resource"],
+            "running servers, per course, profile and resource.",
+            labels=["course", "user", "profile", "resource"],
         )
         with self.sessions() as session:
             rows = session.execute(
-                select(Reservation.username, Course.name, Reservation.resources)
+                select(Reservation.username, Course.name, Reservation.profile, Reservation.resources)
                 .outerjoin(Course, Course.id == Reservation.course_id)
                 .where(Reservation.released_at.is_(None), Reservation.kind == "server")
             ).all()
-        totals: dict[tuple[str, str, str], float] = {}
-        for user, course, resources in rows:
+        totals: dict[tuple[str, str, str, str], float] = {}
+        for user, course, profile, resources in rows:
             for resource, amount in ResourceVector.from_k8s(resources).items():
                 if is_gpu_resource(resource):
-                    key = (course or "", user, resource)
+                    key = (course or "", user, profile or "", resource)
                     totals[key] = totals.get(key, 0.0) + float(amount)
         for labels, amount in sorted(totals.items()):
             held.add_metric(list(labels), amount)

@@ -100,6 +100,7 @@ class Ledger:
         now: datetime,
         *,
         kind: str = "server",
+        profile: str | None = None,
     ) -> Reservation:
         """Admit and record `request` for `username` in `course`, or raise QuotaDenied.
 
@@ -107,13 +108,17 @@ class Ledger:
         the same user, course and resources returns it unchanged (a retried spawn is no second
         server). The same key with anything else is a ValueError. `course=None` records usage of
         a user outside any course; no quota applies to it. LookupError: unknown course.
+
+        `profile` is the slug of the server's profile, recorded so that metrics can show GPU use
+        by profile; it plays no part in admission. A retry that names a different profile than
+        the held reservation is "anything else"; one that names none matches any.
         """
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
         for attempt in range(3):
             try:
                 with self._sessions.begin() as session:
-                    return self._reserve(session, username, course, key, request, now, kind)
+                    return self._reserve(session, username, course, key, request, now, kind, profile)
             except IntegrityError:
                 # Only a concurrent reservation of the same key outside this course's lock can
                 # get here (partial unique index); the next attempt finds and returns it.
@@ -130,6 +135,7 @@ class Ledger:
         request: ResourceVector,
         now: datetime,
         kind: str,
+        profile: str | None = None,
     ) -> Reservation:
         course: Course | None = None
         if course_name is not None:
@@ -153,10 +159,13 @@ class Ledger:
         ).one_or_none()
         if existing is not None:
             same_course = existing.course_id == (course.id if course else None)
-            if existing.username != username or not same_course or existing.request != request:
+            same_profile = profile is None or existing.profile == profile
+            if (existing.username != username or not same_course or existing.request != request
+                    or not same_profile):
+                held = f" ({existing.profile})" if existing.profile else ""
                 raise ValueError(
-                    f"{key!r} is already reserved by {existing.username} for {existing.request}; "
-                    "release it before reserving it again"
+                    f"{key!r} is already reserved by {existing.username} for {existing.request}"
+                    f"{held}; release it before reserving it again"
                 )
             return existing
 
@@ -170,6 +179,7 @@ class Ledger:
             username=username,
             course=course,
             resources=request.to_k8s(),
+            profile=profile,
             started_at=now,
         )
         session.add(reservation)

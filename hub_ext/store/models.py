@@ -163,7 +163,11 @@ class UserQuota(_LimitColumns, Base):
 
 
 class Reservation(Base):
-    """The ledger: resources held by a server or job from `started_at` until `released_at`."""
+    """The ledger: resources held by a server or job from `started_at` until `released_at`.
+
+    `profile` is the slug of the profile a server was started with, kept so that GPU use can be
+    shown by profile (metrics); None for jobs, for older rows and when the caller knew none.
+    """
 
     __tablename__ = "classhub_reservations"
     __table_args__ = (
@@ -185,6 +189,7 @@ class Reservation(Base):
     username: Mapped[str]
     course_id: Mapped[int | None] = mapped_column(ForeignKey("classhub_courses.id"))
     resources: Mapped[dict[str, Any]]
+    profile: Mapped[str | None]
     started_at: Mapped[datetime]
     released_at: Mapped[datetime | None]
 
