@@ -6,7 +6,11 @@ README's "Using classhub", each counting its clicks and asserting the README's n
     starts it; starting again while the server runs asks first and loses nothing;
 (b) a student shares a notebook picked from the picker read-only with the TA, who opens it from
     "Shared with me";
-(c) a teacher sees a student's usage chart and stops the student's server.
+(c) a teacher sees a student's usage chart and stops the student's server;
+(d) an admin creates a course with the home page's form (a bad name shows the API's sentence);
+(e) a teacher publishes a template by uploading a zip archive;
+(f) the spawn form (JupyterHub's ``/hub/spawn``, classhub's profiles) shows "N free now" per
+    profile and why one is disabled.
 
 One hub serves the module; nothing is created through the API in the journeys themselves
 (setup writes files into homes, as a user's earlier work would be there).
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -31,6 +36,8 @@ STUDENT_RESTARTS_FROM_TEMPLATE = 2
 STUDENT_SHARES_NOTEBOOK = 3
 TA_OPENS_SHARED_NOTEBOOK = 2  # Open, then JupyterHub's own "Authorize" for another user's server
 TEACHER_STOPS_SERVER = 3
+ADMIN_CREATES_COURSE = 1
+TEACHER_UPLOADS_TEMPLATE_ARCHIVE = 2
 LAB_TIMEOUT = 90_000  # JupyterLab loads megabytes of JavaScript on 2 shared cores
 
 ROSTER = "username,role\nnewstudent1,student\nnewstudent2,student\nbad name!,student\n"
@@ -41,9 +48,30 @@ def notebook(text: str) -> str:
                        "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
 
 
+DATA = Path(__file__).parent / "data" / "nvidia-smi"
+#: The hub's GPUs (2 H200s, one split into 7 MIG slices, read from a saved ``nvidia-smi -L``) and
+#: a catalog with a profile that cannot fit (two whole H200s: only one is not split), so the
+#: spawn form shows both "N free now" and a disabled profile with its reason. Servers the
+#: journeys start use the default (CPU) profile.
+GPU_CONFIG = f"""
+c.ClasshubLocalSpawner.gpu_discovery_command = ["cat", {str(DATA / "h200-2gpu-7x1g.txt")!r}]
+c.ClasshubLocalSpawner.use_nvml = False
+c.ClasshubLocalSpawner.profiles = [
+    {{"slug": "cpu", "display_name": "CPU only", "kind": "cpu", "default": True}},
+    {{"slug": "h200", "display_name": "Whole H200", "kind": "gpu", "gpu_product": "NVIDIA-H200"}},
+    {{"slug": "h200-x2", "display_name": "Two H200s", "kind": "gpu", "gpu_product": "NVIDIA-H200",
+     "gpu_count": 2}},
+    {{"slug": "mig-1g", "display_name": "H200 MIG 1g.18gb", "kind": "mig", "mig_profile": "1g.18gb"}},
+]
+"""
+
+
 @pytest.fixture(scope="module")
 def hub(hub_root: Path):
-    hub = LocalHub(data_dir=hub_root / "pages-browser").start()
+    data_dir = hub_root / "pages-browser"
+    data_dir.mkdir()
+    (data_dir / "jupyterhub_config.py").write_text(GPU_CONFIG)
+    hub = LocalHub(data_dir=data_dir).start()
     yield hub
     hub.stop()
 
@@ -228,4 +256,85 @@ def test_a_teacher_sees_the_usage_chart_and_stops_a_students_server(hub, browser
     page.wait_for_selector("#add-status:has-text('whitespace')")
     assert "bad name!" in page.inner_text("#add-status")
     assert "bad name!" not in page.inner_text("#members-table")
+    context.close()
+
+
+def test_an_admin_creates_a_course_with_the_home_pages_form(hub, browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    login(page, hub, "admin", "/services/classhub/")
+    page.wait_for_selector("#new-course")
+    clicks = Clicks(page)
+    page.fill("#new-course-name", "dl201")
+    page.fill("#new-course-display", "Deep learning 201")
+    clicks.click("#new-course button[type=submit]")                           # 1
+    page.wait_for_url(re.compile(r"/services/classhub/courses/dl201$"))
+    assert "Deep learning 201" in page.inner_text("h1")
+    assert clicks.count == ADMIN_CREATES_COURSE
+    # the home lists it under "All courses", and its link opens the course page
+    page.goto(f"{hub.url}/services/classhub/")
+    row = page.locator("#all-courses tr:has(a:text-is('dl201'))")
+    assert "Deep learning 201" in row.inner_text()
+    row.locator("a:text-is('dl201')").click()
+    page.wait_for_url(re.compile(r"/services/classhub/courses/dl201$"))
+    assert "Deep learning 201" in page.inner_text("h1")
+    # a bad name: the API's sentence appears next to the field, and no course is created
+    page.goto(f"{hub.url}/services/classhub/")
+    page.fill("#new-course-name", "bad name!")
+    page.click("#new-course button[type=submit]")
+    page.wait_for_selector("#new-course-status:has-text('is not allowed')")
+    status = page.inner_text("#new-course-status")
+    assert "bad name!" in status and "1-63 letters, digits" in status
+    assert "/courses/" not in page.url
+    assert "bad name!" not in page.inner_text("#all-courses table")
+    screenshot(page, "page-home-admin")
+    context.close()
+
+
+def test_a_teacher_publishes_a_template_by_uploading_an_archive(hub, browser, tmp_path):
+    archive = tmp_path / "lab2.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("lab2.ipynb", notebook("Lab 2 from an archive"))
+        z.writestr("points.csv", "x,y\n1,2\n")  # flat: a version's count includes folders
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    login(page, hub, "teacher1", "/services/classhub/")
+    clicks = Clicks(page)
+    clicks.click("a.classhub-nav-link >> text=Templates")                     # 1
+    page.wait_for_selector("#publish-form")
+    page.fill("#pub-name", "lab2")
+    page.fill("#pub-desc", "Lab 2 (uploaded)")
+    with page.expect_file_chooser() as chooser:
+        clicks.click("#pub-archive")                                          # 2 choose the zip
+    chooser.value.set_files(str(archive))  # publishes on choosing; the page reloads
+    page.wait_for_selector("#page-status:text('Published demo101/lab2 v1 (2 files)')")
+    card = page.locator("#t-demo101-lab2")
+    assert "lab2" in card.inner_text() and "v1" in card.inner_text()
+    assert "Lab 2 (uploaded)" in card.inner_text()
+    assert clicks.count == TEACHER_UPLOADS_TEMPLATE_ARCHIVE
+    card.locator("summary:text('Versions')").click()
+    cells = card.locator(".classhub-versions tbody tr").first.locator("td")
+    assert [cells.nth(i).inner_text() for i in range(4)][::3] == ["v1", "2"]  # version, files
+    assert cells.nth(1).inner_text() == "teacher1"
+    context.close()
+
+
+def test_the_spawn_form_shows_whats_free_and_why_a_profile_is_disabled(hub, browser):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(60_000)
+    page = context.new_page()
+    login(page, hub, "ta1", "/hub/spawn")  # ta1's own server never runs in this module
+    page.wait_for_selector(".classhub-profiles")
+    free = {p: page.inner_text(f".classhub-profile[data-profile='{p}'] .classhub-free")
+            for p in ("cpu", "h200", "h200-x2", "mig-1g")}
+    assert free == {"cpu": "available", "h200": "1 free now", "h200-x2": "0 free now",
+                    "mig-1g": "7 free now"}
+    two = page.locator(".classhub-profile[data-profile='h200-x2']")
+    assert "none free right now" in two.locator(".classhub-reason").inner_text()
+    assert two.locator("input[type=radio]").is_disabled()
+    assert page.locator("#profile-cpu").is_checked()
+    assert page.locator("form input[type=submit], form button[type=submit]").first.is_visible()
+    screenshot(page, "page-spawn")
     context.close()
