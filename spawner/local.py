@@ -22,7 +22,7 @@ from hub_ext.backends.local.gpu_pool import GPUPool
 from hub_ext.backends.local.seeding import HomeError
 from hub_ext.backends.local.templates import ClasshubTemplates
 from hub_ext.core.devices import AssignmentError, DevicesUnavailable, cuda_visible_devices
-from hub_ext.core.profiles import Profile, Selection, propose_profiles
+from hub_ext.core.profiles import Profile, Room, Selection, propose_profiles, room_on_machine
 from hub_ext.core.resources import format_quantity
 from hub_ext.core.seeding import TemplateRefused
 from spawner.profiles import ProfilesMixin
@@ -151,6 +151,10 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
             return None
         product = profile.gpu_product if profile.kind == "gpu" else None
         return view.free(profile.gpu_resource, product) // profile.gpu_count
+
+    def room_when_empty(self, profile: Profile, view: GPUPool) -> Room | None:
+        """The devices of the profile's kind (and model) this machine has, whoever holds them."""
+        return room_on_machine(profile, view.inventory)
 
     async def apply_selection(self, selection: Selection) -> None:
         self.mem_limit = int(selection.memory.limit)

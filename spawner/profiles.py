@@ -17,6 +17,7 @@ from traitlets import Bool, Dict, HasTraits, List, Unicode, default
 from hub_ext.backends.local import templates_spawn
 from hub_ext.backends.local.templates_spawn import SeedJob
 from hub_ext.core import roles
+from hub_ext.core.capacity import CapacitySnapshot
 from hub_ext.core.profiles import (
     Catalog,
     CatalogError,
@@ -24,8 +25,10 @@ from hub_ext.core.profiles import (
     Offer,
     OptionsError,
     Profile,
+    Room,
     Selection,
     Viewer,
+    room_in_cluster,
     viewer_from_hub,
 )
 from spawner import form, quota
@@ -145,9 +148,24 @@ class ProfilesMixin(HasTraits):
         """How many servers of ``profile`` could start now; None when nothing limits it."""
         return None
 
+    def room_when_empty(self, profile: Profile, view: Any) -> Room | None:
+        """How many servers of ``profile`` fit with nothing running (None: not known), so that a
+        profile that can never start says so instead of "none free right now". A cluster
+        snapshot answers it here; the local spawner asks its GPU pool."""
+        if isinstance(view, CapacitySnapshot):
+            return room_in_cluster(profile, view)
+        return None
+
+    def offer(self, profile: Profile, view: Any) -> Offer:
+        """``profile`` as the form and a refused start show it: free now, and room when empty."""
+        free = self.free_count(profile, view)
+        # the room is looked up only for a profile with none free: a start must not pay for it
+        room = self.room_when_empty(profile, view) if free is not None and free < 1 else None
+        return Offer(profile, free, room)
+
     async def offers(self, viewer: Viewer) -> list[Offer]:
         view = await self.capacity_view()
-        return [Offer(p, self.free_count(p, view)) for p in self.catalog().visible(viewer)]
+        return [self.offer(p, view) for p in self.catalog().visible(viewer)]
 
     # ---- JupyterHub hooks ------------------------------------------------------------------------
 
@@ -197,14 +215,15 @@ class ProfilesMixin(HasTraits):
             raise web.HTTPError(400, f"Cannot start this server: {e}") from None
         if getattr(self, "_template_image", None):
             selection = dataclasses.replace(selection, image=self._template_image)
-        free = self.free_count(selection.profile, await self.capacity_view())
-        if free is not None and free < 1:
+        offer = self.offer(selection.profile, await self.capacity_view())
+        if not offer.available:
             from culler.pressure import reclaim_notice  # the culler frees idle holders (issue 8)
 
-            notice = await reclaim_notice(self.classhub_db_url, self.user.name, selection.profile)
+            notice = ""
+            if offer.fits_when_empty != 0:  # reclaiming frees nothing a profile that never fits needs
+                notice = await reclaim_notice(self.classhub_db_url, self.user.name, selection.profile)
             raise web.HTTPError(
-                409, f"Cannot start {selection.profile.display_name}: {Offer(selection.profile, 0).reason}."
-                f"{notice}"
+                409, f"Cannot start {selection.profile.display_name}: {offer.reason}.{notice}"
             )
         if self.classhub_db_url:
             await quota.reserve(self.classhub_db_url, self.user.name, self.name, selection)

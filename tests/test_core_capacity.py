@@ -832,3 +832,31 @@ def test_max_fit_matches_placement_and_shrinks_when_pods_bind(
         )
         fitted_there = request.fits_in(snap.node(f"n{idx}").free)
         assert bound.max_fit(request) == fit - (1 if fitted_there else 0)
+
+
+def test_max_fit_when_empty_counts_allocatable_not_free():
+    """A busy node still has room when empty; a request larger than any node never does."""
+    nodes = [
+        node("gpu-a", {"cpu": "32", "memory": "256Gi", "pods": "110", NVIDIA_GPU: "1"},
+             labels={"nvidia.com/gpu.product": "NVIDIA-H200"}),
+        node("gpu-b", {"cpu": "32", "memory": "256Gi", "pods": "110", NVIDIA_GPU: "1"},
+             labels={"nvidia.com/gpu.product": "NVIDIA-H200"}),
+    ]
+    busy = [pod("p1", "gpu-a", {"cpu": "1", NVIDIA_GPU: "1"}),
+            pod("p2", "gpu-b", {"cpu": "1", NVIDIA_GPU: "1"})]
+    snap = CapacitySnapshot.from_k8s(nodes, busy)
+    one = ResourceVector({CPU: 1, NVIDIA_GPU: 1})
+    two = ResourceVector({CPU: 1, NVIDIA_GPU: 2})
+    assert snap.max_fit(one) == 0 and snap.max_fit_when_empty(one) == 2
+    assert snap.max_fit_when_empty(two) == 0  # 1 + 1 GPUs is not 2 on one node
+    assert snap.most_allocatable(NVIDIA_GPU) == 1
+    assert snap.max_fit_when_empty(one, {"nvidia.com/gpu.product": "NVIDIA-A100"}) == 0
+    assert snap.most_allocatable(NVIDIA_GPU, {"nvidia.com/gpu.product": "NVIDIA-A100"}) == 0
+    with pytest.raises(ValueError):
+        snap.max_fit_when_empty(ZERO)
+
+
+def test_max_fit_when_empty_skips_cordoned_nodes():
+    snap = CapacitySnapshot.from_k8s(
+        [node("n", {"cpu": "8", NVIDIA_GPU: "4"}, unschedulable=True)], [])
+    assert snap.max_fit_when_empty(ResourceVector({NVIDIA_GPU: 1})) == 0

@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hub_ext.backends.local.gpus import parse_nvidia_smi_list
+from hub_ext.core.capacity import CapacitySnapshot
+from hub_ext.core.devices import Inventory
 from hub_ext.core.profiles import (
     Catalog,
     CatalogError,
     ImagePolicy,
     Offer,
     OptionsError,
+    Room,
     Viewer,
     parse_profile,
     propose_profiles,
+    room_in_cluster,
+    room_on_machine,
 )
 
 TORCH = "quay.io/jupyter/pytorch-notebook:cuda12-2025-06-01"
@@ -173,6 +180,89 @@ def test_offer_reason_for_a_full_profile():
     assert Offer(by["mig-1g"], 0).reason.startswith("none free right now")
     assert Offer(by["mig-1g"], 0).available is False
     assert Offer(by["cpu"], None).available is True
+
+
+TWO_H200 = parse_profile({"slug": "h200-x2", "kind": "gpu", "gpu_product": "NVIDIA-H200",
+                          "gpu_count": 2})
+BIG_MEMORY = parse_profile({"slug": "big", "kind": "cpu", "mem_guarantee": "32Gi", "mem_limit": "32Gi"})
+ASK = "; ask your admin to change the profile"
+
+
+@pytest.mark.parametrize("offer, reason", [
+    # free now: no reason
+    (Offer(TWO_H200, 1, Room(1)), ""),
+    (Offer(TWO_H200, None), ""),
+    # busy: some would fit once others stop (or nobody knows how many would)
+    (Offer(TWO_H200, 0, Room(2)),
+     "none free right now: every nvidia.com/gpu that fits this profile is in use"),
+    (Offer(TWO_H200, 0, Room(1, cluster=True)),
+     "none free right now: every nvidia.com/gpu that fits this profile is in use"),
+    (Offer(TWO_H200, 0), "none free right now: every nvidia.com/gpu that fits this profile is in use"),
+    (Offer(BIG_MEMORY, 0), "none free right now: every capacity that fits this profile is in use"),
+    # never: not even the empty machine (cluster) has room
+    (Offer(TWO_H200, 0, Room(0, resource="nvidia.com/gpu", needed=Fraction(2), most=Fraction(1))),
+     "this machine has no place for it: it needs 2 whole nvidia.com/gpu (NVIDIA-H200) and this machine has 1"
+     + ASK),
+    (Offer(TWO_H200, 0, Room(0)), "this machine has no place for it" + ASK),
+    (Offer(TWO_H200, 0, Room(0, cluster=True, resource="nvidia.com/gpu", needed=Fraction(2),
+                             most=Fraction(1))),
+     "no node of this cluster has room for it: it needs 2 whole nvidia.com/gpu on one node and the most "
+     "any node has is 1" + ASK),
+    (Offer(BIG_MEMORY, 0, Room(0, cluster=True, resource="memory", needed=Fraction(32 * 2**30),
+                               most=Fraction(16 * 2**30))),
+     "no node of this cluster has room for it: it needs 32Gi memory on one node and the most any node "
+     "has is 16Gi" + ASK),
+    (Offer(TWO_H200, 0, Room(0, cluster=True, matching=False)),
+     "no node of this cluster has room for it: no schedulable node matches its node selector and "
+     "tolerations" + ASK),
+    (Offer(TWO_H200, 0, Room(0, cluster=True)),
+     "no node of this cluster has room for it: no node has all it asks for (CPU, memory, GPUs) at once"
+     + ASK),
+])
+def test_offer_reason_tells_busy_from_never(offer, reason):
+    """Why a profile is disabled: "wait" when it would fit an empty machine, "ask" when not."""
+    assert offer.reason == reason
+    assert offer.available is (reason == "")
+
+
+def test_room_on_a_workstation_counts_the_devices_that_exist():
+    """Two H200s, one split into 7 MIG slices: one whole H200, so two whole never fit."""
+    devices = parse_nvidia_smi_list(
+        (Path(__file__).parent / "data" / "nvidia-smi" / "h200-2gpu-7x1g.txt").read_text())
+    inventory = Inventory(devices)
+    by = {p.slug: p for p in CATALOG.profiles}
+    assert room_on_machine(by["h200"], inventory) == Room(1)
+    assert room_on_machine(TWO_H200, inventory) == Room(0, resource="nvidia.com/gpu", needed=2, most=1)
+    assert room_on_machine(by["mig-1g"], inventory) == Room(7)
+    assert room_on_machine(by["cpu"], inventory) is None
+    a100 = parse_profile({"slug": "a100", "kind": "gpu", "gpu_product": "NVIDIA-A100"})
+    assert room_on_machine(a100, inventory).fits == 0  # another model: none of those here
+    shared = Inventory(devices, shared_gpus=[1], shared_replicas=4)  # GPU 1 is the whole one
+    assert room_on_machine(by["shared"], shared) == Room(4)
+    two_shares = parse_profile({"slug": "s2", "kind": "shared", "gpu_count": 2})
+    assert room_on_machine(two_shares, shared).fits == 0  # two distinct GPUs, one is shared
+
+
+def test_room_in_a_cluster_names_what_no_node_has():
+    def gpu_node(name, gpus, memory="256Gi"):
+        return {"metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H200"}},
+                "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]},
+                "status": {"allocatable": {"cpu": "32", "memory": memory, "pods": "110",
+                                           "nvidia.com/gpu": str(gpus)},
+                           "conditions": [{"type": "Ready", "status": "True"}]}}
+    busy = [{"spec": {"nodeName": "a", "containers": [{"resources": {"requests": {"nvidia.com/gpu": "1"}}}]},
+             "status": {"phase": "Running"}}]
+    snap = CapacitySnapshot.from_k8s([gpu_node("a", 1), gpu_node("b", 1)], busy)
+    by = {p.slug: p for p in CATALOG.profiles}
+    assert room_in_cluster(by["h200"], snap) == Room(2, cluster=True)
+    assert room_in_cluster(TWO_H200, snap) == Room(0, cluster=True, resource="nvidia.com/gpu", needed=2,
+                                                   most=1)
+    assert room_in_cluster(by["mig-single"], snap) == Room(0, cluster=True, matching=False)
+    small = CapacitySnapshot.from_k8s([gpu_node("a", 2, memory="16Gi")], [])
+    h200 = parse_profile({"slug": "h", "kind": "gpu", "gpu_product": "NVIDIA-H200", "mem_guarantee": "32Gi",
+                          "mem_limit": "32Gi"})
+    room = room_in_cluster(h200, small)
+    assert (room.fits, room.resource, room.needed, room.most) == (0, "memory", 32 * 2**30, 16 * 2**30)
 
 
 def test_proposals_cover_every_kind_and_parse():

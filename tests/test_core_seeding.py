@@ -345,3 +345,11 @@ def test_property_reseeding_is_idempotent(scenario, restore):
     # the next start, with the marker now at this version: nothing to do either
     assert plan(new, new, after, version=2).writes() == []
     assert first.expected_home(after) == after
+
+
+def test_file_count_leaves_folders_out():
+    """A template of a folder with 2 files is "2 files" to its teacher, not 3 entries."""
+    manifest = m(sub=D, sub__a=V1, sub__b=V2)
+    assert (len(manifest), manifest.file_count) == (3, 2)
+    assert manifest.total_bytes == V1.size + V2.size
+    assert m().file_count == 0

@@ -213,6 +213,25 @@ def test_the_file_picker_lists_folders_of_my_running_server(demo_hub):
     assert r.status_code == 400 and "is a file" in r.json()["message"]
 
 
+def test_the_running_servers_table_names_the_profile_a_server_runs(demo_hub, login):
+    """A server started without a ``profile`` option runs the catalog's default (the ledger
+    records which); the course page names that profile, not "default"."""
+    import requests
+
+    from tests.hubproc import start_server
+
+    token = _token(demo_hub, "student1")
+    start_server(demo_hub, "student1", token)
+    model = requests.get(f"{demo_hub.url}/hub/api/users/student1",
+                         headers={"Authorization": f"token {token}"}, timeout=10).json()
+    options = (model["servers"][""] or {}).get("user_options") or {}
+    page = login("teacher1").get("/services/classhub/courses/demo101").text
+    cell = re.search(r'<tr data-user="student1">.*?<td class="classhub-server-profile">([^<]*)</td>',
+                     page, re.S)
+    assert cell is not None, page
+    assert cell.group(1) == options.get("profile", "cpu")  # the demo catalog's default is "cpu"
+
+
 def test_nobody_outside_the_demo_accounts_and_the_courses_logs_in(demo_hub):
     with pytest.raises(AssertionError, match="login of stranger failed"):
         HubSession(demo_hub, "stranger")

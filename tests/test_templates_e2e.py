@@ -104,7 +104,7 @@ def test_publish_start_reseed_end_to_end(hub: LocalHub, tokens: dict[str, str]):
             json={"source": {"server_path": "lab1"}, "profile": "cpu", "description": "First lab"})
     assert r.status_code == 201, r.text
     v1 = r.json()
-    assert (v1["version"], v1["files"], v1["profile"]) == (1, 5, "cpu")  # 4 files + 1 folder
+    assert (v1["version"], v1["files"], v1["profile"]) == (1, 4, "cpu")  # 4 files; the folder is none
 
     # the student sees it and starts from it in one call
     listed = api(hub, "GET", f"courses/{COURSE}/templates", student).json()
@@ -139,7 +139,7 @@ def test_publish_start_reseed_end_to_end(hub: LocalHub, tokens: dict[str, str]):
     assert marker(hub, "student1")["version"] == "2"
     # the publishes are in the audit log, v1 is unchanged on disk
     versions = api(hub, "GET", f"courses/{COURSE}/templates/lab1", student).json()["versions"]
-    assert [v["version"] for v in versions] == [1, 2] and versions[0]["files"] == 5
+    assert [v["version"] for v in versions] == [1, 2] and versions[0]["files"] == 4
 
 
 def test_a_student_cannot_publish_or_change_settings(hub: LocalHub, tokens: dict[str, str]):
@@ -218,6 +218,16 @@ def test_archives_bad_ones_refused_and_nothing_stored(hub: LocalHub, tokens: dic
     published = r.json()
     assert (published["version"], published["source"], published["description"]) == (
         1, "archive", "From a tarball")
+    assert published["files"] == 1  # notes/intro.md; the folder notes is not a file
+
+    # a zip of a subfolder with 2 files is announced and listed as 2 files (folders are none)
+    zipped = f"courses/{COURSE}/templates/zipped"
+    r = api(hub, "POST", f"{zipped}/versions", teacher,
+            data=_zip({"sub/a.txt": b"a\n", "sub/b.txt": b"bb\n"}), headers=headers)
+    assert r.status_code == 201, r.text
+    assert (r.json()["files"], r.json()["bytes"]) == (2, 5)
+    (listed,) = api(hub, "GET", zipped, teacher).json()["versions"]
+    assert listed["files"] == 2
 
 
 def test_template_settings_and_the_page(hub: LocalHub, tokens: dict[str, str]):

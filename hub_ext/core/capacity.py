@@ -229,11 +229,20 @@ class NodeCapacity:
 
     def copies_that_fit(self, request: ResourceVector) -> int:
         """How many pods with `request` still fit in `free` (one `pods` slot each, if counted)."""
+        return self._copies_in(self.free, request)
+
+    def copies_that_fit_when_empty(self, request: ResourceVector) -> int:
+        """How many pods with `request` fit in `allocatable`, as if no pod ran here.
+
+        Why: a request that fits no node even when empty never starts, whatever stops; the
+        profile list tells that apart from "all in use right now"."""
+        return self._copies_in(self.allocatable, request)
+
+    def _copies_in(self, room: ResourceVector, request: ResourceVector) -> int:
         _check_request(request)
         if PODS in self.allocatable and PODS not in request:
             request = request + ResourceVector({PODS: 1})
-        free = self.free
-        return min(int(free[name] // amount) for name, amount in request.items())
+        return min(int(room[name] // amount) for name, amount in request.items())
 
     @classmethod
     def from_k8s(
@@ -429,3 +438,29 @@ class CapacitySnapshot:
         _check_request(request)
         nodes = self.eligible_nodes(node_selector, tolerations)
         return sum(node.copies_that_fit(request) for node in nodes)
+
+    def max_fit_when_empty(
+        self,
+        request: ResourceVector,
+        node_selector: Mapping[str, str] | None = None,
+        tolerations: Sequence[Mapping[str, Any]] | None = None,
+    ) -> int:
+        """`max_fit` against the nodes' allocatable instead of free: how many would fit if no
+        pod ran. Zero means the request can never start on these nodes, not that they are busy.
+        """
+        _check_request(request)
+        nodes = self.eligible_nodes(node_selector, tolerations)
+        return sum(node.copies_that_fit_when_empty(request) for node in nodes)
+
+    def most_allocatable(
+        self,
+        resource_name: str,
+        node_selector: Mapping[str, str] | None = None,
+        tolerations: Sequence[Mapping[str, Any]] | None = None,
+    ) -> Fraction:
+        """The most of one resource any single eligible node offers (0 with no such node): what
+        a request that fits nowhere is compared with, since a pod cannot span nodes."""
+        return max(
+            (node.allocatable[resource_name] for node in self.eligible_nodes(node_selector, tolerations)),
+            default=Fraction(0),
+        )

@@ -16,6 +16,7 @@ from fractions import Fraction
 from typing import Any
 
 from hub_ext.core import roles
+from hub_ext.core.devices import Inventory, matches_product
 from hub_ext.core.resources import (
     CPU,
     MEMORY,
@@ -545,22 +546,114 @@ def viewer_from_hub(name: str, admin: bool, groups: Iterable[str],
 
 
 @dataclass(frozen=True)
+class Room:
+    """How many servers of a profile the machine or cluster holds when nothing runs on it.
+
+    Why: "none free right now" is only true when some would fit once others stop; a profile
+    that asks more of one machine than any machine has can never start, and its user must be
+    told to ask the admin instead of to wait. ``resource``, ``needed`` and ``most`` name what
+    no single machine (node) has enough of, for that sentence.
+    """
+
+    fits: int
+    cluster: bool = False  # True: Kubernetes nodes; False: the one local machine
+    matching: bool = True  # False: no machine (node) may take it at all (selector, taints)
+    resource: str | None = None  # None with fits == 0: no one resource is short, their sum is
+    needed: Fraction = Fraction(0)
+    most: Fraction = Fraction(0)
+
+
+def room_in_cluster(profile: Profile, snapshot: Any) -> Room:
+    """The :class:`Room` of ``profile`` on a cluster (a ``CapacitySnapshot``): max_fit against
+    the allocatable of the nodes its pods may use, and the first resource it needs more of than
+    any such node has."""
+    settings = pod_settings(profile)
+    selector, tolerations = settings["node_selector"], settings["tolerations"]
+    request = profile.request
+    fits = snapshot.max_fit_when_empty(request, selector, tolerations)
+    if fits:
+        return Room(fits, cluster=True)
+    if not snapshot.eligible_nodes(selector, tolerations):
+        return Room(0, cluster=True, matching=False)
+    names = [profile.gpu_resource] if profile.gpu_resource else []
+    names += [n for n in request if n not in names]
+    for name in names:
+        most = snapshot.most_allocatable(name, selector, tolerations)
+        if request[name] > most:
+            return Room(0, cluster=True, resource=name, needed=Fraction(request[name]), most=most)
+    return Room(0, cluster=True)
+
+
+def room_on_machine(profile: Profile, inventory: Inventory) -> Room | None:
+    """The :class:`Room` of ``profile`` on this workstation: the devices of its resource (and,
+    for whole GPUs, of its model) that exist, divided by its count. A server needs its count of
+    distinct devices (a shared GPU's replicas count once per server), so a profile asking more
+    devices than exist fits nowhere however many replicas they have."""
+    resource = profile.gpu_resource
+    if not resource:
+        return None  # CPU only: nothing classhub counts limits it
+    product = profile.gpu_product if profile.kind == "gpu" else None
+    devices = [d for d in inventory.devices_for(resource) if matches_product(d.product, product)]
+    units = sum(inventory.units(d) for d in devices)
+    fits = units // profile.gpu_count if len(devices) >= profile.gpu_count else 0
+    if fits:
+        return Room(fits)
+    return Room(0, resource=resource, needed=Fraction(profile.gpu_count), most=Fraction(len(devices)))
+
+
+def _amount(resource: str, value: Fraction) -> str:
+    """A quantity as people read it next to its resource name (memory in Gi, counts as numbers)."""
+    return format_quantity(value, binary=resource == MEMORY)
+
+
+@dataclass(frozen=True)
 class Offer:
     """A profile as shown to one user: how many are free now, or why it cannot be picked."""
 
     profile: Profile
     free: int | None  # None: not limited by anything classhub counts (e.g. CPU on a workstation)
+    room: Room | None = None  # None: not known how many would fit on an empty machine/cluster
 
     @property
     def available(self) -> bool:
         return self.free is None or self.free > 0
 
     @property
+    def fits_when_empty(self) -> int | None:
+        """How many servers of this profile fit when nothing runs (None: not known)."""
+        return None if self.room is None else self.room.fits
+
+    @property
     def reason(self) -> str:
+        """Why the profile cannot be picked: busy (wait, or the culler reclaims) or never
+        possible here (the admin must change the profile or the hardware)."""
         if self.available:
             return ""
+        if self.room is not None and self.room.fits == 0:
+            return self._no_place(self.room)
         what = self.profile.gpu_resource or "capacity"
         return f"none free right now: every {what} that fits this profile is in use"
+
+    def _no_place(self, room: Room) -> str:
+        ask = "ask your admin to change the profile"
+        profile = self.profile
+        whole = "whole " if room.resource == profile.gpu_resource and profile.kind == "gpu" else ""
+        if not room.cluster:
+            if room.resource is None:
+                return f"this machine has no place for it; {ask}"
+            model = f" ({profile.gpu_product})" if whole and profile.gpu_product else ""
+            return (f"this machine has no place for it: it needs {_amount(room.resource, room.needed)} "
+                    f"{whole}{room.resource}{model} and this machine has "
+                    f"{_amount(room.resource, room.most)}; {ask}")
+        if not room.matching:
+            return (f"no node of this cluster has room for it: no schedulable node matches its "
+                    f"node selector and tolerations; {ask}")
+        if room.resource is None:
+            return (f"no node of this cluster has room for it: no node has all it "
+                    f"asks for (CPU, memory, GPUs) at once; {ask}")
+        return (f"no node of this cluster has room for it: it needs "
+                f"{_amount(room.resource, room.needed)} {whole}{room.resource} on one node and "
+                f"the most any node has is {_amount(room.resource, room.most)}; {ask}")
 
 
 def propose_profiles(resources: Mapping[str, Iterable[str | None]]) -> list[dict[str, Any]]:

@@ -299,6 +299,12 @@ class Manifest(Mapping[str, Entry]):
     def total_bytes(self) -> int:
         return sum(e.size for e in self._entries.values() if e.kind == FILE)
 
+    @property
+    def file_count(self) -> int:
+        """The regular files, without folders: what "N files" means to a teacher (``len`` counts
+        every entry, which the seeding limits need)."""
+        return sum(1 for e in self._entries.values() if e.kind == FILE)
+
     def check_template(self, what: str = "template") -> None:
         """Refuse what a template may not hold: other kinds, orphans, the marker folder."""
         if self._checked:

@@ -209,12 +209,13 @@ class CoursePage(_Pages):
         return rows
 
     async def _running(self, members: list[dict[str, str]]) -> list[dict[str, Any]]:
-        """The members' running default servers, from the hub."""
+        """The members' running default servers, from the hub, with the profile each runs."""
         names = {m["username"] for m in members}
         try:
             active = await self.hub.users("active")
         except HubAPIError:
             return []
+        reserved = await asyncio.to_thread(self._reserved_profiles)
         found = []
         for user in active:
             server = _server_of(user)
@@ -222,8 +223,26 @@ class CoursePage(_Pages):
                 found.append({"user": user["name"], "ready": server.get("ready"),
                               "pending": server.get("pending"), "started": server.get("started"),
                               "last_activity": server.get("last_activity"),
-                              "profile": (server.get("user_options") or {}).get("profile", "")})
+                              "profile": reserved.get(user["name"]) or _option_profile(server)})
         return sorted(found, key=lambda s: s["user"])
+
+    def _reserved_profiles(self) -> dict[str, str]:
+        """username -> the profile slug the ledger recorded for their default server's
+        reservation: what the spawner actually applied (a start without a ``profile`` option
+        gets the catalog's default, which the hub's ``user_options`` do not say)."""
+        held = {}
+        for reservation in self.courses.ledger.active():
+            if (reservation.kind == "server" and reservation.profile
+                    and reservation.key == f"server:{reservation.username}/"):
+                held[reservation.username] = reservation.profile
+        return held
+
+
+def _option_profile(server: dict[str, Any]) -> str:
+    """The profile the hub's ``user_options`` name ("" when none: the default was used, and a
+    server started before the ledger recorded profiles shows none)."""
+    profile = (server.get("user_options") or {}).get("profile")
+    return profile if isinstance(profile, str) else ""
 
 
 class TemplatesPage(_Pages):

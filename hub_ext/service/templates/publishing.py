@@ -364,7 +364,7 @@ class PublishHandler(TemplatesBase):
                     location = stored_at or version_location(row.id, template.id, number)
                     version = TemplateVersion(
                         template_id=template.id, version=number, source=source, location=location,
-                        manifest_sha256=digest, files=len(manifest), bytes=manifest.total_bytes,
+                        manifest_sha256=digest, files=manifest.file_count, bytes=manifest.total_bytes,
                         created_at=now, created_by=self.caller.name, **meta)
                     session.add(version)
                     session.flush()
@@ -372,7 +372,7 @@ class PublishHandler(TemplatesBase):
                         self.templates.storage().commit(self._staged, location)
                         self._staged = None
                     store.record(session, self.caller.name, "template_published", now, course=course,
-                                 template=name, version=number, files=len(manifest),
+                                 template=name, version=number, files=manifest.file_count,
                                  bytes=manifest.total_bytes, source=source, manifest_sha256=digest)
                     return version_json(course, name, version)
             except (IntegrityError, FileExistsError):
