@@ -99,6 +99,8 @@ class ProfilesMixin(HasTraits):
         """Profiles to offer when none are configured (subclasses look at their hardware)."""
         return [{"slug": "cpu", "display_name": "CPU only", "kind": "cpu", "default": True}]
 
+    _viewer_courses: dict[str, str] | None = None
+
     def viewer(self) -> Viewer:
         """Who is choosing: hub groups and admin flag, course roles from the classhub store.
 
@@ -111,6 +113,7 @@ class ProfilesMixin(HasTraits):
         admin = bool(self.user.admin)
         if self.classhub_db_url:
             in_courses = quota.course_roles(self.classhub_db_url, self.user.name)
+            self._viewer_courses = in_courses  # the start's reservation charges one of these
             return Viewer(name=self.user.name, groups=frozenset(groups) | frozenset(in_courses),
                           role=roles.overall_role(admin, in_courses), admin=admin)
         courses = {
@@ -226,7 +229,8 @@ class ProfilesMixin(HasTraits):
                 409, f"Cannot start {selection.profile.display_name}: {offer.reason}.{notice}"
             )
         if self.classhub_db_url:
-            await quota.reserve(self.classhub_db_url, self.user.name, self.name, selection)
+            await quota.reserve(self.classhub_db_url, self.user.name, self.name, selection,
+                                courses=self._viewer_courses)
         self.selection = selection
         await self.apply_selection(selection)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Mapping
 from datetime import datetime, timezone
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -37,17 +38,20 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _reserve_sync(url: str, username: str, key: str, selection: Selection) -> str | None:
+def _reserve_sync(url: str, username: str, key: str, selection: Selection,
+                  courses: Mapping[str, str] | None) -> str | None:
     sessions = _sessions(url)
-    with sessions() as session:
-        courses = store.courses_of(session, username)
+    if courses is None:
+        with store.readers(sessions)() as session:
+            courses = store.courses_of(session, username)
     course = course_to_charge(selection.profile.groups, courses)
     ledger = store.Ledger(sessions)
     # This server is not running (the hub does not start a running server), so a reservation
-    # still held under its key is stale (e.g. the hub died before it could release it).
-    ledger.release(key, _now())
+    # still held under its key is stale (e.g. the hub died before it could release it): the
+    # ledger releases it in the reservation's own transaction.
     try:
-        ledger.reserve(username, course, key, selection.request, _now(), profile=selection.profile.slug)
+        ledger.reserve(username, course, key, selection.request, _now(),
+                       profile=selection.profile.slug, replace_stale=True)
     except store.QuotaDenied as e:
         with sessions.begin() as session:
             store.record(session, username, "spawn_denied", _now(), reason=e.decision.reason_code,
@@ -69,15 +73,18 @@ def _release_sync(url: str, key: str, decided: datetime | None = None) -> None:
     store.Ledger(_sessions(url)).release(key, decided or _now(), started_before=decided)
 
 
-async def reserve(url: str, username: str, server_name: str, selection: Selection) -> str | None:
+async def reserve(url: str, username: str, server_name: str, selection: Selection,
+                  courses: Mapping[str, str] | None = None) -> str | None:
     """Reserve ``selection`` for the server; HTTP 403 with the quota sentence when refused.
 
-    Returns the course charged (None when the user is in no course). Runs in a thread: the
-    ledger's transaction may wait for another spawn's lock and must not block the hub.
+    ``courses``: the user's courses and roles as the caller just read them (`course_roles`, for
+    the profile check), so the start reads them once; None reads them here. Returns the course
+    charged (None when the user is in no course). Runs in a thread: the ledger's transaction
+    may wait for another spawn's lock and must not block the hub.
     """
     key = server_key(username, server_name)
     return await asyncio.get_running_loop().run_in_executor(
-        None, _reserve_sync, url, username, key, selection
+        None, _reserve_sync, url, username, key, selection, courses
     )
 
 

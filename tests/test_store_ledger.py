@@ -117,6 +117,25 @@ def test_release_frees_and_key_can_be_reserved_again(sessions: sessionmaker[Sess
         assert session.scalars(select(Reservation.key)).all() == ["server:ann/", "server:ann/"]
 
 
+def test_a_start_replaces_a_stale_reservation_in_one_transaction(sessions: sessionmaker[Session]) -> None:
+    """A start of a server that does not run ends whatever its key still holds (a hub that died
+    before releasing) in the same transaction, even when the new request is refused."""
+    make_course(sessions, "CS101", ["ann"], {"resources": {GPU: 1}})
+    ledger = Ledger(sessions)
+    stale = ledger.reserve("ann", "CS101", "server:ann/", R(gpu=1), T0)
+    fresh = ledger.reserve("ann", "CS101", "server:ann/", R(gpu=1), T0 + timedelta(hours=1),
+                           replace_stale=True)
+    assert fresh.id != stale.id and fresh.started_at == T0 + timedelta(hours=1)
+    assert ledger.usage(T0 + timedelta(hours=1), course="CS101").resources == R(gpu=1)
+    with pytest.raises(QuotaDenied):  # two GPUs: over the course's one
+        ledger.reserve("ann", "CS101", "server:ann/", R(gpu=2), T0 + timedelta(hours=2),
+                       replace_stale=True)
+    with sessions() as session:
+        rows = session.scalars(select(Reservation).order_by(Reservation.id)).all()
+        assert [r.released_at for r in rows] == [T0 + timedelta(hours=1), T0 + timedelta(hours=2)]
+    assert ledger.usage(T0 + timedelta(hours=2), course="CS101").resources == R()
+
+
 def test_a_late_release_does_not_end_a_newer_reservation(sessions: sessionmaker[Session]) -> None:
     """The hub clears a stopped server and the release runs in a thread; the student starts again
     at once: the release decided before the new reservation leaves it alone."""

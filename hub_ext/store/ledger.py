@@ -101,6 +101,7 @@ class Ledger:
         *,
         kind: str = "server",
         profile: str | None = None,
+        replace_stale: bool = False,
     ) -> Reservation:
         """Admit and record `request` for `username` in `course`, or raise QuotaDenied.
 
@@ -112,13 +113,27 @@ class Ledger:
         `profile` is the slug of the server's profile, recorded so that metrics can show GPU use
         by profile; it plays no part in admission. A retry that names a different profile than
         the held reservation is "anything else"; one that names none matches any.
+
+        `replace_stale`: a reservation still held under `key` is stale (the caller knows nothing
+        runs under it: the hub does not start a running server) and is released first, in the
+        same transaction, so one start is one write (a class start is hundreds of them). The
+        release stays even when the new request is refused.
         """
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
         for attempt in range(3):
             try:
                 with self._sessions.begin() as session:
-                    return self._reserve(session, username, course, key, request, now, kind, profile)
+                    if replace_stale:
+                        self._release_held(session, key, now)
+                    try:
+                        return self._reserve(session, username, course, key, request, now, kind,
+                                             profile)
+                    except QuotaDenied as e:
+                        if not replace_stale:
+                            raise
+                        denied = e  # leave the block normally: the stale release is committed
+                raise denied
             except IntegrityError:
                 # Only a concurrent reservation of the same key outside this course's lock can
                 # get here (partial unique index); the next attempt finds and returns it.
@@ -217,15 +232,21 @@ class Ledger:
         `started_before`: release it only if it was made before then (a release decided at that
         instant and run later must not end a newer reservation of the same server)."""
         with self._sessions.begin() as session:
-            reservation = session.scalars(
-                select(Reservation).where(Reservation.key == key, Reservation.released_at.is_(None))
-            ).one_or_none()
-            if reservation is not None and started_before is not None and (
-                    reservation.started_at > started_before):
-                return None
-            if reservation is not None:
-                reservation.released_at = max(now, reservation.started_at)
-            return reservation
+            return self._release_held(session, key, now, started_before)
+
+    @staticmethod
+    def _release_held(session: Session, key: str, now: datetime,
+                      started_before: datetime | None = None) -> Reservation | None:
+        reservation = session.scalars(
+            select(Reservation).where(Reservation.key == key, Reservation.released_at.is_(None))
+        ).one_or_none()
+        if reservation is not None and started_before is not None and (
+                reservation.started_at > started_before):
+            return None
+        if reservation is not None:
+            reservation.released_at = max(now, reservation.started_at)
+            session.flush()  # before a new reservation of the key (one unreleased per key)
+        return reservation
 
     def reconcile(
         self,
