@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from kubespawner.reflector import MultiNamespaceResourceReflector
+from traitlets import default
 from traitlets.config import LoggingConfigurable
 
 from hub_ext.core.capacity import CapacitySnapshot, PodUsage, pod_usage
@@ -28,9 +29,24 @@ from .capacity import KubernetesBackend
 
 
 class _AllPods(MultiNamespaceResourceReflector):
-    """Every pod of the cluster (terminated ones too: they are cheap to skip)."""
+    """Every pod of the cluster (terminated ones too: they are cheap to skip).
+
+    Why longer watches than KubeSpawner's (10 s): each watch restart lists every pod of the
+    cluster again, and during a class start that list (hundreds of pods, every 10 s) was a
+    measurable part of the hub's extra CPU (README, "Development", the storm benchmark). The
+    watch's events keep the view current between lists; a dead connection is still noticed by
+    the reflector's read timeout (``request_timeout``, 60 s).
+    """
 
     kind = "pods"
+
+    @default("timeout_seconds")
+    def _timeout_seconds_default(self) -> int:
+        return 300
+
+    @default("restart_seconds")
+    def _restart_seconds_default(self) -> int:
+        return 300
 
 
 class LiveCapacity(LoggingConfigurable):
