@@ -92,6 +92,15 @@ def login(page, hub: LocalHub, user: str, next_path: str) -> None:
     page.wait_for_load_state("domcontentloaded")
 
 
+def logged_in_page(browser, hub: LocalHub, user: str, next_path: str, timeout: int = 60_000):
+    """A fresh browser context (a desktop-sized window) with ``user`` logged in on ``next_path``."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(timeout)
+    page = context.new_page()
+    login(page, hub, user, next_path)
+    return context, page
+
+
 def server_of(hub: LocalHub, user: str) -> dict | None:
     token = HubSession(hub, "admin").new_token()
     model = requests.get(f"{hub.url}/hub/api/users/{user}", timeout=30,
@@ -106,10 +115,7 @@ def test_a_teacher_runs_a_course_by_clicking_and_a_new_student_starts_the_templa
     roster = hub.data_dir.parent / "roster.csv"
     roster.write_text(ROSTER)
 
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(60_000)
-    page = context.new_page()
-    login(page, hub, "teacher1", "/hub/home")
+    context, page = logged_in_page(browser, hub, "teacher1", "/hub/home")
     clicks = Clicks(page)
     clicks.click("a.classhub-nav-link >> text=classhub")                      # 1 the hub's nav
     page.wait_for_selector("h1:text('classhub')")
@@ -153,10 +159,8 @@ def test_a_teacher_runs_a_course_by_clicking_and_a_new_student_starts_the_templa
     context.close()
 
     # a student the roster added logs in with the demo password and starts the template
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(LAB_TIMEOUT)
-    page = context.new_page()
-    login(page, hub, "newstudent1", "/services/classhub/templates")
+    context, page = logged_in_page(browser, hub, "newstudent1", "/services/classhub/templates",
+                                   timeout=LAB_TIMEOUT)
     assert server_of(hub, "newstudent1") is None  # following the link spawned nothing
     clicks = Clicks(page)
     card = page.locator("#t-demo101-lab1")
@@ -190,10 +194,7 @@ def test_a_teacher_runs_a_course_by_clicking_and_a_new_student_starts_the_templa
 
 def test_a_student_shares_a_picked_notebook_read_only_and_the_ta_opens_it(hub, browser):
     (home_of(hub, "student1") / "week1.ipynb").write_text(notebook("Week 1 answers"))
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(60_000)
-    page = context.new_page()
-    login(page, hub, "student1", "/services/classhub/shares")
+    context, page = logged_in_page(browser, hub, "student1", "/services/classhub/shares")
     clicks = Clicks(page)
     clicks.click("#start-own")                                                # 1
     clicks.click("#share-tree button.classhub-pick[data-path='week1.ipynb']")  # 2
@@ -209,10 +210,7 @@ def test_a_student_shares_a_picked_notebook_read_only_and_the_ta_opens_it(hub, b
     screenshot(page, "page-sharing")
     context.close()
 
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(LAB_TIMEOUT)
-    page = context.new_page()
-    login(page, hub, "ta1", "/services/classhub/")
+    context, page = logged_in_page(browser, hub, "ta1", "/services/classhub/", timeout=LAB_TIMEOUT)
     clicks = Clicks(page)
     shared = page.locator(".classhub-with-me tr:has-text('student1')")
     assert "week1.ipynb" in shared.inner_text()
@@ -230,10 +228,7 @@ def test_a_student_shares_a_picked_notebook_read_only_and_the_ta_opens_it(hub, b
 def test_a_teacher_sees_the_usage_chart_and_stops_a_students_server(hub, browser):
     student = HubSession(hub, "student2")
     start_server(hub, "student2", student.new_token())
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(60_000)
-    page = context.new_page()
-    login(page, hub, "teacher1", "/services/classhub/")
+    context, page = logged_in_page(browser, hub, "teacher1", "/services/classhub/")
     clicks = Clicks(page)
     clicks.click("a.classhub-course-link:text('demo101')")                    # 1
     page.wait_for_selector("#usage-chart")
@@ -260,10 +255,7 @@ def test_a_teacher_sees_the_usage_chart_and_stops_a_students_server(hub, browser
 
 
 def test_an_admin_creates_a_course_with_the_home_pages_form(hub, browser):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(60_000)
-    page = context.new_page()
-    login(page, hub, "admin", "/services/classhub/")
+    context, page = logged_in_page(browser, hub, "admin", "/services/classhub/")
     page.wait_for_selector("#new-course")
     clicks = Clicks(page)
     page.fill("#new-course-name", "dl201")
@@ -297,10 +289,7 @@ def test_a_teacher_publishes_a_template_by_uploading_an_archive(hub, browser, tm
     with zipfile.ZipFile(archive, "w") as z:
         z.writestr("lab2.ipynb", notebook("Lab 2 from an archive"))
         z.writestr("data/points.csv", "x,y\n1,2\n")  # in a folder: folders are not counted as files
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(60_000)
-    page = context.new_page()
-    login(page, hub, "teacher1", "/services/classhub/")
+    context, page = logged_in_page(browser, hub, "teacher1", "/services/classhub/")
     clicks = Clicks(page)
     clicks.click("a.classhub-nav-link >> text=Templates")                     # 1
     page.wait_for_selector("#publish-form")
@@ -322,10 +311,8 @@ def test_a_teacher_publishes_a_template_by_uploading_an_archive(hub, browser, tm
 
 
 def test_the_spawn_form_shows_whats_free_and_why_a_profile_is_disabled(hub, browser):
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(60_000)
-    page = context.new_page()
-    login(page, hub, "ta1", "/hub/spawn")  # ta1's own server never runs in this module
+    # ta1's own server never runs in this module
+    context, page = logged_in_page(browser, hub, "ta1", "/hub/spawn")
     page.wait_for_selector(".classhub-profiles")
     free = {p: page.inner_text(f".classhub-profile[data-profile='{p}'] .classhub-free")
             for p in ("cpu", "h200", "h200-x2", "mig-1g")}
