@@ -36,7 +36,7 @@ from hub_ext.backends.kubernetes.templates import seed_pod_parts
 from hub_ext.backends.local.templates import ClasshubTemplates
 from hub_ext.backends.local.templates_spawn import SeedJob, record_seeded
 from hub_ext.core.capacity import CapacitySnapshot
-from hub_ext.core.profiles import Profile, Selection, pod_settings
+from hub_ext.core.profiles import Profile, Room, Selection, pod_settings, room_in_cluster
 from hub_ext.core.scheduling import api_error_message, unschedulable_message
 from spawner.profiles import ProfilesMixin
 
@@ -148,6 +148,10 @@ class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
             return None
         settings = pod_settings(profile)
         return view.max_fit(profile.request, settings["node_selector"], settings["tolerations"])
+
+    def room_when_empty(self, profile: Profile, view: CapacitySnapshot | None) -> Room | None:
+        """How many would fit on the cluster's nodes with no pod running, and what is short."""
+        return None if view is None else room_in_cluster(profile, view)
 
     _base: dict[str, Any] | None = None
 

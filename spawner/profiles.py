@@ -17,7 +17,6 @@ from traitlets import Bool, Dict, HasTraits, List, Unicode, default
 from hub_ext.backends.local import templates_spawn
 from hub_ext.backends.local.templates_spawn import SeedJob
 from hub_ext.core import roles
-from hub_ext.core.capacity import CapacitySnapshot
 from hub_ext.core.profiles import (
     Catalog,
     CatalogError,
@@ -28,7 +27,6 @@ from hub_ext.core.profiles import (
     Room,
     Selection,
     Viewer,
-    room_in_cluster,
     viewer_from_hub,
 )
 from spawner import form, quota
@@ -99,8 +97,6 @@ class ProfilesMixin(HasTraits):
         """Profiles to offer when none are configured (subclasses look at their hardware)."""
         return [{"slug": "cpu", "display_name": "CPU only", "kind": "cpu", "default": True}]
 
-    _viewer_courses: dict[str, str] | None = None
-
     def viewer(self) -> Viewer:
         """Who is choosing: hub groups and admin flag, course roles from the classhub store.
 
@@ -108,20 +104,24 @@ class ProfilesMixin(HasTraits):
         no group properties); without a store (a bare spawner in a test), group properties are
         read as before.
         """
+        return self._viewer_and_courses()[0]
+
+    def _viewer_and_courses(self) -> tuple[Viewer, dict[str, str] | None]:
+        """`viewer`, and the course roles it was built from (None without a store): a start
+        charges one of those courses, so the reservation reuses this read."""
         orm_user = self.user.orm_user if hasattr(self.user, "orm_user") else self.user
         groups = [g.name for g in getattr(orm_user, "groups", []) or []]
         admin = bool(self.user.admin)
         if self.classhub_db_url:
             in_courses = quota.course_roles(self.classhub_db_url, self.user.name)
-            self._viewer_courses = in_courses  # the start's reservation charges one of these
             return Viewer(name=self.user.name, groups=frozenset(groups) | frozenset(in_courses),
-                          role=roles.overall_role(admin, in_courses), admin=admin)
+                          role=roles.overall_role(admin, in_courses), admin=admin), in_courses
         courses = {
             g.name: staff
             for g in getattr(orm_user, "groups", []) or []
             if (staff := roles.CourseStaff.from_group_properties(getattr(g, "properties", None)))
         }
-        return viewer_from_hub(self.user.name, admin, groups, courses)
+        return viewer_from_hub(self.user.name, admin, groups, courses), None
 
     def course_images_in_use(self, viewer: Viewer) -> frozenset[str]:
         """Images chosen by running servers of members of the viewer's groups."""
@@ -153,10 +153,8 @@ class ProfilesMixin(HasTraits):
 
     def room_when_empty(self, profile: Profile, view: Any) -> Room | None:
         """How many servers of ``profile`` fit with nothing running (None: not known), so that a
-        profile that can never start says so instead of "none free right now". A cluster
-        snapshot answers it here; the local spawner asks its GPU pool."""
-        if isinstance(view, CapacitySnapshot):
-            return room_in_cluster(profile, view)
+        profile that can never start says so instead of "none free right now". Each spawner
+        answers for its own view (the local GPU pool, the cluster's snapshot)."""
         return None
 
     def offer(self, profile: Profile, view: Any) -> Offer:
@@ -210,7 +208,7 @@ class ProfilesMixin(HasTraits):
         """Validate the choice (form or REST) and apply it; HTTP 400 with the reason if refused."""
         if not self.classhub_profiles_enabled():
             return
-        viewer = self.viewer()
+        viewer, in_courses = self._viewer_and_courses()
         user_options = await self._resolve_template(user_options)  # classhub templates (issue 6)
         try:
             selection = self.catalog().select(viewer, user_options, self.image_policy(viewer))
@@ -230,7 +228,7 @@ class ProfilesMixin(HasTraits):
             )
         if self.classhub_db_url:
             await quota.reserve(self.classhub_db_url, self.user.name, self.name, selection,
-                                courses=self._viewer_courses)
+                                courses=in_courses)
         self.selection = selection
         await self.apply_selection(selection)
 

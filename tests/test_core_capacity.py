@@ -847,16 +847,16 @@ def test_max_fit_when_empty_counts_allocatable_not_free():
     snap = CapacitySnapshot.from_k8s(nodes, busy)
     one = ResourceVector({CPU: 1, NVIDIA_GPU: 1})
     two = ResourceVector({CPU: 1, NVIDIA_GPU: 2})
-    assert snap.max_fit(one) == 0 and snap.max_fit_when_empty(one) == 2
-    assert snap.max_fit_when_empty(two) == 0  # 1 + 1 GPUs is not 2 on one node
+    assert snap.max_fit(one) == 0 and snap.max_fit(one, when_empty=True) == 2
+    assert snap.max_fit(two, when_empty=True) == 0  # 1 + 1 GPUs is not 2 on one node
     assert snap.most_allocatable(NVIDIA_GPU) == 1
-    assert snap.max_fit_when_empty(one, {"nvidia.com/gpu.product": "NVIDIA-A100"}) == 0
+    assert snap.max_fit(one, {"nvidia.com/gpu.product": "NVIDIA-A100"}, when_empty=True) == 0
     assert snap.most_allocatable(NVIDIA_GPU, {"nvidia.com/gpu.product": "NVIDIA-A100"}) == 0
     with pytest.raises(ValueError):
-        snap.max_fit_when_empty(ZERO)
+        snap.max_fit(ZERO, when_empty=True)
 
 
 def test_max_fit_when_empty_skips_cordoned_nodes():
     snap = CapacitySnapshot.from_k8s(
         [node("n", {"cpu": "8", NVIDIA_GPU: "4"}, unschedulable=True)], [])
-    assert snap.max_fit_when_empty(ResourceVector({NVIDIA_GPU: 1})) == 0
+    assert snap.max_fit(ResourceVector({NVIDIA_GPU: 1}), when_empty=True) == 0

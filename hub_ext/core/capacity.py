@@ -227,19 +227,14 @@ class NodeCapacity:
             tolerates(tolerations, taint) for taint in self.taints if taint.is_hard
         )
 
-    def copies_that_fit(self, request: ResourceVector) -> int:
-        """How many pods with `request` still fit in `free` (one `pods` slot each, if counted)."""
-        return self._copies_in(self.free, request)
+    def copies_that_fit(self, request: ResourceVector, *, when_empty: bool = False) -> int:
+        """How many pods with `request` still fit in `free` (one `pods` slot each, if counted).
 
-    def copies_that_fit_when_empty(self, request: ResourceVector) -> int:
-        """How many pods with `request` fit in `allocatable`, as if no pod ran here.
-
-        Why: a request that fits no node even when empty never starts, whatever stops; the
-        profile list tells that apart from "all in use right now"."""
-        return self._copies_in(self.allocatable, request)
-
-    def _copies_in(self, room: ResourceVector, request: ResourceVector) -> int:
+        `when_empty`: in `allocatable` instead, as if no pod ran here. Why: a request that fits
+        no node even when empty never starts, whatever stops; the profile list tells that apart
+        from "all in use right now"."""
         _check_request(request)
+        room = self.allocatable if when_empty else self.free
         if PODS in self.allocatable and PODS not in request:
             request = request + ResourceVector({PODS: 1})
         return min(int(room[name] // amount) for name, amount in request.items())
@@ -428,29 +423,19 @@ class CapacitySnapshot:
         request: ResourceVector,
         node_selector: Mapping[str, str] | None = None,
         tolerations: Sequence[Mapping[str, Any]] | None = None,
+        *,
+        when_empty: bool = False,
     ) -> int:
         """How many pods with `request` could start right now, each wholly on one node.
 
         This is the "N free now" a profile shows. Every copy also takes a `pods` slot on nodes
         that report one. Raises ValueError for a negative or empty request (an empty request
-        fits without bound, which is never what a profile means).
+        fits without bound, which is never what a profile means). `when_empty`: how many would
+        fit if no pod ran; zero means the request can never start on these nodes.
         """
         _check_request(request)
         nodes = self.eligible_nodes(node_selector, tolerations)
-        return sum(node.copies_that_fit(request) for node in nodes)
-
-    def max_fit_when_empty(
-        self,
-        request: ResourceVector,
-        node_selector: Mapping[str, str] | None = None,
-        tolerations: Sequence[Mapping[str, Any]] | None = None,
-    ) -> int:
-        """`max_fit` against the nodes' allocatable instead of free: how many would fit if no
-        pod ran. Zero means the request can never start on these nodes, not that they are busy.
-        """
-        _check_request(request)
-        nodes = self.eligible_nodes(node_selector, tolerations)
-        return sum(node.copies_that_fit_when_empty(request) for node in nodes)
+        return sum(node.copies_that_fit(request, when_empty=when_empty) for node in nodes)
 
     def most_allocatable(
         self,

@@ -570,7 +570,7 @@ def room_in_cluster(profile: Profile, snapshot: Any) -> Room:
     settings = pod_settings(profile)
     selector, tolerations = settings["node_selector"], settings["tolerations"]
     request = profile.request
-    fits = snapshot.max_fit_when_empty(request, selector, tolerations)
+    fits = snapshot.max_fit(request, selector, tolerations, when_empty=True)
     if fits:
         return Room(fits, cluster=True)
     if not snapshot.eligible_nodes(selector, tolerations):
