@@ -30,7 +30,7 @@ from tornado import web
 from traitlets import Float, Instance, Unicode, default
 
 from hub_ext.backends.kubernetes import servers
-from hub_ext.backends.kubernetes.informer import live_capacity
+from hub_ext.backends.kubernetes.informer import live_capacity, mark_failure_seen
 from hub_ext.backends.kubernetes.servers import ApiFailure
 from hub_ext.backends.kubernetes.templates import seed_pod_parts
 from hub_ext.backends.local.templates import ClasshubTemplates
@@ -412,6 +412,7 @@ class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
             if created and not created[0].first_load_future.done():
                 created[0].first_load_future.set_exception(ReflectorStartCancelled(
                     f"the start of the {kind} reflector was cancelled"))
+                mark_failure_seen(created[0].first_load_future)  # waiters still get it
             raise
 
     def _broken_reflectors(self) -> list[str]:

@@ -830,9 +830,11 @@ def test_core_modules_import_only_the_standard_library():
     import sys
     from pathlib import Path
 
+    from tests.test_import_graph import parse_module
+
     core = Path(__file__).resolve().parent.parent / "hub_ext" / "core"
     for module in ("resources.py", "capacity.py"):
-        tree = ast.parse((core / module).read_text())
+        tree = parse_module(core / module)
         for stmt in ast.walk(tree):
             if isinstance(stmt, ast.Import):
                 roots = [alias.name.split(".")[0] for alias in stmt.names]

@@ -3,6 +3,10 @@ pods as they come and go, and falls back to lists when it may not watch."""
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import logging
+
 import kubernetes_asyncio
 import pytest
 
@@ -81,4 +85,26 @@ async def test_without_a_cluster_wide_watch_the_view_lists_at_every_look(backend
 
         await async_wait_for(agrees, timeout=20, what="the listed view to see the new pod")
     finally:
+        await live.stop()
+
+
+async def test_a_refused_watch_leaves_no_unseen_error_behind(backend, cluster):
+    """The refused first list is told once, in the warning; nothing logs it again later, when
+    the garbage collector frees the watch (on Python 3.11 that late traceback broke whatever
+    ``ast.parse`` was running at that moment, such as an import)."""
+    cluster.faults.add(403, verbs="list", path=r"^/api/v1/pods", count=1)
+    loop = asyncio.get_running_loop()
+    late: list[str] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: late.append(context["message"]))
+    quiet = logging.getLogger("classhub-test-quiet")  # pytest's handlers keep records (and with
+    quiet.propagate = False                           # them the watch) alive; this one does not
+    live = LiveCapacity(backend, node_ttl=0, log=quiet)
+    try:
+        await live.snapshot()
+        assert not live._watching
+        gc.collect()
+        assert late == []
+    finally:
+        loop.set_exception_handler(previous)
         await live.stop()

@@ -49,6 +49,19 @@ class _AllPods(MultiNamespaceResourceReflector):
         return 300
 
 
+def mark_failure_seen(future: asyncio.Future) -> None:
+    """Mark the failed first load as seen: the warning above already told its reason.
+
+    Why: an exception nobody retrieved is logged, with its traceback, when the garbage collector
+    frees the future, at whatever moment that is. Python 3.11 formats a traceback with
+    ``ast.parse``, and an ``ast.parse`` running inside another one (the collector may free the
+    future during any allocation) fails the outer one with "AST constructor recursion depth
+    mismatch": the hub's own imports, or a test, would fail far from the cause.
+    """
+    if future.done() and not future.cancelled():
+        future.exception()
+
+
 class LiveCapacity(LoggingConfigurable):
     """Capacity snapshots from a pod watch and a node list cached for ``node_ttl`` seconds."""
 
@@ -74,6 +87,7 @@ class LiveCapacity(LoggingConfigurable):
             self.log.warning("classhub: no watch on the cluster's pods (%r); capacity comes from a "
                              "pod list at every look", e)
             if self._pods is not None:
+                mark_failure_seen(self._pods.first_load_future)
                 await self._pods.stop()
             self._pods = None
 
