@@ -43,10 +43,14 @@ timeout) and every 5xx answer of any request, in both runs. The benchmark prints
 timing.
 
     .venv/bin/python bench/storm.py [--users 300] [--window 60] [--readers 20] [--db sqlite|postgresql]
+                                    [--repeat 1]
 
 The last line is ``storm ratio p95_ready=<x> hub_api_p95=<y> errors=<n>``: the ratios classhub /
 stock of the ready-time p95 and of the hub API p95 (goals: <= 1.2 each), and the errors of both
-runs together (goal: 0). Everything started is stopped at the end (hubs, proxies, services, the
+runs together (goal: 0). A p95 of one storm moves by a factor of two from run to run, so
+``--repeat N`` runs N rounds (each round after the first swaps which hub goes first), prints each
+round's ratios, and the last line then holds the medians of the rounds' ratios and every round's
+errors. Everything started is stopped at the end (hubs, proxies, services, the
 fake cluster, PostgreSQL), also on Ctrl-C, SIGTERM or an error.
 """
 
@@ -63,6 +67,7 @@ import re
 import secrets
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -393,7 +398,7 @@ class Run:
         self.args = args
         self.procs = procs
         self.data = work / kind
-        self.data.mkdir()
+        self.data.mkdir(parents=True)
         self.cluster = cluster
         self.cluster_pid = 0
         self.extra_pids: list[int] = []  # PostgreSQL's
@@ -673,37 +678,54 @@ async def empty_namespace(client: Client, cluster: str) -> None:
 
 # ------------------------------------------------------------------------------ the benchmark
 async def run_all(args: argparse.Namespace, procs: Processes, work: Path,
-                  databases: Callable[[], str]) -> dict[str, Tally]:
+                  databases: Callable[[], str]) -> list[dict[str, Tally]]:
+    """``--repeat`` rounds of both runs on one fake cluster; each round after the first swaps
+    which hub goes first, so neither always meets a warmer machine."""
     cluster, kubeconfig, cluster_proc = start_cluster(procs, work, args.users)
     rng = random.Random(args.seed)
     arrivals = sorted(rng.uniform(0, args.window) for _ in range(args.users))
-    order = [k.strip() for k in args.order.split(",")]
-    tallies: dict[str, Tally] = {}
+    first = [k.strip() for k in args.order.split(",")]
+    rounds: list[dict[str, Tally]] = []
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     try:
-        for kind in order:
-            run = Run(kind, args, procs, work, cluster, kubeconfig, databases)
-            run.cluster_pid = cluster_proc.pid
-            run.extra_pids = list(getattr(databases, "pids", []))
-            tallies[kind] = run.tally
-            client = Client(run.tally, connector)
-            await empty_namespace(client, cluster)
-            started = time.monotonic()
-            run.start_hub()
-            try:
-                await run.wait_hub(client)
-                await run.setup(client)
-                print(f"{kind}: hub up and {args.users} users ready in {time.monotonic() - started:.0f} s; "
-                      "storm starts", flush=True)
-                await run.storm(client, arrivals)
-                await run.read_after(client)
-                report(run.tally, args.users, args.window)
-                await run.stop_servers(client)
-            finally:
-                run.stop_hub()
+        for number in range(args.repeat):
+            tallies: dict[str, Tally] = {}
+            rounds.append(tallies)
+            for kind in first if number % 2 == 0 else first[::-1]:
+                run = Run(kind, args, procs, work / f"round{number + 1}", cluster, kubeconfig, databases)
+                run.cluster_pid = cluster_proc.pid
+                run.extra_pids = list(getattr(databases, "pids", []))
+                tallies[kind] = run.tally
+                client = Client(run.tally, connector)
+                await empty_namespace(client, cluster)
+                started = time.monotonic()
+                run.start_hub()
+                try:
+                    await run.wait_hub(client)
+                    await run.setup(client)
+                    print(f"{kind}: hub up and {args.users} users ready in "
+                          f"{time.monotonic() - started:.0f} s; storm starts", flush=True)
+                    await run.storm(client, arrivals)
+                    await run.read_after(client)
+                    report(run.tally, args.users, args.window)
+                    await run.stop_servers(client)
+                finally:
+                    run.stop_hub()
+            if args.repeat > 1:
+                ready, api, cpu = round_ratios(tallies)
+                print(f"round {number + 1} of {args.repeat}: p95_ready={ready:.3f} "
+                      f"hub_api_p95={api:.3f} hub_cpu={cpu:.3f}", flush=True)
     finally:
         await connector.close()
-    return tallies
+    return rounds
+
+
+def round_ratios(tallies: dict[str, Tally]) -> tuple[float, float, float]:
+    """classhub / stock of one round: ready-time p95, hub API p95, the hub's CPU seconds."""
+    ours, stock = tallies["classhub"], tallies["stock"]
+    return (percentile(ours.ready, 95) / percentile(stock.ready, 95),
+            percentile(ours.hub_api, 95) / percentile(stock.hub_api, 95),
+            ours.cpu.get("hub", math.nan) / stock.cpu.get("hub", math.nan))
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -722,9 +744,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--order", default="stock,classhub", help="which run goes first (stock,classhub)")
     parser.add_argument("--seed", type=int, default=9, help="arrival instants (9)")
     parser.add_argument("--keep", action="store_true", help="keep logs and data (else kept on errors only)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="rounds of both runs; the ratios printed last are the medians (1)")
     args = parser.parse_args(argv)
     if sorted(k.strip() for k in args.order.split(",")) != ["classhub", "stock"]:
         parser.error("--order names classhub and stock once each")
+    if args.repeat < 1:
+        parser.error("--repeat is the number of rounds: 1 or more")
     args.readers = min(args.readers, args.users)
 
     work = Path(tempfile.mkdtemp(prefix="classhub-bench-storm-"))
@@ -732,34 +758,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     previous = signal.signal(signal.SIGTERM, _interrupt)
     keep = args.keep
     wall = time.monotonic()
-    tallies: dict[str, Tally] = {}
+    rounds: list[dict[str, Tally]] = []
     try:
         databases = _databases(args.db, procs)
-        tallies = asyncio.run(run_all(args, procs, work, databases))
+        rounds = asyncio.run(run_all(args, procs, work, databases))
     except BaseException:
         keep = True
         raise
     finally:
         procs.close()
         signal.signal(signal.SIGTERM, previous)
-        if keep or any(t.errors for t in tallies.values()):
+        if keep or any(t.errors for tallies in rounds for t in tallies.values()):
             print(f"logs and data kept in {work}", flush=True)
         else:
             shutil.rmtree(work, ignore_errors=True)
 
-    ours, stock = tallies["classhub"], tallies["stock"]
-    ready_ratio = percentile(ours.ready, 95) / percentile(stock.ready, 95)
-    api_ratio = percentile(ours.hub_api, 95) / percentile(stock.hub_api, 95)
-    errors = ours.errors + stock.errors
-    hub_cpu = ours.cpu.get("hub", math.nan) / stock.cpu.get("hub", math.nan)
-    print(f"hub process CPU during the storm, classhub / stock: {hub_cpu:.2f} (less sensitive to other "
-          "load on the machine than the latencies)")
+    ratios = [round_ratios(tallies) for tallies in rounds]
+    ready_ratio, api_ratio, hub_cpu = (statistics.median(column) for column in zip(*ratios, strict=True))
+    errors = sum(t.errors for tallies in rounds for t in tallies.values())
+    which = "" if len(rounds) == 1 else f", median of {len(rounds)} rounds"
+    print(f"hub process CPU during the storm, classhub / stock: {hub_cpu:.2f}{which} (less sensitive "
+          "to other load on the machine than the latencies)")
     print(f"{args.users} users within {args.window:g} s on {args.db}: wall time "
-          f"{time.monotonic() - wall:.0f} s (goals: ratios <= 1.2, 0 errors)")
+          f"{time.monotonic() - wall:.0f} s (goals: ratios <= 1.2, 0 errors){which}")
     line = f"storm ratio p95_ready={ready_ratio:.3f} hub_api_p95={api_ratio:.3f} errors={errors}"
     print(line, flush=True)
-    return {"line": line, "tallies": tallies, "p95_ready": ready_ratio, "hub_api_p95": api_ratio,
-            "errors": errors}
+    return {"line": line, "rounds": rounds, "tallies": rounds[-1], "p95_ready": ready_ratio,
+            "hub_api_p95": api_ratio, "hub_cpu": hub_cpu, "errors": errors}
 
 
 def _interrupt(signum: int, frame: Any) -> None:

@@ -48,3 +48,22 @@ def test_a_small_storm_reports_ratios_and_no_errors(capsys):
     left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
     assert not [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE], \
         "the benchmark left processes behind"
+
+
+@pytest.mark.timeout(240)
+def test_repeated_rounds_report_each_round_and_their_medians(capsys):
+    """``--repeat 2``: a ratio line per round, the second round with the other hub first, and a
+    last line whose ratios are the medians of the rounds' ratios."""
+    storm = load_bench()
+    result = storm.main(["--users", "2", "--window", "1", "--readers", "1", "--read-seconds", "1",
+                         "--repeat", "2"])
+    out = capsys.readouterr().out
+    rounds = re.findall(r"round (\d) of 2: p95_ready=(\S+) hub_api_p95=(\S+) hub_cpu=(\S+)", out)
+    assert [r[0] for r in rounds] == ["1", "2"], out
+    starts = re.findall(r"^(stock|classhub): hub up", out, flags=re.M)
+    assert starts == ["stock", "classhub", "classhub", "stock"], out
+    assert result["errors"] == 0, out
+    ready = sorted(float(r[1]) for r in rounds)
+    last = LAST_LINE.fullmatch(out.strip().splitlines()[-1])
+    assert last, out
+    assert float(last.group(1)) == pytest.approx(sum(ready) / 2, abs=0.002), out
