@@ -61,14 +61,17 @@ def _executor() -> concurrent.futures.ProcessPoolExecutor:
 
 
 async def run(function: Callable[..., T], *args: Any) -> T:
-    """``function(*args)`` in the helper process (a module-level function, picklable args)."""
+    """``function(*args)`` in the helper process (a module-level function, picklable args).
+
+    When the helper has died (killed, out of memory), the call runs once more in a fresh one:
+    the ledger's calls may run twice (a reservation replaces the stale one of its own key, a
+    release of a released key does nothing), and a student's start should not fail for it."""
     loop = asyncio.get_running_loop()
     try:
         return await loop.run_in_executor(_executor(), function, *args)
     except concurrent.futures.process.BrokenProcessPool:
-        # The helper died (killed, out of memory): the next call gets a fresh one.
         _discard()
-        raise
+        return await loop.run_in_executor(_executor(), function, *args)
 
 
 def submit(function: Callable[..., Any], *args: Any) -> None:

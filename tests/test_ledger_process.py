@@ -48,6 +48,14 @@ async def test_a_reservation_is_written_by_another_process_and_a_refusal_is_the_
         assert [r.key for r in store.Ledger(sessions).active()] == ["server:ann/"]
         await quota.release_now(url, "ann", "")
         assert store.Ledger(sessions).active() == []
+
+        # The helper is killed (an OOM kill): the next start still reserves, in a new helper.
+        killed = psutil.Process(await ledger_process.run(_helper_pid))
+        killed.kill()
+        killed.wait(timeout=30)
+        assert await quota.reserve(url, "ann", "", selection) == "cs101"
+        assert await ledger_process.run(_helper_pid) != killed.pid
+        assert [r.key for r in store.Ledger(sessions).active()] == ["server:ann/"]
     finally:
         ledger_process.shutdown()
         sessions.kw["bind"].dispose()
