@@ -21,8 +21,6 @@ from tornado import web
 from hub_ext import store
 from hub_ext.core.profiles import Selection
 from hub_ext.core.quota import course_to_charge
-from hub_ext.core.resources import ResourceVector
-from spawner import ledger_process
 
 
 @functools.cache
@@ -40,27 +38,26 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _reserve_sync(url: str, username: str, key: str, groups: frozenset[str], request: ResourceVector,
-                  profile: str, courses: Mapping[str, str] | None) -> tuple[str | None, str | None]:
-    """(course charged, None), or (course, the refusal's sentence). Runs in the ledger's helper
-    process (`ledger_process`): it returns the refusal rather than raising the hub's error."""
+def _reserve_sync(url: str, username: str, key: str, selection: Selection,
+                  courses: Mapping[str, str] | None) -> str | None:
     sessions = _sessions(url)
     if courses is None:
         with store.readers(sessions)() as session:
             courses = store.courses_of(session, username)
-    course = course_to_charge(groups, courses)
+    course = course_to_charge(selection.profile.groups, courses)
     ledger = store.Ledger(sessions)
     # This server is not running (the hub does not start a running server), so a reservation
     # still held under its key is stale (e.g. the hub died before it could release it): the
     # ledger releases it in the reservation's own transaction.
     try:
-        ledger.reserve(username, course, key, request, _now(), profile=profile, replace_stale=True)
+        ledger.reserve(username, course, key, selection.request, _now(),
+                       profile=selection.profile.slug, replace_stale=True)
     except store.QuotaDenied as e:
         with sessions.begin() as session:
             store.record(session, username, "spawn_denied", _now(), reason=e.decision.reason_code,
                          course=course, key=key, message=e.decision.message)
-        return course, e.decision.message
-    return course, None
+        raise web.HTTPError(403, e.decision.message) from None
+    return course
 
 
 def course_roles(url: str, username: str) -> dict[str, str]:
@@ -82,35 +79,31 @@ async def reserve(url: str, username: str, server_name: str, selection: Selectio
 
     ``courses``: the user's courses and roles as the caller just read them (`course_roles`, for
     the profile check), so the start reads them once; None reads them here. Returns the course
-    charged (None when the user is in no course). Runs in the ledger's helper process
-    (`ledger_process`): the transaction may wait for another spawn's lock and must neither
-    block the hub nor share its interpreter lock.
+    charged (None when the user is in no course). Runs in a thread: the ledger's transaction
+    may wait for another spawn's lock and must not block the hub.
     """
-    course, refused = await ledger_process.run(
-        _reserve_sync, url, username, server_key(username, server_name),
-        frozenset(selection.profile.groups), selection.request, selection.profile.slug,
-        dict(courses) if courses is not None else None)
-    if refused is not None:
-        raise web.HTTPError(403, refused)
-    return course
+    key = server_key(username, server_name)
+    return await asyncio.get_running_loop().run_in_executor(
+        None, _reserve_sync, url, username, key, selection, courses
+    )
 
 
 async def release_now(url: str, username: str, server_name: str) -> None:
-    """Give back the server's reservation and wait until it is given back (helper process)."""
-    await ledger_process.run(_release_sync, url, server_key(username, server_name), _now())
+    """Give back the server's reservation and wait until it is given back (in a thread)."""
+    await asyncio.to_thread(_release_sync, url, server_key(username, server_name), _now())
 
 
 def release(url: str, username: str, server_name: str) -> None:
     """Give back the server's reservation (idempotent).
 
     JupyterHub calls ``clear_state`` (and so this) synchronously on its event loop; the release
-    is a write that may wait for another spawn's transaction, so on a running loop it goes to the
-    ledger's helper process. It releases only a reservation made before this call, so a start of
-    the same server that reserves before the helper runs it keeps its new reservation."""
+    is a write that may wait for another spawn's transaction, so on a running loop it goes to a
+    worker thread. It releases only a reservation made before this call, so a start of the same
+    server that reserves before the thread runs keeps its new reservation."""
     key = server_key(username, server_name)
     try:
-        asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
     except RuntimeError:
         _release_sync(url, key)
         return
-    ledger_process.submit(_release_sync, url, key, _now())
+    loop.run_in_executor(None, _release_sync, url, key, _now())

@@ -19,7 +19,7 @@ from hub_ext.core.profiles import Catalog, Viewer
 from hub_ext.core.quota import parse_limits, week_window
 from hub_ext.core.resources import ResourceVector
 from hub_ext.service.app import ClasshubService
-from spawner import ledger_process, quota
+from spawner import quota
 from tests.hubproc import free_port
 
 PREFIX = "/services/classhub/"
@@ -158,7 +158,7 @@ async def test_server_devices_name_the_profile_each_server_was_started_with(serv
     ledger.reserve("bo", "cs101", "server:bo/", ResourceVector({"nvidia.com/gpu": 1}), now)
     ledger.reserve("jo", "cs101", "job:7", ResourceVector({"nvidia.com/gpu": 4}), now, kind="job")
     sessions.kw["bind"].dispose()
-    ledger_process.shutdown()  # the spawner's ledger process closes its connections
+    quota._sessions(db_url).kw["bind"].dispose()
 
     code, _, text = await fetch(service(authenticate_metrics=False) + "metrics")
     assert code == 200
