@@ -50,7 +50,7 @@ class _AllPods(MultiNamespaceResourceReflector):
 
 
 def mark_failure_seen(future: asyncio.Future) -> None:
-    """Mark the failed first load as seen: the warning above already told its reason.
+    """Mark a reflector's failed first load as seen, once the caller has told its reason.
 
     Why: an exception nobody retrieved is logged, with its traceback, when the garbage collector
     frees the future, at whatever moment that is. Python 3.11 formats a traceback with
