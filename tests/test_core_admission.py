@@ -385,7 +385,7 @@ def test_the_admission_core_imports_only_the_standard_library_and_core():
     import sys
     from pathlib import Path
 
-    from tests.test_import_graph import parse_module
+    from tests.sources import parse_module
 
     core = Path(__file__).resolve().parent.parent / "hub_ext" / "core"
     files = [core / "jobs.py", *sorted((core / "admission").glob("*.py"))]

@@ -830,7 +830,7 @@ def test_core_modules_import_only_the_standard_library():
     import sys
     from pathlib import Path
 
-    from tests.test_import_graph import parse_module
+    from tests.sources import parse_module
 
     core = Path(__file__).resolve().parent.parent / "hub_ext" / "core"
     for module in ("resources.py", "capacity.py"):

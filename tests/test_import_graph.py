@@ -8,29 +8,12 @@ imports, at the top and inside functions, and checks that classhub's own modules
 from __future__ import annotations
 
 import ast
-import gc
 from pathlib import Path
+
+from tests.sources import parse_module
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("hub_ext", "spawner", "culler")
-
-
-def parse_module(path: Path) -> ast.Module:
-    """``ast.parse`` with the garbage collector paused.
-
-    Why: on Python 3.11 a finalizer that logs a traceback (an asyncio future whose exception no
-    one read, left by an earlier test in the same worker) parses source itself, and an
-    ``ast.parse`` inside another fails the outer one with "AST constructor recursion depth
-    mismatch". The product retrieves its own futures' failures; this keeps a test's verdict
-    about the code, not about what an earlier test left for the collector.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return ast.parse(path.read_text())
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _modules() -> dict[str, Path]:
