@@ -162,8 +162,9 @@ def test_graceful_deletion_sends_sigterm_and_waits(v1, tmp_path):
     v1.create_namespaced_pod("default", make_pod("graceful", [sys.executable, "-c", script], PROCESS))
     wait_for(lambda: "ready" in v1.read_namespaced_pod_log("graceful", "default"), what="process up")
     start = time.monotonic()
-    v1.delete_namespaced_pod("graceful", "default", grace_period_seconds=20)
-    terminating = v1.read_namespaced_pod("graceful", "default")
+    # The answer to the delete is the terminating pod (a separate read may already find it gone:
+    # the process exits as soon as it gets SIGTERM).
+    terminating = v1.delete_namespaced_pod("graceful", "default", grace_period_seconds=20)
     assert terminating.metadata.deletion_timestamp is not None
     assert terminating.metadata.deletion_grace_period_seconds == 20
     wait_for(lambda: gone(v1, "graceful"), what="pod removed")
