@@ -94,7 +94,7 @@ CPU_GUARANTEE, CPU_LIMIT = "100m", "1"
 MEM_GUARANTEE, MEM_LIMIT = 256 * 2**20, 2**30
 START_TIMEOUT = 180
 HUB_START_TIMEOUT = 180
-BENCH_SCOPES = ["admin:users", "admin:servers", "read:servers", "list:users", "read:users",
+BENCH_SCOPES = ["admin:users", "admin:groups", "admin:servers", "read:servers", "list:users", "read:users",
                 "tokens", "access:services"]
 
 COMMON_CONFIG = """\
@@ -456,6 +456,12 @@ class Run:
                 await client.call(s, "POST", f"{api}/users", token=hub.token,
                                   json={"usernames": self.names[i:i + 500]})
             if self.kind != "classhub":
+                # The same course as a hub group (classhub's service makes it below): what
+                # JupyterHub pays for a user in a group (its groups, their roles and shares are
+                # loaded with every user) is the hub's, in both runs.
+                await client.call(s, "POST", f"{api}/groups/{COURSE}", token=hub.token, expect=(201,))
+                await client.call(s, "POST", f"{api}/groups/{COURSE}/users", token=hub.token,
+                                  json={"users": self.names})
                 return
             for name in self.names[:self.args.readers]:  # what a script of the student would use
                 _, body, _ = await client.call(

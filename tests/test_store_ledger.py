@@ -16,6 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from hub_ext.core.quota import (
+    COURSE_GPU_HOURS,
     COURSE_RESOURCE,
     NOT_MEMBER,
     USER_GPU_HOURS,
@@ -288,3 +289,28 @@ def test_gpu_hour_budget_refuses_gpu_but_not_cpu(sessions: sessionmaker[Session]
     # next Monday the budget is fresh
     ledger.release("server:ann/", T0 + timedelta(hours=4))
     ledger.reserve("ann", "CS101", "server:ann/", R(gpu=1), T0 + timedelta(days=5))
+
+
+def test_a_students_limits_count_their_own_use_and_the_courses_count_everyones(
+        sessions: sessionmaker[Session]) -> None:
+    """One admission reads the course's week once and splits out the student's share: bob's
+    GPU hours and servers never use up ann's own budget, and everyone's count for the course."""
+    make_course(sessions, "CS101", ["ann", "bob", "cid"], {"gpu_hours_per_week": 3, "servers": 3},
+                user_limits={name: {"gpu_hours_per_week": 2, "servers": 1} for name in ("ann", "bob", "cid")})
+    ledger = Ledger(sessions)
+    ledger.reserve("bob", "CS101", "server:bob/", R(gpu=1), T0)
+    ledger.release("server:bob/", T0 + timedelta(hours=2))  # bob: 2 of his 2 hours
+    ledger.reserve("bob", "CS101", "server:bob/", R(cpu=1), T0 + timedelta(hours=2))
+    later = T0 + timedelta(hours=3)
+    ann = ledger.reserve("ann", "CS101", "server:ann/", R(mig=1), later)  # bob's hours are not ann's
+    with pytest.raises(QuotaDenied) as denied:
+        ledger.reserve("ann", "CS101", "server:ann/2", R(cpu=1), later)  # ann's one server is running
+    assert denied.value.decision.reason_code == USER_SERVERS
+    ledger.release(ann.key, later + timedelta(hours=1))  # the course: 2 + 1 of its 3 hours
+    with pytest.raises(QuotaDenied) as denied:
+        ledger.reserve("cid", "CS101", "server:cid/", R(gpu=1), later + timedelta(hours=1))
+    assert denied.value.decision.reason_code == COURSE_GPU_HOURS
+    end = later + timedelta(hours=1)
+    assert ledger.usage(end, course="CS101", username="ann").gpu_hours_week == 1
+    assert ledger.usage(end, course="CS101").gpu_hours_week == 3
+    assert ledger.usage(end, course="CS101").servers == 1  # bob's CPU server

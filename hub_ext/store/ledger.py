@@ -215,12 +215,12 @@ class Ledger:
         user_quota = session.scalars(
             select(UserQuota).where(UserQuota.course_id == course.id, UserQuota.username == username)
         ).one_or_none()
-        in_course = Reservation.course_id == course.id
+        in_course, of_user = self._held(session, Reservation.course_id == course.id, now,
+                                        part=Reservation.username == username)
         return admit(
             request,
-            (user_quota.limits if user_quota else Limits(),
-             self._held(session, and_(in_course, Reservation.username == username), now)),
-            (course_quota.limits if course_quota else Limits(), self._held(session, in_course, now)),
+            (user_quota.limits if user_quota else Limits(), of_user),
+            (course_quota.limits if course_quota else Limits(), in_course),
             course.name,
             servers=1 if kind == "server" else 0,
         )
@@ -309,7 +309,7 @@ class Ledger:
         if username is not None:
             scope.append(Reservation.username == username)
         with self._sessions() as session:
-            return self._held(session, and_(true(), *scope), now)
+            return self._held(session, and_(true(), *scope), now)[0]
 
     def gpu_seconds(
         self,
@@ -329,42 +329,51 @@ class Ledger:
             rows = session.scalars(query).all()
         return gpu_seconds(((r.started_at, r.released_at, r.request) for r in rows), start, end, now)
 
-    def _held(self, session: Session, scope: ColumnElement[bool], now: datetime) -> Usage:
-        """Usage of the reservations `scope` selects, in `now`'s week, summed by the database.
+    def _held(self, session: Session, scope: ColumnElement[bool], now: datetime, *,
+              part: ColumnElement[bool] | None = None) -> tuple[Usage, Usage]:
+        """Usage of the reservations `scope` selects in `now`'s week, and of the `part` of them
+        (a zero Usage without `part`), summed by the database in one grouped query.
 
         Why grouped: a course's week holds a reservation per server start, and every start of a
         300-student lecture decides against all of them. Requests of one profile serialize
-        identically, so the database counts them per (request, kind, held now) and only a few
-        groups come back; only GPU requests need their rows' times (for GPU-hours).
+        identically, so the database counts them per (request, kind, held now, in part) and only
+        a few groups come back; only GPU requests need their rows' times (for GPU-hours). Why
+        one query for two scopes: an admission needs the course's usage and the student's share
+        of it, and reading the course's week once halves the work done under the course's lock.
         """
         week_start, week_end = self._week(now)
         text = cast(Reservation.resources, String)
         in_week = and_(scope, Reservation.released_at.is_(None) | (Reservation.released_at > week_start))
         held_now = case((Reservation.released_at.is_(None), 1), else_=0)
-        groups = session.execute(
-            select(text, Reservation.kind, held_now, func.count())
-            .where(in_week).group_by(text, Reservation.kind, held_now)
-        ).all()
-        resources: list[ResourceVector] = []
-        servers = 0
+        keys: list[ColumnElement[Any]] = [text, Reservation.kind, held_now]
+        if part is not None:
+            keys.append(case((part, 1), else_=0))
+        groups = session.execute(select(*keys, func.count()).where(in_week).group_by(*keys)).all()
+        resources: tuple[list[ResourceVector], list[ResourceVector]] = ([], [])
+        servers = [0, 0]
         gpu_texts = set()
-        for serialized, kind, active, count in groups:
+        for serialized, kind, active, *in_part, count in groups:
             request = _request(json.loads(serialized))
+            tallies = (0, 1) if in_part and in_part[0] else (0,)
             if active:
-                resources.append(request * count)
-                servers += count if kind == "server" else 0
+                for i in tallies:
+                    resources[i].append(request * count)
+                    servers[i] += count if kind == "server" else 0
             if gpu_amount(request):
                 gpu_texts.add(serialized)
-        seconds = Fraction(0)
+        seconds = [Fraction(0), Fraction(0)]
         if gpu_texts:
             rows = session.execute(
-                select(Reservation.started_at, Reservation.released_at, text)
+                select(Reservation.started_at, Reservation.released_at, text, *keys[3:])
                 .where(in_week, text.in_(sorted(gpu_texts)))
             ).all()
-            seconds = gpu_seconds(((r[0], r[1], _request(json.loads(r[2]))) for r in rows),
-                                  week_start, week_end, now)
-        return Usage(resources=sum_vectors(resources), servers=servers,
-                     gpu_hours_week=seconds / _SECONDS_PER_HOUR)
+            spans = [(r[0], r[1], _request(json.loads(r[2])), bool(r[3:] and r[3])) for r in rows]
+            seconds[0] = gpu_seconds(((a, b, req) for a, b, req, _ in spans), week_start, week_end, now)
+            seconds[1] = gpu_seconds(((a, b, req) for a, b, req, mine in spans if mine),
+                                     week_start, week_end, now)
+        usage = tuple(Usage(resources=sum_vectors(resources[i]), servers=servers[i],
+                            gpu_hours_week=seconds[i] / _SECONDS_PER_HOUR) for i in (0, 1))
+        return usage[0], usage[1]
 
     @staticmethod
     def _scope(
