@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 from tornado import web
@@ -209,7 +210,7 @@ class ProfilesMixin(HasTraits):
         if not self.classhub_profiles_enabled():
             return
         viewer, in_courses = self._viewer_and_courses()
-        user_options = await self._resolve_template(user_options)  # classhub templates (issue 6)
+        user_options = await self._resolve_template(user_options, in_courses)  # templates (issue 6)
         try:
             selection = self.catalog().select(viewer, user_options, self.image_policy(viewer))
         except OptionsError as e:
@@ -240,8 +241,11 @@ class ProfilesMixin(HasTraits):
         """(template key, version) the home was seeded from, when the spawner can read the home."""
         return None
 
-    async def _resolve_template(self, user_options: dict) -> dict:
+    async def _resolve_template(self, user_options: dict,
+                                courses: Mapping[str, str] | None = None) -> dict:
         """Decide what this start seeds (``template_job``); the options without ``template``.
+
+        ``courses``: the user's course roles as the start just read them (None: read them).
 
         HTTP 400/403/404 with the sentence when the option names a template the user may not use.
         """
@@ -257,7 +261,7 @@ class ProfilesMixin(HasTraits):
         try:
             self.template_job = await asyncio.to_thread(
                 templates_spawn.resolve, self.classhub_db_url, self.user.name, bool(self.user.admin),
-                option, self.template_seeded_from)
+                option, self.template_seeded_from, courses)
         except templates_spawn.TemplateDenied as e:
             raise web.HTTPError(e.status, e.message) from None
         job = self.template_job

@@ -13,7 +13,7 @@ hub_ext.backends.kubernetes.templates).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -73,12 +73,14 @@ def _sessions(url: str) -> sessionmaker[Session]:
 
 
 def resolve(db_url: str, username: str, admin: bool, option: Any,
-            home_marker: Callable[[], tuple[str, str] | None] | None = None) -> SeedJob | None:
+            home_marker: Callable[[], tuple[str, str] | None] | None = None,
+            courses: Mapping[str, str] | None = None) -> SeedJob | None:
     """The seeding this start does, or None; :class:`TemplateDenied` for an option not allowed.
 
     ``option``: the ``template`` entry of user_options (None when absent). ``home_marker``: reads the
     (template key, version tag) the home was seeded from, when the spawner can read the home
     (called only for an ``on_start`` course; otherwise the audit log's last seeding is used).
+    ``courses``: the user's course roles when the caller has just read them (None: read here).
     """
     choice = None
     if option is not None:
@@ -87,7 +89,8 @@ def resolve(db_url: str, username: str, admin: bool, option: Any,
         except rules.TemplateOptionError as e:
             raise TemplateDenied(400, f"Cannot start this server: {e}") from None
     with _sessions(db_url)() as session:
-        courses = store.courses_of(session, username)
+        if courses is None:
+            courses = store.courses_of(session, username)
         if choice is not None:
             verdict = rules.may_use(Caller(name=username, admin=admin, courses=courses), choice.course)
             if not verdict:
