@@ -12,7 +12,9 @@ readiness check, so 300 servers cost no processes):
 - ``stock``: the same hub with stock KubeSpawner and no classhub at all.
 
 Both hubs have the same proxy (configurable-http-proxy), authenticator (dummy, a shared
-password), database, pod resources and home volumes (a PVC per user). Each run starts from an
+password), database, pod resources and home volumes (a PVC per user), and the same hub group
+holding every student (classhub's course is a hub group; a stock teaching hub has one too, and
+JupyterHub loads a user's groups, their roles and shares with every user it reads). Each run starts from an
 empty namespace (pods, PVCs and events of the previous run are deleted first).
 
 The storm: ``--users`` students arrive at random instants within ``--window`` seconds (the same

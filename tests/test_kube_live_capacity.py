@@ -62,6 +62,27 @@ async def test_the_live_view_follows_pods_and_agrees_with_a_fresh_list(backend, 
         await live.stop()
 
 
+async def test_a_snapshot_is_kept_until_a_pod_changes(backend, cluster):
+    """A look with nothing changed reuses the last sum; a pod that comes or goes shows at once."""
+    cluster.create("pods", gpu_pod("first", 1), "default")
+    live = LiveCapacity(backend, node_ttl=600)
+    try:
+        async def used_gpus() -> int:
+            return (await live.snapshot()).total_used["nvidia.com/gpu"]
+
+        await async_wait_for(lambda: _is(used_gpus, 1), timeout=20, what="the first pod bound")
+        kept = await live.snapshot()
+        assert await live.snapshot() is kept
+        cluster.create("pods", gpu_pod("second", 2), "default")
+        await async_wait_for(lambda: _is(used_gpus, 3), timeout=20, what="the second pod in the view")
+        assert await live.snapshot() == await backend.capacity_snapshot()
+        cluster.delete("pods", "first", "default")
+        await async_wait_for(lambda: _is(used_gpus, 2), timeout=20, what="the first pod's GPU freed")
+        assert await live.snapshot() == await backend.capacity_snapshot()
+    finally:
+        await live.stop()
+
+
 async def _is(read, expected) -> bool:
     return await read() == expected
 

@@ -76,6 +76,7 @@ class LiveCapacity(LoggingConfigurable):
         self._nodes: list[dict[str, Any]] = []
         self._nodes_at = float("-inf")
         self._nodes_lock = asyncio.Lock()
+        self._snapshot: tuple[list[dict[str, Any]], CapacitySnapshot] | None = None
 
     async def _start(self) -> None:
         try:
@@ -98,30 +99,41 @@ class LiveCapacity(LoggingConfigurable):
                 self._nodes_at = time.monotonic()
             return self._nodes
 
-    def _pod_usage(self) -> list[PodUsage | None]:
-        """Each pod's usage, parsed again only for pods whose resourceVersion changed."""
+    def _refresh_usage(self) -> bool:
+        """Parse again each pod whose resourceVersion changed; True when a pod came, changed or
+        went since the last look."""
         assert self._pods is not None
         pods = dict(self._pods.resources)  # the reflector replaces entries atomically
         usage = self._usage
-        for gone in usage.keys() - pods.keys():
-            del usage[gone]
-        out = []
+        gone = usage.keys() - pods.keys()
+        for key in gone:
+            del usage[key]
+        changed = bool(gone)
         for key, pod in pods.items():
             version = (pod.get("metadata") or {}).get("resourceVersion") or ""
             cached = usage.get(key)
             if cached is None or cached[0] != version:
-                cached = usage[key] = (version, pod_usage(pod))
-            out.append(cached[1])
-        return out
+                usage[key] = (version, pod_usage(pod))
+                changed = True
+        return changed
 
     async def snapshot(self) -> CapacitySnapshot:
-        """The capacity now (the watch's view, at most ``node_ttl`` seconds old for nodes)."""
+        """The capacity now (the watch's view, at most ``node_ttl`` seconds old for nodes).
+
+        The snapshot is kept until a pod changes or the nodes are listed again: a class start
+        asks for one per start and per spawn form, far more often than the cluster changes, and
+        summing every pod's usage for each was the larger part of a start's capacity check."""
         if self._started is None:
             self._started = asyncio.ensure_future(self._start())
         await asyncio.shield(self._started)
         if not self._watching:
             return await self.backend.capacity_snapshot()
-        return CapacitySnapshot.from_usage(await self._nodes_json(), self._pod_usage())
+        nodes = await self._nodes_json()
+        changed = self._refresh_usage()
+        if changed or self._snapshot is None or self._snapshot[0] is not nodes:
+            usage = [held for _, held in self._usage.values()]
+            self._snapshot = (nodes, CapacitySnapshot.from_usage(nodes, usage))
+        return self._snapshot[1]
 
     async def stop(self) -> None:
         if self._pods is not None:
