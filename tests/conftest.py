@@ -44,8 +44,8 @@ def _tier(item: pytest.Item) -> str:
 #: worker, handed out in collection order: starting the longest first keeps one long module from
 #: running alone at the end (longest-processing-time-first). Update it when a module grows.
 SLOWEST_FIRST = (
-    "test_quota_spawns",  # 241
-    "test_service_fuzz",  # 111
+    "test_quota_spawns",  # 205
+    "test_service_fuzz",  # 106
     "test_browser_pages",  # 103
     "test_culler_local",  # 92
     "test_culler_kube",  # 86
