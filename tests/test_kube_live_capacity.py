@@ -45,18 +45,15 @@ async def test_the_live_view_follows_pods_and_agrees_with_a_fresh_list(backend, 
     cluster.create("pods", gpu_pod("before", 3), "default")
     live = LiveCapacity(backend, node_ttl=0)
     try:
-        async def used_gpus() -> int:
-            return (await live.snapshot()).total_used["nvidia.com/gpu"]
-
-        await async_wait_for(lambda: _is(used_gpus, 3), timeout=20, what="the first pod bound")
+        await async_wait_for(lambda: _uses(live, 3), timeout=20, what="the first pod bound")
         assert await live.snapshot() == await backend.capacity_snapshot()
 
         cluster.create("pods", gpu_pod("after", 4), "default")
-        await async_wait_for(lambda: _is(used_gpus, 7), timeout=20, what="7 GPUs used in the live view")
+        await async_wait_for(lambda: _uses(live, 7), timeout=20, what="7 GPUs used in the live view")
         assert await live.snapshot() == await backend.capacity_snapshot()
 
         cluster.delete("pods", "before", "default")
-        await async_wait_for(lambda: _is(used_gpus, 4), timeout=20, what="the deleted pod's GPUs freed")
+        await async_wait_for(lambda: _uses(live, 4), timeout=20, what="the deleted pod's GPUs freed")
         assert await live.snapshot() == await backend.capacity_snapshot()
     finally:
         await live.stop()
@@ -67,24 +64,22 @@ async def test_a_snapshot_is_kept_until_a_pod_changes(backend, cluster):
     cluster.create("pods", gpu_pod("first", 1), "default")
     live = LiveCapacity(backend, node_ttl=600)
     try:
-        async def used_gpus() -> int:
-            return (await live.snapshot()).total_used["nvidia.com/gpu"]
-
-        await async_wait_for(lambda: _is(used_gpus, 1), timeout=20, what="the first pod bound")
+        await async_wait_for(lambda: _uses(live, 1), timeout=20, what="the first pod bound")
         kept = await live.snapshot()
         assert await live.snapshot() is kept
         cluster.create("pods", gpu_pod("second", 2), "default")
-        await async_wait_for(lambda: _is(used_gpus, 3), timeout=20, what="the second pod in the view")
+        await async_wait_for(lambda: _uses(live, 3), timeout=20, what="the second pod in the view")
         assert await live.snapshot() == await backend.capacity_snapshot()
         cluster.delete("pods", "first", "default")
-        await async_wait_for(lambda: _is(used_gpus, 2), timeout=20, what="the first pod's GPU freed")
+        await async_wait_for(lambda: _uses(live, 2), timeout=20, what="the first pod's GPU freed")
         assert await live.snapshot() == await backend.capacity_snapshot()
     finally:
         await live.stop()
 
 
-async def _is(read, expected) -> bool:
-    return await read() == expected
+async def _uses(live: LiveCapacity, gpus: int) -> bool:
+    """Whether the live view counts ``gpus`` GPUs in use."""
+    return (await live.snapshot()).total_used["nvidia.com/gpu"] == gpus
 
 
 async def test_without_a_cluster_wide_watch_the_view_lists_at_every_look(backend, cluster):
