@@ -340,3 +340,24 @@ def test_nvml_failure_while_listing_falls_back_and_shuts_down(tmp_path):
 def test_nvml_preferred_over_nvidia_smi(tmp_path):
     devices = discover(command=fake_nvidia_smi(tmp_path, "rtx4090-single.txt"), nvml=h200_nvml())
     assert {d.product for d in devices} == {"NVIDIA H200"}
+
+
+def test_one_look_at_the_pool_reads_the_process_table_once(monkeypatch):
+    """The pool learns of job replicas' GPUs from the process table (every process's
+    environment, read on the hub's event loop): one read per look, not one per device."""
+    from hub_ext.backends.local import gpu_pool
+
+    pool = gpu_pool.GPUPool(gpu_pool.GPUPool.shared(
+        ["cat", str(DATA / "h200-2gpu-7x1g.txt")], use_nvml=False).inventory)
+    mig = "MIG-3358c542-9dbd-59b7-b61c-6126ff5c2128"
+    reads = []
+
+    def job_devices() -> set[str]:  # the process table: one job replica holds one MIG slice
+        reads.append(1)
+        return {mig}
+
+    monkeypatch.setattr(gpu_pool, "job_devices", job_devices)
+    assert pool.free("nvidia.com/mig-1g.18gb") == 6
+    assert len(reads) == 1
+    assert mig not in pool.assign("ann/", "nvidia.com/mig-1g.18gb", 6)
+    assert len(reads) == 2
