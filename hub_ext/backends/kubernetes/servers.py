@@ -75,7 +75,8 @@ async def create(api: Any, kind: str, namespace: str, body: Any, timeout: float)
     409 means it exists: done, not created, except for a PVC that is being deleted: the
     pvc-protection finalizer keeps an earlier attempt's claim Terminating until its pod is gone,
     and a pod mounting it would stay Pending on a claim about to vanish, so that 409 is retried
-    until the old claim is gone and a new one can be made. A 403 on a PVC that exists anyway (a
+    until the old claim is gone and a new one can be made (also when it vanishes between the 409
+    and the read). A 403 on a PVC that exists anyway (a
     quota counts the claim before noticing it exists) is also done, as KubeSpawner treats it.
     """
     call = getattr(api, f"create_namespaced_{kind}")
@@ -86,7 +87,7 @@ async def create(api: Any, kind: str, namespace: str, body: Any, timeout: float)
     except ApiException as exc:
         name = body["metadata"]["name"] if isinstance(body, dict) else body.metadata.name
         if exc.status == 409:
-            if kind == "persistent_volume_claim" and await terminating(api, kind, namespace, name, timeout):
+            if kind == "persistent_volume_claim" and not await standing(api, kind, namespace, name, timeout):
                 return Attempt(done=False, status=409)
             return Attempt(done=True)
         if is_transient(exc.status):
@@ -109,15 +110,18 @@ async def exists(api: Any, kind: str, namespace: str, name: str, timeout: float)
     return True
 
 
-async def terminating(api: Any, kind: str, namespace: str, name: str, timeout: float) -> bool:
-    """True when the object exists and is being deleted (has a deletionTimestamp)."""
+async def standing(api: Any, kind: str, namespace: str, name: str, timeout: float) -> bool:
+    """True when the object exists and is not being deleted (no deletionTimestamp).
+
+    False also on 404: a claim that answered 409 to a create and is gone by the time it is read
+    finished its deletion in between, and must be made again, not taken as there."""
     try:
         obj = await asyncio.wait_for(getattr(api, f"read_namespaced_{kind}")(name, namespace), timeout)
     except ApiException as exc:
         if exc.status == 404:
             return False
         raise
-    return getattr(obj.metadata, "deletion_timestamp", None) is not None
+    return getattr(obj.metadata, "deletion_timestamp", None) is None
 
 
 async def delete(api: Any, kind: str, namespace: str, name: str, timeout: float,
