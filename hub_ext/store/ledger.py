@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, String, and_, case, cast, func, select, true
+from sqlalchemy import ColumnElement, Select, String, and_, case, cast, false, func, select, true
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -345,18 +345,16 @@ class Ledger:
         text = cast(Reservation.resources, String)
         in_week = and_(scope, Reservation.released_at.is_(None) | (Reservation.released_at > week_start))
         held_now = case((Reservation.released_at.is_(None), 1), else_=0)
-        keys: list[ColumnElement[Any]] = [text, Reservation.kind, held_now]
-        if part is not None:
-            keys.append(case((part, 1), else_=0))
+        in_part = case((false() if part is None else part, 1), else_=0)
+        keys = (text, Reservation.kind, held_now, in_part)
         groups = session.execute(select(*keys, func.count()).where(in_week).group_by(*keys)).all()
         resources: tuple[list[ResourceVector], list[ResourceVector]] = ([], [])
         servers = [0, 0]
         gpu_texts = set()
-        for serialized, kind, active, *in_part, count in groups:
+        for serialized, kind, active, mine, count in groups:
             request = _request(json.loads(serialized))
-            tallies = (0, 1) if in_part and in_part[0] else (0,)
             if active:
-                for i in tallies:
+                for i in (0, 1) if mine else (0,):
                     resources[i].append(request * count)
                     servers[i] += count if kind == "server" else 0
             if gpu_amount(request):
@@ -364,16 +362,17 @@ class Ledger:
         seconds = [Fraction(0), Fraction(0)]
         if gpu_texts:
             rows = session.execute(
-                select(Reservation.started_at, Reservation.released_at, text, *keys[3:])
+                select(Reservation.started_at, Reservation.released_at, text, in_part)
                 .where(in_week, text.in_(sorted(gpu_texts)))
             ).all()
-            spans = [(r[0], r[1], _request(json.loads(r[2])), bool(r[3:] and r[3])) for r in rows]
+            spans = [(start, end, _request(json.loads(serialized)), mine)
+                     for start, end, serialized, mine in rows]
             seconds[0] = gpu_seconds(((a, b, req) for a, b, req, _ in spans), week_start, week_end, now)
             seconds[1] = gpu_seconds(((a, b, req) for a, b, req, mine in spans if mine),
                                      week_start, week_end, now)
-        usage = tuple(Usage(resources=sum_vectors(resources[i]), servers=servers[i],
-                            gpu_hours_week=seconds[i] / _SECONDS_PER_HOUR) for i in (0, 1))
-        return usage[0], usage[1]
+        all_of_it, the_part = (Usage(resources=sum_vectors(resources[i]), servers=servers[i],
+                                     gpu_hours_week=seconds[i] / _SECONDS_PER_HOUR) for i in (0, 1))
+        return all_of_it, the_part
 
     @staticmethod
     def _scope(
