@@ -258,6 +258,9 @@ class ProfilesMixin(HasTraits):
             if option is not None:
                 raise web.HTTPError(400, "Cannot start this server: templates need the classhub store.")
             return options
+        if option is None and courses is not None and not templates_spawn.reseeds_on_start(
+                self.classhub_db_url, courses):
+            return options  # nothing to seed (most starts): no worker thread
         try:
             self.template_job = await asyncio.to_thread(
                 templates_spawn.resolve, self.classhub_db_url, self.user.name, bool(self.user.admin),

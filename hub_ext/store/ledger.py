@@ -22,9 +22,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from fractions import Fraction
+from types import EllipsisType
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, String, and_, case, cast, false, func, select, true
+from sqlalchemy import ColumnElement, Select, String, and_, bindparam, case, cast, false, func, select, true
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -55,6 +56,47 @@ def _request(resources: dict[str, Any]) -> ResourceVector:
 @functools.lru_cache(maxsize=1024)
 def _parsed(items: tuple[tuple[str, Any], ...]) -> ResourceVector:
     return ResourceVector.from_k8s(dict(items))
+
+
+# The statements of an admission, built once: a class start makes hundreds of admissions, each
+# under its course's lock, and building the same SQL expressions again for each was a fifth of
+# an admission's time (bench/storm.py). Values come as bound parameters.
+_UNRELEASED = select(Reservation).where(Reservation.key == bindparam("key"),
+                                        Reservation.released_at.is_(None))
+# The course row locked first, then the user's membership row (see the module docstring), each
+# read with its limits (an outer join: no limits row means no limits).
+_COURSE_LOCKED = (select(Course, CourseQuota)
+                  .outerjoin(CourseQuota, CourseQuota.course_id == Course.id)
+                  .where(Course.name == bindparam("name"))
+                  .with_for_update(of=Course))
+_MEMBER_LOCKED = (select(Membership, UserQuota)
+                  .outerjoin(UserQuota, and_(UserQuota.course_id == Membership.course_id,
+                                             UserQuota.username == Membership.username))
+                  .where(Membership.course_id == bindparam("course_id"),
+                         Membership.username == bindparam("username"))
+                  .with_for_update(of=Membership))
+
+
+def _usage_statements(scope: ColumnElement[bool], part: ColumnElement[bool] | None = None,
+                      ) -> tuple[Select, Select]:
+    """`Ledger._held`'s two queries: usage of the reservations `scope` selects in a week, grouped
+    by "in `part`", with the week's start bound as ``week_start`` and the GPU requests as
+    ``texts``."""
+    text = cast(Reservation.resources, String)
+    in_week = and_(scope, Reservation.released_at.is_(None)
+                   | (Reservation.released_at > bindparam("week_start")))
+    held_now = case((Reservation.released_at.is_(None), 1), else_=0)
+    in_part = case((false() if part is None else part, 1), else_=0)
+    keys = (text, Reservation.kind, held_now, in_part)
+    grouped = select(*keys, func.count()).where(in_week).group_by(*keys)
+    spans = (select(Reservation.started_at, Reservation.released_at, text, in_part)
+             .where(in_week, text.in_(bindparam("texts", expanding=True))))
+    return grouped, spans
+
+
+# An admission's usage: the course's reservations, and the student's part of them.
+_ADMISSION_USAGE = _usage_statements(Reservation.course_id == bindparam("course_id"),
+                                     Reservation.username == bindparam("username"))
 
 
 class QuotaDenied(Exception):
@@ -124,11 +166,13 @@ class Ledger:
         for attempt in range(3):
             try:
                 with self._sessions.begin() as session:
-                    if replace_stale:
-                        self._release_held(session, key, now)
+                    held = session.scalars(_UNRELEASED, {"key": key}).one_or_none()
+                    if replace_stale and held is not None:
+                        self._mark_released(session, held, now)
+                        held = None
                     try:
                         return self._reserve(session, username, course, key, request, now, kind,
-                                             profile)
+                                             profile, existing=held)
                     except QuotaDenied as e:
                         if not replace_stale:
                             raise
@@ -151,27 +195,30 @@ class Ledger:
         now: datetime,
         kind: str,
         profile: str | None = None,
+        *,
+        existing: Reservation | EllipsisType | None = ...,
     ) -> Reservation:
+        """`existing`: the unreleased reservation under `key` as the caller just read it in this
+        transaction (``...``: read it here)."""
         course: Course | None = None
+        limits = (Limits(), Limits())
         if course_name is not None:
-            course = session.scalars(
-                select(Course).where(Course.name == course_name).with_for_update()
-            ).one_or_none()
-            if course is None:
+            found = session.execute(_COURSE_LOCKED, {"name": course_name}).one_or_none()
+            if found is None:
                 raise LookupError(f"no course named {course_name!r}")
-            member = session.scalars(
-                select(Membership)
-                .where(Membership.course_id == course.id, Membership.username == username)
-                .with_for_update()
-            ).one_or_none()
+            course, course_quota = found
+            member = session.execute(_MEMBER_LOCKED, {"course_id": course.id, "username": username}
+                                     ).one_or_none()
             if member is None:
                 raise QuotaDenied(
                     Decision(False, NOT_MEMBER, f"You are not a member of course {course_name}.")
                 )
+            user_quota = member[1]
+            limits = (user_quota.limits if user_quota else Limits(),
+                      course_quota.limits if course_quota else Limits())
 
-        existing = session.scalars(
-            select(Reservation).where(Reservation.key == key, Reservation.released_at.is_(None))
-        ).one_or_none()
+        if existing is ...:
+            existing = session.scalars(_UNRELEASED, {"key": key}).one_or_none()
         if existing is not None:
             same_course = existing.course_id == (course.id if course else None)
             same_profile = profile is None or existing.profile == profile
@@ -185,7 +232,7 @@ class Ledger:
             return existing
 
         if course is not None:
-            decision = self._decide(session, course, username, request, now, kind)
+            decision = self._decide(session, course, username, request, now, kind, limits)
             if not decision.allowed:
                 raise QuotaDenied(decision)
         reservation = Reservation(
@@ -209,18 +256,16 @@ class Ledger:
         request: ResourceVector,
         now: datetime,
         kind: str,
+        limits: tuple[Limits, Limits],
     ) -> Decision:
-        """Run core `admit` on the course's reservations as this locked transaction sees them."""
-        course_quota = session.get(CourseQuota, course.id)
-        user_quota = session.scalars(
-            select(UserQuota).where(UserQuota.course_id == course.id, UserQuota.username == username)
-        ).one_or_none()
-        in_course, of_user = self._held(session, Reservation.course_id == course.id, now,
-                                        part=Reservation.username == username)
+        """Run core `admit` on the course's reservations as this locked transaction sees them;
+        `limits`: the student's and the course's, as `_reserve` read them with the locks."""
+        in_course, of_user = self._held(session, now, _ADMISSION_USAGE,
+                                        {"course_id": course.id, "username": username})
         return admit(
             request,
-            (user_quota.limits if user_quota else Limits(), of_user),
-            (course_quota.limits if course_quota else Limits(), in_course),
+            (limits[0], of_user),
+            (limits[1], in_course),
             course.name,
             servers=1 if kind == "server" else 0,
         )
@@ -232,21 +277,17 @@ class Ledger:
         `started_before`: release it only if it was made before then (a release decided at that
         instant and run later must not end a newer reservation of the same server)."""
         with self._sessions.begin() as session:
-            return self._release_held(session, key, now, started_before)
+            reservation = session.scalars(_UNRELEASED, {"key": key}).one_or_none()
+            if reservation is None or (started_before is not None
+                                       and reservation.started_at > started_before):
+                return None
+            self._mark_released(session, reservation, now)
+            return reservation
 
     @staticmethod
-    def _release_held(session: Session, key: str, now: datetime,
-                      started_before: datetime | None = None) -> Reservation | None:
-        reservation = session.scalars(
-            select(Reservation).where(Reservation.key == key, Reservation.released_at.is_(None))
-        ).one_or_none()
-        if reservation is not None and started_before is not None and (
-                reservation.started_at > started_before):
-            return None
-        if reservation is not None:
-            reservation.released_at = max(now, reservation.started_at)
-            session.flush()  # before a new reservation of the key (one unreleased per key)
-        return reservation
+    def _mark_released(session: Session, reservation: Reservation, now: datetime) -> None:
+        reservation.released_at = max(now, reservation.started_at)
+        session.flush()  # before a new reservation of the key (one unreleased per key)
 
     def reconcile(
         self,
@@ -309,7 +350,7 @@ class Ledger:
         if username is not None:
             scope.append(Reservation.username == username)
         with self._sessions() as session:
-            return self._held(session, and_(true(), *scope), now)[0]
+            return self._held(session, now, _usage_statements(and_(true(), *scope)), {})[0]
 
     def gpu_seconds(
         self,
@@ -329,10 +370,11 @@ class Ledger:
             rows = session.scalars(query).all()
         return gpu_seconds(((r.started_at, r.released_at, r.request) for r in rows), start, end, now)
 
-    def _held(self, session: Session, scope: ColumnElement[bool], now: datetime, *,
-              part: ColumnElement[bool] | None = None) -> tuple[Usage, Usage]:
-        """Usage of the reservations `scope` selects in `now`'s week, and of the `part` of them
-        (a zero Usage without `part`), summed by the database in one grouped query.
+    def _held(self, session: Session, now: datetime, statements: tuple[Select, Select],
+              params: dict[str, Any]) -> tuple[Usage, Usage]:
+        """Usage in `now`'s week of the reservations that `statements` (`_usage_statements`)
+        select, and of their part (a zero Usage without one), summed by the database in one
+        grouped query; `params`: the values of the statements' own bound parameters.
 
         Why grouped: a course's week holds a reservation per server start, and every start of a
         300-student lecture decides against all of them. Requests of one profile serialize
@@ -342,12 +384,9 @@ class Ledger:
         of it, and reading the course's week once halves the work done under the course's lock.
         """
         week_start, week_end = self._week(now)
-        text = cast(Reservation.resources, String)
-        in_week = and_(scope, Reservation.released_at.is_(None) | (Reservation.released_at > week_start))
-        held_now = case((Reservation.released_at.is_(None), 1), else_=0)
-        in_part = case((false() if part is None else part, 1), else_=0)
-        keys = (text, Reservation.kind, held_now, in_part)
-        groups = session.execute(select(*keys, func.count()).where(in_week).group_by(*keys)).all()
+        grouped, spans_of = statements
+        params = {**params, "week_start": week_start}
+        groups = session.execute(grouped, params).all()
         resources: tuple[list[ResourceVector], list[ResourceVector]] = ([], [])
         servers = [0, 0]
         gpu_texts = set()
@@ -361,10 +400,7 @@ class Ledger:
                 gpu_texts.add(serialized)
         seconds = [Fraction(0), Fraction(0)]
         if gpu_texts:
-            rows = session.execute(
-                select(Reservation.started_at, Reservation.released_at, text, in_part)
-                .where(in_week, text.in_(sorted(gpu_texts)))
-            ).all()
+            rows = session.execute(spans_of, {**params, "texts": sorted(gpu_texts)}).all()
             spans = [(start, end, _request(json.loads(serialized)), mine)
                      for start, end, serialized, mine in rows]
             seconds[0] = gpu_seconds(((a, b, req) for a, b, req, _ in spans), week_start, week_end, now)

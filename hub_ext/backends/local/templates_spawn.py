@@ -31,7 +31,8 @@ from hub_ext.core.seeding import SeedLimits
 from hub_ext.store.models import AuditLog, Course
 from hub_ext.store.template_models import TemplateSettings, find_version
 
-__all__ = ["SEEDED", "SeedJob", "TemplateDenied", "last_seeded", "record_seeded", "resolve", "seed_local"]
+__all__ = ["SEEDED", "SeedJob", "TemplateDenied", "last_seeded", "record_seeded", "reseeds_on_start",
+           "resolve", "seed_local"]
 
 #: Audit action written after each seeding (the service's start call reports it).
 SEEDED = "template_seeded"
@@ -70,6 +71,24 @@ class SeedJob:
 @functools.cache
 def _sessions(url: str) -> sessionmaker[Session]:
     return store.connect(url)
+
+
+def reseeds_on_start(db_url: str, courses: Mapping[str, str]) -> bool:
+    """Whether one of ``courses`` (the user's course roles) re-seeds ``on_start``: only then may
+    a start without a ``template`` option seed anything (:func:`resolve`).
+
+    Why a separate read: most starts seed nothing, and this read goes through the store's
+    readers, which never wait on a writer, so a start can make it on the hub's event loop and
+    skip :func:`resolve`'s worker thread (at a class start, the thread's round trip was a tenth
+    of a start's time in the hub, bench/storm.py)."""
+    if not courses:
+        return False
+    with store.readers(_sessions(db_url))() as session:
+        return session.scalar(
+            select(Course.id).join(TemplateSettings, TemplateSettings.course_id == Course.id)
+            .where(Course.name.in_(sorted(courses)), TemplateSettings.reseed == rules.ON_START)
+            .limit(1)
+        ) is not None
 
 
 def resolve(db_url: str, username: str, admin: bool, option: Any,
