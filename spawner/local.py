@@ -144,7 +144,7 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
         return propose_profiles(self.gpu_pool.offered())
 
     async def capacity_view(self) -> GPUPool:
-        return self.gpu_pool
+        return await self.gpu_pool.look()
 
     def free_count(self, profile: Profile, view: GPUPool) -> int | None:
         if not profile.gpu_resource:
@@ -171,10 +171,9 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
         if profile is None or not profile.gpu_resource:
             self.gpu_uuids = []
             return
-        try:
-            self.gpu_uuids = self.gpu_pool.assign(
-                self.owner_key, profile.gpu_resource, profile.gpu_count
-            )
+        pool = await self.gpu_pool.look()
+        try:  # no await between the look and the assignment: decided in one step of the loop
+            self.gpu_uuids = pool.assign(self.owner_key, profile.gpu_resource, profile.gpu_count)
         except AssignmentError as e:
             from culler.pressure import reclaim_notice
 

@@ -9,8 +9,10 @@ fallbacks), not NVML itself.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import stat
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -344,7 +346,7 @@ def test_nvml_preferred_over_nvidia_smi(tmp_path):
 
 def test_one_look_at_the_pool_reads_the_process_table_once(monkeypatch):
     """The pool learns of job replicas' GPUs from the process table (every process's
-    environment, read on the hub's event loop): one read per look, not one per device."""
+    environment): one read per look, not one per device, and `free`/`assign` answer from it."""
     from hub_ext.backends.local import gpu_pool
 
     pool = gpu_pool.GPUPool(gpu_pool.GPUPool.shared(
@@ -357,7 +359,36 @@ def test_one_look_at_the_pool_reads_the_process_table_once(monkeypatch):
         return {mig}
 
     monkeypatch.setattr(gpu_pool, "job_devices", job_devices)
-    assert pool.free("nvidia.com/mig-1g.18gb") == 6
+    looked = asyncio.run(pool.look())
+    assert looked.free("nvidia.com/mig-1g.18gb") == 6 and looked.free("nvidia.com/mig-1g.18gb") == 6
     assert len(reads) == 1
-    assert mig not in pool.assign("ann/", "nvidia.com/mig-1g.18gb", 6)
+    assert mig not in asyncio.run(pool.look()).assign("ann/", "nvidia.com/mig-1g.18gb", 6)
     assert len(reads) == 2
+
+
+def test_a_slow_process_table_does_not_hold_the_hubs_loop(monkeypatch):
+    """On a busy machine reading every process's environment takes seconds; the hub's event loop
+    (every page, every start) keeps running while a look reads it."""
+    from hub_ext.backends.local import gpu_pool
+
+    pool = gpu_pool.GPUPool(gpu_pool.GPUPool.shared(
+        ["cat", str(DATA / "h200-2gpu-7x1g.txt")], use_nvml=False).inventory)
+    monkeypatch.setattr(gpu_pool, "job_devices", lambda: time.sleep(1.0) or set())
+
+    async def main() -> tuple[int, int]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0.05)
+                ticks += 1
+
+        beat = asyncio.ensure_future(ticker())
+        looked = await pool.look()
+        beat.cancel()
+        return ticks, looked.free("nvidia.com/mig-1g.18gb")
+
+    ticks, free = asyncio.run(main())
+    assert free == 7
+    assert ticks >= 10, f"the loop ran {ticks} times in 1 s while the process table was read"

@@ -8,6 +8,7 @@ its spawner state (:meth:`GPUPool.adopt`), so the running servers are the source
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterable, Sequence
 
@@ -23,7 +24,8 @@ JOBS_OWNER = "classhub-jobs"
 
 
 class GPUPool:
-    """Inventory + assignments of one machine; methods are synchronous, hence atomic in the hub."""
+    """Inventory + assignments of one machine. Methods other than `look` are synchronous, hence
+    atomic in the hub."""
 
     _pools: dict[tuple, GPUPool] = {}
 
@@ -55,27 +57,33 @@ class GPUPool:
         inventory = self.inventory
         return {r: [product_label(p) for p in inventory.products_of(r)] for r in inventory.resources()}
 
+    async def look(self) -> GPUPool:
+        """The pool with the devices of running job replicas held again; `free` and `assign`
+        answer from this look until the next one.
+
+        Job replicas are started by the classhub service, so the hub learns of their GPUs from
+        the process table: every process's environment, which on a busy machine takes tens of
+        milliseconds to seconds. It is read in a worker thread, and the result is applied in
+        one step of the hub's event loop, so a caller that assigns right after its look (no
+        await in between) decides atomically. On the loop, 50 students starting at once held
+        it for up to 45 s (one read per device), then 2.4 s (one read per look)."""
+        self.hold_job_devices(await asyncio.to_thread(job_devices))
+        return self
+
     def free(self, resource_name: str, product: str | None = None) -> int:
         """Free units of a resource, 0 when ``product`` is given and none of them is that model."""
         if product is not None and not any(
                 matches_product(p, product) for p in self.inventory.products_of(resource_name)):
             return 0
-        self._count_jobs()
         return self.assignments.free(self.inventory, resource_name)
 
     def assign(self, owner: str, resource_name: str, count: int) -> list[str]:
-        self._count_jobs()
         return self.assignments.assign(self.inventory, owner, resource_name, count)
 
-    def _count_jobs(self) -> None:
-        """Hold the devices that running job replicas use (the classhub service starts them, so
-        the hub learns of them from the process table): a GPU a job trains on is neither offered
-        as free nor handed to a notebook.
-
-        One look at the process table per call: it reads every process's environment, which on
-        a busy machine takes tens of milliseconds, on the hub's event loop (once per device, 50
-        students starting at once held the loop for up to 45 s)."""
-        by_jobs = job_devices()
+    def hold_job_devices(self, by_jobs: set[str]) -> None:
+        """Hold the devices that running job replicas use (``by_jobs``: their UUIDs, from
+        `job_devices`): a GPU a job trains on is neither offered as free nor handed to a
+        notebook."""
         self.assignments.release(JOBS_OWNER)
         held = [d.uuid for d in self.inventory.devices if d.uuid in by_jobs]
         if held:
