@@ -166,13 +166,17 @@ class Ledger:
         for attempt in range(3):
             try:
                 with self._sessions.begin() as session:
-                    held = session.scalars(_UNRELEASED, {"key": key}).one_or_none()
-                    if replace_stale and held is not None:
-                        self._mark_released(session, held, now)
-                        held = None
+                    if replace_stale:
+                        held = session.scalars(_UNRELEASED, {"key": key}).one_or_none()
+                        if held is not None:
+                            self._mark_released(session, held, now)
                     try:
+                        # After a stale release nothing is held under the key (a concurrent
+                        # reservation of it fails the insert, and the next attempt sees it);
+                        # otherwise the key is read under the course's lock, so a retried
+                        # request finds its own reservation instead of being counted against.
                         return self._reserve(session, username, course, key, request, now, kind,
-                                             profile, existing=held)
+                                             profile, existing=None if replace_stale else ...)
                     except QuotaDenied as e:
                         if not replace_stale:
                             raise
