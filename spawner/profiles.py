@@ -252,6 +252,7 @@ class ProfilesMixin(HasTraits):
         options = dict(user_options or {})
         option = options.pop("template", None)
         self.template_job = None
+        self._template_image = None  # a start from a template allows its image for that start only
         if option is not None:
             self._forget_template_option()
         if not self.classhub_db_url:
@@ -271,7 +272,6 @@ class ProfilesMixin(HasTraits):
         if job is not None and option is not None and job.profile and "profile" not in options:
             options["profile"] = job.profile  # the template's profile, unless the user chose one
         # The image a teacher published with the template is allowed for starts from it.
-        self._template_image = None
         if job is not None and job.image and options.get("image") == job.image:
             self._template_image = options.pop("image")
         return options

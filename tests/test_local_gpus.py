@@ -373,6 +373,7 @@ def test_a_slow_process_table_does_not_hold_the_hubs_loop(monkeypatch):
 
     pool = gpu_pool.GPUPool(gpu_pool.GPUPool.shared(
         ["cat", str(DATA / "h200-2gpu-7x1g.txt")], use_nvml=False).inventory)
+    # A process table that takes 1 s to read (the read's duration is the point here, not a wait).
     monkeypatch.setattr(gpu_pool, "job_devices", lambda: time.sleep(1.0) or set())
 
     async def main() -> tuple[int, int]:
@@ -381,7 +382,7 @@ def test_a_slow_process_table_does_not_hold_the_hubs_loop(monkeypatch):
         async def ticker() -> None:
             nonlocal ticks
             while True:
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.05)  # a tick of the loop: what a page would get
                 ticks += 1
 
         beat = asyncio.ensure_future(ticker())
