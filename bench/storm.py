@@ -45,7 +45,10 @@ timeout) and every 5xx answer of any request, in both runs. The benchmark prints
 timing.
 
     .venv/bin/python bench/storm.py [--users 300] [--window 60] [--readers 20] [--db sqlite|postgresql]
-                                    [--repeat 1]
+                                    [--repeat 1] [--no-freeze]
+
+``--no-freeze`` runs the classhub hub with ``configure(c, freeze_heap=False)``: Python's garbage
+collection as in the stock hub, whose full collections then walk classhub's larger heap too.
 
 The last line is ``storm ratio p95_ready=<x> hub_api_p95=<y> errors=<n>``: the ratios classhub /
 stock of the ready-time p95 and of the hub API p95 (goals: <= 1.2 each), and the errors of both
@@ -139,7 +142,8 @@ c.JupyterHub.load_roles.append({{"name": "storm", "scopes": {scopes!r}, "service
 
 CLASSHUB_VARIANT = """\
 from hub_ext.config import configure
-configure(c, mode="kubernetes", service_url="http://127.0.0.1:{service_port}", db_url={classhub_db!r})
+configure(c, mode="kubernetes", service_url="http://127.0.0.1:{service_port}", db_url={classhub_db!r},
+          freeze_heap={freeze_heap!r})
 c.ClasshubKubeSpawner.profiles = [
     {{"slug": "cpu", "display_name": "CPU", "kind": "cpu", "default": True, "groups": [{course!r}],
       "cpu_guarantee": {cpu_guarantee!r}, "cpu_limit": {cpu_limit!r},
@@ -322,13 +326,13 @@ class Hub:
 
 
 def write_config(kind: str, data: Path, token: str, password: str, hub_db: str,
-                 classhub_db: str) -> int:
+                 classhub_db: str, freeze_heap: bool = True) -> int:
     port = free_port()
     values = dict(cpu_guarantee=CPU_GUARANTEE, cpu_limit=CPU_LIMIT, mem_guarantee=MEM_GUARANTEE,
                   mem_limit=MEM_LIMIT)
     if kind == "classhub":
         variant = CLASSHUB_VARIANT.format(service_port=free_port(), classhub_db=classhub_db,
-                                          course=COURSE, **values)
+                                          course=COURSE, freeze_heap=freeze_heap, **values)
     else:
         variant = STOCK_VARIANT
     stock_values = dict(values, cpu_guarantee=0.1, cpu_limit=1.0)  # KubeSpawner's traits are floats
@@ -419,7 +423,8 @@ class Run:
         classhub_db = ""
         if self.kind == "classhub":
             classhub_db = self.databases() or f"sqlite:///{self.data / 'classhub.sqlite'}"
-        port = write_config(self.kind, self.data, self.token, self.password, hub_db, classhub_db)
+        port = write_config(self.kind, self.data, self.token, self.password, hub_db, classhub_db,
+                            freeze_heap=not self.args.no_freeze)
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         env.pop("CLASSHUB_CULLER_CONFIG", None)
         config = str(self.data / "jupyterhub_config.py")
@@ -751,6 +756,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         help="database of the hubs and of classhub (sqlite)")
     parser.add_argument("--order", default="stock,classhub", help="which run goes first (stock,classhub)")
     parser.add_argument("--seed", type=int, default=9, help="arrival instants (9)")
+    parser.add_argument("--no-freeze", action="store_true",
+                        help="classhub's hub without its heap freeze (configure(freeze_heap=False)), "
+                        "to measure what the freeze gives")
     parser.add_argument("--keep", action="store_true", help="keep logs and data (else kept on errors only)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="rounds of both runs; the ratios printed last are the medians (1)")

@@ -20,7 +20,7 @@ from typing import NoReturn
 
 from traitlets.config import Config
 
-from hub_ext import __version__, demo, store
+from hub_ext import __version__, demo, heap, store
 from hub_ext.config import configure
 
 PROXY_ENV = "CLASSHUB_PROXY_CMD"
@@ -156,7 +156,8 @@ def run_local(args: argparse.Namespace) -> None:
     print_banner(args, data_dir, password)
     from jupyterhub.app import JupyterHub
 
-    JupyterHub.instance(config=c)
+    # configure() ran before this process held a hub: the freeze is hooked here (hub_ext.heap)
+    heap.freeze_after_start(JupyterHub.instance(config=c))
     config_file = args.config or extra_config_file(data_dir)
     JupyterHub.launch_instance([f"--JupyterHub.config_file={config_file}"])
 

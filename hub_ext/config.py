@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from hub_ext import heap
 from hub_ext.core import sharing
 
 log = logging.getLogger(__name__)
@@ -67,6 +68,7 @@ def configure(
     ta_server_access: bool = True,
     culler: bool = True,
     culler_config: dict[str, Any] | None = None,
+    freeze_heap: bool = True,
 ) -> None:
     """Add classhub's service, roles and scopes, and spawner to the JupyterHub config ``c``.
 
@@ -78,6 +80,10 @@ def configure(
     spawner (in the hub) and the service: by default ``sqlite:///<data_dir>/classhub.sqlite``
     locally and ``sqlite:////srv/jupyterhub/classhub.sqlite`` (z2jh's hub volume) on Kubernetes;
     use a ``postgresql+psycopg://`` URL in production.
+
+    ``freeze_heap``: once the hub has started, freeze its heap so that Python's full garbage
+    collections (pauses of the hub's event loop) skip the objects a hub keeps for its lifetime
+    (hub_ext.heap; README, "Development"). Only inside a hub process.
     """
     if mode not in MODES:
         raise ValueError(f"unknown classhub mode {mode!r}: use one of {', '.join(MODES)}")
@@ -110,6 +116,8 @@ def configure(
         c.ClasshubLocalSpawner.create_system_users = create_system_users
     else:
         c.JupyterHub.spawner_class = "classhub-kube"
+    if freeze_heap:
+        heap.freeze_when_started()
 
 
 def _configured(c: Any, key: str) -> list:

@@ -12,6 +12,7 @@ import pytest
 
 from hub_ext.backends.kubernetes import KubernetesBackend
 from hub_ext.backends.kubernetes.informer import LiveCapacity
+from hub_ext.core.capacity import PodUsage
 from tests.kubefake import FakeCluster
 from tests.kubefake.waiting import async_wait_for
 
@@ -72,6 +73,28 @@ async def test_a_snapshot_is_kept_until_a_pod_changes(backend, cluster):
         assert await live.snapshot() == await backend.capacity_snapshot()
         cluster.delete("pods", "first", "default")
         await async_wait_for(lambda: _uses(live, 2), timeout=20, what="the first pod's GPU freed")
+        assert await live.snapshot() == await backend.capacity_snapshot()
+    finally:
+        await live.stop()
+
+
+async def test_the_view_keeps_each_pods_usage_not_its_json(backend, cluster):
+    """The hub keeps the view for its lifetime: a pod's JSON (a few hundred objects that every
+    full garbage collection walks) is parsed into its usage on arrival and not kept; the view
+    still follows a relist (the reflector's restart) and a pod that ends."""
+    for i in range(3):
+        cluster.create("pods", gpu_pod(f"p{i}", 1), "default")
+    live = LiveCapacity(backend, node_ttl=0)
+    try:
+        await async_wait_for(lambda: _uses(live, 3), timeout=20, what="three pods bound")
+        kept = live._pods.resources
+        assert len(kept) == 3
+        assert all(isinstance(usage, PodUsage) and usage.node.startswith("gpu-") for usage in kept.values())
+        await live._pods._list_and_update()  # what a watch restart does: a fresh list
+        assert live._pods.resources is not kept
+        assert all(isinstance(usage, PodUsage) for usage in live._pods.resources.values())
+        cluster.delete("pods", "p0", "default")
+        await async_wait_for(lambda: _uses(live, 2), timeout=20, what="the deleted pod's GPU freed")
         assert await live.snapshot() == await backend.capacity_snapshot()
     finally:
         await live.stop()

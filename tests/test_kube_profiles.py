@@ -204,3 +204,11 @@ def test_tampered_rest_spawns_get_400_and_nothing_reaches_the_cluster(hub, clust
     creates_after = [r for r in cluster.requests if r[0] == "POST"]
     assert creates_after == creates_before, creates_after[len(creates_before):]
     assert cluster.get("pods", "jupyter-student1", "default") is None
+
+
+def test_the_hub_froze_its_startup_heap_once_running(hub):
+    """configure() in a jupyterhub_config.py (the z2jh way) freezes the hub's heap once the hub
+    runs (hub_ext.heap): full garbage collections no longer walk its imports."""
+    log = hub.log_path.read_text(errors="replace")
+    assert log.index("froze the hub's startup heap") > log.index("JupyterHub is now running")
+    assert log.count("froze the hub's startup heap") == 1

@@ -5,8 +5,9 @@ Why: every start checks "is there room for this profile" and every spawn form sh
 now". Listing and decoding every pod of the cluster for each of them made a 300-student class
 start cost the hub's event loop seconds of CPU. A watch (KubeSpawner's own ``ResourceReflector``,
 the way it follows its pods) keeps each pod in memory as it changes, and each pod's usage is
-parsed once per change; a snapshot is then a sum. Nodes change rarely and are few: a list at
-most every ``node_ttl`` seconds, shared by concurrent callers.
+parsed once per change and only that usage is kept (not the pod's JSON); a snapshot is then a
+sum. Nodes change rarely and are few: a list at most every ``node_ttl`` seconds, shared by
+concurrent callers.
 
 When the hub may not watch pods in every namespace (a namespaced Role), the view falls back to
 the two list calls of ``KubernetesBackend.capacity_snapshot`` for every snapshot, and says so
@@ -16,16 +17,43 @@ once in the log.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from typing import Any
 
 from kubespawner.reflector import MultiNamespaceResourceReflector
-from traitlets import default
+from traitlets import default, validate
 from traitlets.config import LoggingConfigurable
 
-from hub_ext.core.capacity import CapacitySnapshot, PodUsage, pod_usage
+from hub_ext.core.capacity import CapacitySnapshot, pod_usage
 
 from .capacity import KubernetesBackend
+
+#: Stamps of `_PodUsages` changes, unique in the process (a relisted dict is a new object).
+_stamps = itertools.count(1)
+
+
+class _PodUsages(dict):
+    """What the reflector keeps of each pod: its `PodUsage` (None: holds nothing), by pod key,
+    stamped anew at every change.
+
+    Why not the pod: KubeSpawner's reflector keeps each object as its whole JSON, a tree of a
+    few hundred Python objects per pod that nothing here reads again, for every pod of the
+    cluster. The hub keeps them for its lifetime and every full garbage collection walks them,
+    on the hub's event loop (hub_ext.heap). Parsing the usage when the pod arrives also spares
+    the snapshot a comparison of every pod's version."""
+
+    def __init__(self, pods: dict[str, Any] | None = None) -> None:
+        super().__init__((key, pod_usage(pod)) for key, pod in (pods or {}).items())
+        self.stamp = next(_stamps)
+
+    def __setitem__(self, key: str, pod: dict[str, Any]) -> None:
+        super().__setitem__(key, pod_usage(pod))
+        self.stamp = next(_stamps)
+
+    def pop(self, key: str, *default: Any) -> Any:
+        self.stamp = next(_stamps)
+        return super().pop(key, *default)
 
 
 class _AllPods(MultiNamespaceResourceReflector):
@@ -47,6 +75,16 @@ class _AllPods(MultiNamespaceResourceReflector):
     @default("restart_seconds")
     def _restart_seconds_default(self) -> int:
         return 300
+
+    @default("resources")
+    def _resources_default(self) -> _PodUsages:
+        return _PodUsages()
+
+    @validate("resources")
+    def _keep_usage_only(self, proposal: dict[str, Any]) -> _PodUsages:
+        """The reflector's list replaces the whole dict: keep each pod's usage only."""
+        pods = proposal["value"]
+        return pods if isinstance(pods, _PodUsages) else _PodUsages(pods)
 
 
 def mark_failure_seen(future: asyncio.Future) -> None:
@@ -72,11 +110,10 @@ class LiveCapacity(LoggingConfigurable):
         self._pods: _AllPods | None = None
         self._started: asyncio.Task | None = None
         self._watching = False
-        self._usage: dict[str, tuple[str, PodUsage | None]] = {}
         self._nodes: list[dict[str, Any]] = []
         self._nodes_at = float("-inf")
         self._nodes_lock = asyncio.Lock()
-        self._snapshot: tuple[list[dict[str, Any]], CapacitySnapshot] | None = None
+        self._snapshot: tuple[list[dict[str, Any]], int, CapacitySnapshot] | None = None
 
     async def _start(self) -> None:
         try:
@@ -99,24 +136,6 @@ class LiveCapacity(LoggingConfigurable):
                 self._nodes_at = time.monotonic()
             return self._nodes
 
-    def _refresh_usage(self) -> bool:
-        """Parse again each pod whose resourceVersion changed; True when a pod came, changed or
-        went since the last look."""
-        assert self._pods is not None
-        pods = dict(self._pods.resources)  # the reflector replaces entries atomically
-        usage = self._usage
-        gone = usage.keys() - pods.keys()
-        for key in gone:
-            del usage[key]
-        changed = bool(gone)
-        for key, pod in pods.items():
-            version = (pod.get("metadata") or {}).get("resourceVersion") or ""
-            cached = usage.get(key)
-            if cached is None or cached[0] != version:
-                usage[key] = (version, pod_usage(pod))
-                changed = True
-        return changed
-
     async def snapshot(self) -> CapacitySnapshot:
         """The capacity now (the watch's view, at most ``node_ttl`` seconds old for nodes).
 
@@ -129,11 +148,11 @@ class LiveCapacity(LoggingConfigurable):
         if not self._watching:
             return await self.backend.capacity_snapshot()
         nodes = await self._nodes_json()
-        changed = self._refresh_usage()
-        if changed or self._snapshot is None or self._snapshot[0] is not nodes:
-            usage = [held for _, held in self._usage.values()]
-            self._snapshot = (nodes, CapacitySnapshot.from_usage(nodes, usage))
-        return self._snapshot[1]
+        assert self._pods is not None
+        pods = self._pods.resources  # the reflector replaces the dict atomically when it relists
+        if self._snapshot is None or self._snapshot[0] is not nodes or self._snapshot[1] != pods.stamp:
+            self._snapshot = (nodes, pods.stamp, CapacitySnapshot.from_usage(nodes, list(pods.values())))
+        return self._snapshot[2]
 
     async def stop(self) -> None:
         if self._pods is not None:
