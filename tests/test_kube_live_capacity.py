@@ -100,6 +100,32 @@ async def test_the_view_keeps_each_pods_usage_not_its_json(backend, cluster):
         await live.stop()
 
 
+async def test_nodes_are_listed_again_in_the_background(backend, cluster):
+    """A look never waits for a node list once the first one is there: a stale list is
+    refreshed behind it, so a new node shows at a later look, and a failed list keeps the last
+    one (the view keeps answering, the warning says why)."""
+    live = LiveCapacity(backend, node_ttl=0)
+    try:
+        assert len((await live.snapshot()).nodes) == 2
+        rule = cluster.faults.add(500, verbs="list", path=r"^/api/v1/nodes", count=1)
+        assert len((await live.snapshot()).nodes) == 2  # answered from the last list
+        await async_wait_for(lambda: _hit(rule), timeout=20, what="the refused node list")
+        cluster.create("nodes", {"metadata": {"name": "gpu-2"}, "status": {"allocatable": {
+            "cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4"}}}, None)
+
+        async def three_nodes() -> bool:
+            return len((await live.snapshot()).nodes) == 3
+
+        await async_wait_for(three_nodes, timeout=20, what="the new node in the view")
+        assert await live.snapshot() == await backend.capacity_snapshot()
+    finally:
+        await live.stop()
+
+
+async def _hit(rule) -> bool:
+    return rule.hits == 1
+
+
 async def _uses(live: LiveCapacity, gpus: int) -> bool:
     """Whether the live view counts ``gpus`` GPUs in use."""
     return (await live.snapshot()).total_used["nvidia.com/gpu"] == gpus

@@ -58,10 +58,20 @@ def connect(url: str | URL, *, migrate: bool = True, **engine_kwargs: Any) -> se
     return sessionmaker(engine, expire_on_commit=False)
 
 
+#: Connections an engine keeps open (PostgreSQL): the hub's ledger threads (spawner.quota) and
+#: its readers on the loop, with room for the service's handlers.
+POOL_SIZE = 10
+
+
 def make_engine(url: str | URL, **engine_kwargs: Any) -> Engine:
     """`create_engine` plus classhub's sqlite settings (IMMEDIATE transactions, WAL, FKs)."""
     url = make_url(url)
     if url.get_backend_name() != "sqlite":
+        # Connections above the pool's size are closed when given back: a burst of more
+        # transactions than that at once (a class start's reservations in the hub's ledger
+        # threads plus its readers) then paid a new PostgreSQL connection, a forked server
+        # process, for most transactions. The pool keeps what a process uses at once.
+        engine_kwargs.setdefault("pool_size", POOL_SIZE)
         return create_engine(url, **engine_kwargs)
     connect_args = engine_kwargs.setdefault("connect_args", {})
     connect_args.setdefault("timeout", SQLITE_BUSY_TIMEOUT_S)

@@ -6,8 +6,8 @@ now". Listing and decoding every pod of the cluster for each of them made a 300-
 start cost the hub's event loop seconds of CPU. A watch (KubeSpawner's own ``ResourceReflector``,
 the way it follows its pods) keeps each pod in memory as it changes, and each pod's usage is
 parsed once per change and only that usage is kept (not the pod's JSON); a snapshot is then a
-sum. Nodes change rarely and are few: a list at most every ``node_ttl`` seconds, shared by
-concurrent callers.
+sum. Nodes change rarely and are few: a list at most every ``node_ttl`` seconds, in the background
+once the first list is there.
 
 When the hub may not watch pods in every namespace (a namespaced Role), the view falls back to
 the two list calls of ``KubernetesBackend.capacity_snapshot`` for every snapshot, and says so
@@ -113,6 +113,7 @@ class LiveCapacity(LoggingConfigurable):
         self._nodes: list[dict[str, Any]] = []
         self._nodes_at = float("-inf")
         self._nodes_lock = asyncio.Lock()
+        self._relisting: asyncio.Future | None = None
         self._snapshot: tuple[list[dict[str, Any]], int, CapacitySnapshot] | None = None
 
     async def _start(self) -> None:
@@ -130,14 +131,37 @@ class LiveCapacity(LoggingConfigurable):
             self._pods = None
 
     async def _nodes_json(self) -> list[dict[str, Any]]:
-        async with self._nodes_lock:  # one list for concurrent callers
-            if time.monotonic() - self._nodes_at > self.node_ttl:
-                self._nodes = list((await self.backend._list("list_node")).get("items") or ())
-                self._nodes_at = time.monotonic()
-            return self._nodes
+        """The nodes as last listed. The first look waits for a list; later, a list older than
+        ``node_ttl`` is refreshed in the background and the look answers from the last one.
+
+        Why: nodes change rarely, and a start that found the list stale used to wait for the
+        new one (with every start that came meanwhile, behind the lock): at a class start, a
+        few starts every ``node_ttl`` seconds paid a node list for a change that almost never
+        happened."""
+        if self._nodes_at == float("-inf"):
+            async with self._nodes_lock:  # one list for concurrent first looks
+                if self._nodes_at == float("-inf"):
+                    await self._list_nodes()
+        elif time.monotonic() - self._nodes_at > self.node_ttl and (
+                self._relisting is None or self._relisting.done()):
+            self._relisting = asyncio.ensure_future(self._relist_nodes())
+        return self._nodes
+
+    async def _list_nodes(self) -> None:
+        self._nodes = list((await self.backend._list("list_node")).get("items") or ())
+        self._nodes_at = time.monotonic()
+
+    async def _relist_nodes(self) -> None:
+        try:
+            await self._list_nodes()
+        except Exception as e:  # the last list stays; the next look after node_ttl tries again
+            self.log.warning("classhub: listing the cluster's nodes failed (%r); capacity uses "
+                             "the last list", e)
+            self._nodes_at = time.monotonic()
 
     async def snapshot(self) -> CapacitySnapshot:
-        """The capacity now (the watch's view, at most ``node_ttl`` seconds old for nodes).
+        """The capacity now (the watch's view; nodes from a list at most ``node_ttl`` seconds and
+        one list call old).
 
         The snapshot is kept until a pod changes or the nodes are listed again: a class start
         asks for one per start and per spawn form, far more often than the cluster changes, and
@@ -155,6 +179,8 @@ class LiveCapacity(LoggingConfigurable):
         return self._snapshot[2]
 
     async def stop(self) -> None:
+        if self._relisting is not None:
+            self._relisting.cancel()
         if self._pods is not None:
             await self._pods.stop()
 
