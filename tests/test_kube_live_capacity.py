@@ -53,9 +53,7 @@ async def test_the_live_view_follows_pods_and_agrees_with_a_fresh_list(backend, 
         await async_wait_for(lambda: _uses(live, 7), timeout=20, what="7 GPUs used in the live view")
         assert await live.snapshot() == await backend.capacity_snapshot()
 
-        cluster.delete("pods", "before", "default")
-        await async_wait_for(lambda: _uses(live, 4), timeout=20, what="the deleted pod's GPUs freed")
-        assert await live.snapshot() == await backend.capacity_snapshot()
+        await _delete_and_agree(live, backend, cluster, "before", gpus_left=4)
     finally:
         await live.stop()
 
@@ -71,9 +69,7 @@ async def test_a_snapshot_is_kept_until_a_pod_changes(backend, cluster):
         cluster.create("pods", gpu_pod("second", 2), "default")
         await async_wait_for(lambda: _uses(live, 3), timeout=20, what="the second pod in the view")
         assert await live.snapshot() == await backend.capacity_snapshot()
-        cluster.delete("pods", "first", "default")
-        await async_wait_for(lambda: _uses(live, 2), timeout=20, what="the first pod's GPU freed")
-        assert await live.snapshot() == await backend.capacity_snapshot()
+        await _delete_and_agree(live, backend, cluster, "first", gpus_left=2)
     finally:
         await live.stop()
 
@@ -93,9 +89,7 @@ async def test_the_view_keeps_each_pods_usage_not_its_json(backend, cluster):
         await live._pods._list_and_update()  # what a watch restart does: a fresh list
         assert live._pods.resources is not kept
         assert all(isinstance(usage, PodUsage) for usage in live._pods.resources.values())
-        cluster.delete("pods", "p0", "default")
-        await async_wait_for(lambda: _uses(live, 2), timeout=20, what="the deleted pod's GPU freed")
-        assert await live.snapshot() == await backend.capacity_snapshot()
+        await _delete_and_agree(live, backend, cluster, "p0", gpus_left=2)
     finally:
         await live.stop()
 
@@ -120,6 +114,13 @@ async def test_nodes_are_listed_again_in_the_background(backend, cluster):
         assert await live.snapshot() == await backend.capacity_snapshot()
     finally:
         await live.stop()
+
+
+async def _delete_and_agree(live: LiveCapacity, backend, cluster, pod: str, gpus_left: int) -> None:
+    """Delete ``pod``; the view frees its GPUs and agrees with a fresh list again."""
+    cluster.delete("pods", pod, "default")
+    await async_wait_for(lambda: _uses(live, gpus_left), timeout=20, what=f"{pod}'s GPUs freed")
+    assert await live.snapshot() == await backend.capacity_snapshot()
 
 
 async def _hit(rule) -> bool:
