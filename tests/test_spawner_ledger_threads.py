@@ -34,6 +34,8 @@ async def test_waiting_reservations_leave_the_loops_executor_free(tmp_path):
         holder.flush()
         starts = [asyncio.ensure_future(quota.reserve(url, name, "", _selection(name), {"cs101": "student"}))
                   for name in STUDENTS]
+        # a deliberate wait, not a condition: long enough for every reservation to reach a thread
+        # and the writer's lock (none can pass it while it is held), so that threads are taken
         await asyncio.sleep(0.5)
         assert not any(start.done() for start in starts)  # every reservation waits for the writer
         # ... and work the loop hands to its default executor still runs at once

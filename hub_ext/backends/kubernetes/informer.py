@@ -51,6 +51,10 @@ class _PodUsages(dict):
         super().__setitem__(key, pod_usage(pod))
         self.stamp = next(_stamps)
 
+    def update(self, *args: Any, **kwargs: Any) -> None:  # every way in parses the pod
+        for key, pod in dict(*args, **kwargs).items():
+            self[key] = pod
+
     def pop(self, key: str, *default: Any) -> Any:
         self.stamp = next(_stamps)
         return super().pop(key, *default)
