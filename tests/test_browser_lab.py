@@ -136,8 +136,10 @@ def test_student_opens_the_panel_and_sees_quota_and_templates(page, hub, servers
     # JupyterLab's dark theme: the panel takes its colours from the theme
     for theme, dark in (("JupyterLab Dark", True), ("JupyterLab Light", False)):
         use_theme(page, theme)
-        wait_for(lambda d=dark: is_dark(page, "#classhub-panel") == d, 30, f"the panel in {theme}")
-        assert is_dark(page, "#classhub-panel h3", "color") != dark  # its text stays readable
+        # the theme's stylesheet applies in steps: wait until the background and the text both
+        # follow it (the text stays readable: light on dark, dark on light)
+        wait_for(lambda d=dark: is_dark(page, "#classhub-panel") == d
+                 and is_dark(page, "#classhub-panel h3", "color") != d, 30, f"the panel in {theme}")
 
 
 def palette_search(page, text: str) -> None:
