@@ -9,7 +9,6 @@ longest-idle servers holding that device past their reclaim threshold (hub_ext.c
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from datetime import datetime, timezone
 from typing import Any
@@ -43,7 +42,7 @@ async def reclaim_notice(db_url: str, username: str, profile: Any) -> str:
     if not db_url or not resource:
         return ""
     try:
-        await asyncio.to_thread(_record, db_url, resource, int(profile.gpu_count or 1), username)
+        await store.in_thread(_record, db_url, resource, int(profile.gpu_count or 1), username)
     except Exception:  # the refusal matters more than the notice
         return ""
     return (

@@ -29,6 +29,7 @@ from kubespawner import KubeSpawner
 from tornado import web
 from traitlets import Float, Instance, Unicode, default
 
+from hub_ext import store
 from hub_ext.backends.kubernetes import servers
 from hub_ext.backends.kubernetes.informer import live_capacity, mark_failure_seen
 from hub_ext.backends.kubernetes.servers import ApiFailure
@@ -249,7 +250,7 @@ class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
         try:
             url = await asyncio.wait_for(super()._start(), budget)
             if self.template_job is not None and self.classhub_db_url:  # what on_start re-seeds next
-                await asyncio.to_thread(record_seeded, self.classhub_db_url, self.user.name,
+                await store.in_thread(record_seeded, self.classhub_db_url, self.user.name,
                                         self.template_job, None)
             return url
         except asyncio.CancelledError:

@@ -17,6 +17,7 @@ from jupyterhub.spawner import LocalProcessSpawner
 from tornado import web
 from traitlets import Bool, Float, Instance, Int, List, Unicode, Union, default
 
+from hub_ext import store
 from hub_ext.backends.local import accounts, processes, templates_spawn
 from hub_ext.backends.local.gpu_pool import GPUPool
 from hub_ext.backends.local.seeding import HomeError
@@ -273,7 +274,7 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
         if result is not None:
             self.log.info("Seeded %s's home from %s v%s: %s", self.user.name, job.key, job.version,
                           result.plan.summary())
-            await asyncio.to_thread(templates_spawn.record_seeded, self.classhub_db_url, self.user.name, job,
+            await store.in_thread(templates_spawn.record_seeded, self.classhub_db_url, self.user.name, job,
                                     result.plan.summary())
 
     def get_args(self) -> list[str]:

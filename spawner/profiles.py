@@ -7,7 +7,6 @@ raises HTTP 400 with the reason before anything is created (JupyterHub runs
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Mapping
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 from tornado import web
 from traitlets import Bool, Dict, HasTraits, List, Unicode, default
 
+from hub_ext import store
 from hub_ext.backends.local import templates_spawn
 from hub_ext.backends.local.templates_spawn import SeedJob
 from hub_ext.core import roles
@@ -263,7 +263,7 @@ class ProfilesMixin(HasTraits):
                 self.classhub_db_url, courses):
             return options  # nothing to seed (most starts): no worker thread
         try:
-            self.template_job = await asyncio.to_thread(
+            self.template_job = await store.in_thread(
                 templates_spawn.resolve, self.classhub_db_url, self.user.name, bool(self.user.admin),
                 option, self.template_seeded_from, courses)
         except templates_spawn.TemplateDenied as e:

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import TypeVar
 
 from sqlalchemy.orm import Session, sessionmaker
 from tornado import web
@@ -29,24 +27,6 @@ from hub_ext.core.quota import course_to_charge
 def _sessions(url: str) -> sessionmaker[Session]:
     """One engine per database per hub process (migrations run once, on first use)."""
     return store.connect(url)
-
-
-#: The threads of the ledger's transactions in the hub (reserve, release). Why not the loop's
-#: default executor: a reservation may wait for another's lock (the course row, or sqlite's one
-#: writer), and while it waits it holds its thread; in the default executor those were the
-#: threads that kubernetes_asyncio's requests also use (proxy and netrc lookups), so at a class
-#: start every pod and PVC call of the hub queued behind reservations waiting for a lock.
-#: Transactions on one course are serialized by its lock anyway: four threads keep the database
-#: busy, and with the loop's readers they stay within the engine's pool (store.engine).
-LEDGER_THREADS = 4
-_ledger = ThreadPoolExecutor(LEDGER_THREADS, thread_name_prefix="classhub-ledger")
-
-
-T = TypeVar("T")
-
-
-async def _in_ledger_thread(func: Callable[..., T], *args: object) -> T:
-    return await asyncio.get_running_loop().run_in_executor(_ledger, func, *args)
 
 
 def server_key(username: str, server_name: str) -> str:
@@ -99,29 +79,29 @@ async def reserve(url: str, username: str, server_name: str, selection: Selectio
 
     ``courses``: the user's courses and roles as the caller just read them (`course_roles`, for
     the profile check), so the start reads them once; None reads them here. Returns the course
-    charged (None when the user is in no course). Runs in a ledger thread: the transaction may
+    charged (None when the user is in no course). Runs on the store's threads: the transaction may
     wait for another spawn's lock and must not block the hub.
     """
     key = server_key(username, server_name)
-    return await _in_ledger_thread(_reserve_sync, url, username, key, selection, courses)
+    return await store.in_thread(_reserve_sync, url, username, key, selection, courses)
 
 
 async def release_now(url: str, username: str, server_name: str) -> None:
-    """Give back the server's reservation and wait until it is given back (in a ledger thread)."""
-    await _in_ledger_thread(_release_sync, url, server_key(username, server_name), _now())
+    """Give back the server's reservation and wait until it is given back (on the store's threads)."""
+    await store.in_thread(_release_sync, url, server_key(username, server_name), _now())
 
 
 def release(url: str, username: str, server_name: str) -> None:
     """Give back the server's reservation (idempotent).
 
     JupyterHub calls ``clear_state`` (and so this) synchronously on its event loop; the release
-    is a write that may wait for another spawn's transaction, so on a running loop it goes to a
-    worker thread. It releases only a reservation made before this call, so a start of the same
+    is a write that may wait for another spawn's transaction, so on a running loop it goes to the
+    store's threads. It releases only a reservation made before this call, so a start of the same
     server that reserves before the thread runs keeps its new reservation."""
     key = server_key(username, server_name)
     try:
-        loop = asyncio.get_running_loop()
+        asyncio.get_running_loop()
     except RuntimeError:
         _release_sync(url, key)
         return
-    loop.run_in_executor(_ledger, _release_sync, url, key, _now())
+    store.in_thread(_release_sync, url, key, _now())

@@ -1,4 +1,4 @@
-"""Reservations waiting for the database keep to the ledger's own threads (spawner.quota).
+"""Reservations waiting for the database keep to the store's own threads (hub_ext.store.engine).
 
 A reservation waits while another transaction holds its lock (sqlite's one writer here, a
 course's row on PostgreSQL). The hub's loop also runs kubernetes_asyncio's per-request work in
@@ -13,8 +13,9 @@ from datetime import datetime, timezone
 
 from hub_ext import store
 from hub_ext.core.profiles import Catalog, Viewer
-from hub_ext.store import add_member, ensure_course
+from hub_ext.store import add_member, engine, ensure_course
 from spawner import quota
+from tests.kubefake.waiting import async_wait_for
 
 NOW = datetime(2026, 12, 2, 9, 0, tzinfo=timezone.utc)
 CATALOG = Catalog.from_config([{"slug": "cpu", "kind": "cpu", "groups": ["cs101"]}])
@@ -34,15 +35,18 @@ async def test_waiting_reservations_leave_the_loops_executor_free(tmp_path):
         holder.flush()
         starts = [asyncio.ensure_future(quota.reserve(url, name, "", _selection(name), {"cs101": "student"}))
                   for name in STUDENTS]
-        # a deliberate wait, not a condition: long enough for every reservation to reach a thread
-        # and the writer's lock (none can pass it while it is held), so that threads are taken
-        await asyncio.sleep(0.5)
+        # every store thread holds a reservation waiting for the writer, the rest queue for them
+        await async_wait_for(_all_store_threads_waiting, timeout=20, what="the store threads taken")
         assert not any(start.done() for start in starts)  # every reservation waits for the writer
         # ... and work the loop hands to its default executor still runs at once
         assert await asyncio.wait_for(loop.run_in_executor(None, lambda: "ran"), 5) == "ran"
     assert await asyncio.gather(*starts) == ["cs101"] * len(STUDENTS)
     with store.readers(sessions)() as session:
         assert len(store.Ledger(sessions).active(course="cs101")) == len(STUDENTS)
+
+
+async def _all_store_threads_waiting() -> bool:
+    return engine._store_threads._work_queue.qsize() == len(STUDENTS) - engine.STORE_THREADS
 
 
 def _selection(name: str):

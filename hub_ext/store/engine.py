@@ -24,11 +24,14 @@ last committed snapshot while a writer holds the lock) and which refuses writes
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config
@@ -58,9 +61,28 @@ def connect(url: str | URL, *, migrate: bool = True, **engine_kwargs: Any) -> se
     return sessionmaker(engine, expire_on_commit=False)
 
 
-#: Connections an engine keeps open (PostgreSQL): the hub's ledger threads (spawner.quota) and
-#: its readers on the loop, with room for the service's handlers.
+#: Connections an engine keeps open (PostgreSQL): the store threads below and the readers on a
+#: loop, with room for the service's handlers.
 POOL_SIZE = 10
+
+#: Threads for classhub's transactions in a process with an event loop (the hub: reservations,
+#: releases, template records, shortfalls). Why not the loop's default executor: a transaction
+#: may wait for another's lock (a course's row, or sqlite's one writer) and holds its thread while
+#: it waits; in the default executor those were the threads that kubernetes_asyncio's requests
+#: also use (aiohttp's proxy and netrc lookups), so at a class start every pod and PVC call of the
+#: hub queued behind reservations waiting for a lock. Transactions on one course are serialized
+#: by its lock anyway: four threads keep the database busy and stay within the pool.
+STORE_THREADS = 4
+_store_threads = ThreadPoolExecutor(STORE_THREADS, thread_name_prefix="classhub-store")
+
+
+def in_thread(func: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    """Run ``func(*args)`` (a classhub transaction) on the store's threads; await the result, or
+    leave it running (the future is held until it ends)."""
+    return asyncio.get_running_loop().run_in_executor(_store_threads, func, *args)
+
+
+T = TypeVar("T")
 
 
 def make_engine(url: str | URL, **engine_kwargs: Any) -> Engine:
