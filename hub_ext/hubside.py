@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import html
 import json
+import logging
 from datetime import datetime, timezone
 from typing import Any
 
@@ -167,6 +168,8 @@ class Announcement:
             with _readers(self.db_url)() as session:
                 warnings = cm.warnings_of(session, user.name)
         except Exception:  # a database hiccup must never break the hub's pages
+            logging.getLogger("JupyterHub").warning(
+                "classhub: the culler's warnings for %s could not be read", user.name, exc_info=True)
             return ""
         now = datetime.now(timezone.utc)
         parts = []
