@@ -9,11 +9,8 @@ longest-idle servers holding that device past their reclaim threshold (hub_ext.c
 
 from __future__ import annotations
 
-import functools
 from datetime import datetime, timezone
 from typing import Any
-
-from sqlalchemy.orm import Session, sessionmaker
 
 from hub_ext import store
 from hub_ext.store import culler_models as cm
@@ -22,13 +19,8 @@ from hub_ext.store import culler_models as cm
 RETRY_SECONDS = 30
 
 
-@functools.cache
-def _sessions(url: str) -> sessionmaker[Session]:
-    return store.connect(url)
-
-
 def _record(url: str, resource: str, units: int, username: str) -> None:
-    with _sessions(url).begin() as session:
+    with store.shared(url).begin() as session:
         cm.record_shortfall(session, resource, units, username, datetime.now(timezone.utc))
 
 

@@ -27,7 +27,6 @@ in JupyterHub 5 and 6.
 
 from __future__ import annotations
 
-import functools
 import html
 import json
 import logging
@@ -37,7 +36,6 @@ from typing import Any
 from jupyterhub import orm
 from jupyterhub import roles as hub_roles_api
 from jupyterhub.apihandlers.base import APIHandler
-from sqlalchemy.orm import Session, sessionmaker
 from tornado import web
 
 from hub_ext import store
@@ -165,7 +163,7 @@ class Announcement:
         if user is None or not self.db_url:
             return ""
         try:
-            with _readers(self.db_url)() as session:
+            with store.readers(store.shared(self.db_url))() as session:
                 warnings = cm.warnings_of(session, user.name)
         except Exception:  # a database hiccup must never break the hub's pages
             logging.getLogger("JupyterHub").warning(
@@ -184,8 +182,3 @@ class Announcement:
                 f"{html.escape(left)} {why}</span>"
             )
         return "<br>".join(parts)
-
-
-@functools.cache
-def _readers(url: str) -> sessionmaker[Session]:
-    return store.readers(store.connect(url))

@@ -107,22 +107,24 @@ class ProfilesMixin(HasTraits):
         """
         return self._viewer_and_courses()[0]
 
-    def _viewer_and_courses(self) -> tuple[Viewer, dict[str, str] | None]:
-        """`viewer`, and the course roles it was built from (None without a store): a start
-        charges one of those courses, so the reservation reuses this read."""
+    def _viewer_and_courses(self) -> tuple[Viewer, dict[str, str] | None, bool]:
+        """`viewer`, the course roles it was built from (None without a store) and whether one
+        of those courses re-seeds ``on_start``, from one read: a start charges one of those
+        courses (the reservation reuses the roles) and seeds only when a course re-seeds or a
+        ``template`` option asks (`_resolve_template`)."""
         orm_user = self.user.orm_user if hasattr(self.user, "orm_user") else self.user
         groups = [g.name for g in getattr(orm_user, "groups", []) or []]
         admin = bool(self.user.admin)
         if self.classhub_db_url:
-            in_courses = quota.course_roles(self.classhub_db_url, self.user.name)
+            in_courses, reseeds = templates_spawn.course_roles(self.classhub_db_url, self.user.name)
             return Viewer(name=self.user.name, groups=frozenset(groups) | frozenset(in_courses),
-                          role=roles.overall_role(admin, in_courses), admin=admin), in_courses
+                          role=roles.overall_role(admin, in_courses), admin=admin), in_courses, reseeds
         courses = {
             g.name: staff
             for g in getattr(orm_user, "groups", []) or []
             if (staff := roles.CourseStaff.from_group_properties(getattr(g, "properties", None)))
         }
-        return viewer_from_hub(self.user.name, admin, groups, courses), None
+        return viewer_from_hub(self.user.name, admin, groups, courses), None, False
 
     def course_images_in_use(self, viewer: Viewer) -> frozenset[str]:
         """Images chosen by running servers of members of the viewer's groups."""
@@ -209,8 +211,8 @@ class ProfilesMixin(HasTraits):
         """Validate the choice (form or REST) and apply it; HTTP 400 with the reason if refused."""
         if not self.classhub_profiles_enabled():
             return
-        viewer, in_courses = self._viewer_and_courses()
-        user_options = await self._resolve_template(user_options, in_courses)  # templates (issue 6)
+        viewer, in_courses, reseeds = self._viewer_and_courses()
+        user_options = await self._resolve_template(user_options, in_courses, reseeds)  # issue 6
         try:
             selection = self.catalog().select(viewer, user_options, self.image_policy(viewer))
         except OptionsError as e:
@@ -241,11 +243,12 @@ class ProfilesMixin(HasTraits):
         """(template key, version) the home was seeded from, when the spawner can read the home."""
         return None
 
-    async def _resolve_template(self, user_options: dict,
-                                courses: Mapping[str, str] | None = None) -> dict:
+    async def _resolve_template(self, user_options: dict, courses: Mapping[str, str] | None = None,
+                                reseeds: bool = True) -> dict:
         """Decide what this start seeds (``template_job``); the options without ``template``.
 
-        ``courses``: the user's course roles as the start just read them (None: read them).
+        ``courses``: the user's course roles as the start just read them (None: read them);
+        ``reseeds``: whether one of them re-seeds ``on_start``, from the same read.
 
         HTTP 400/403/404 with the sentence when the option names a template the user may not use.
         """
@@ -259,8 +262,7 @@ class ProfilesMixin(HasTraits):
             if option is not None:
                 raise web.HTTPError(400, "Cannot start this server: templates need the classhub store.")
             return options
-        if option is None and courses is not None and not templates_spawn.reseeds_on_start(
-                self.classhub_db_url, courses):
+        if option is None and courses is not None and not reseeds:
             return options  # nothing to seed (most starts): no worker thread
         try:
             self.template_job = await store.in_thread(

@@ -11,22 +11,14 @@ cannot see (a hub killed in the middle of a spawn).
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Mapping
 from datetime import datetime, timezone
 
-from sqlalchemy.orm import Session, sessionmaker
 from tornado import web
 
 from hub_ext import store
 from hub_ext.core.profiles import Selection
 from hub_ext.core.quota import course_to_charge
-
-
-@functools.cache
-def _sessions(url: str) -> sessionmaker[Session]:
-    """One engine per database per hub process (migrations run once, on first use)."""
-    return store.connect(url)
 
 
 def server_key(username: str, server_name: str) -> str:
@@ -40,7 +32,7 @@ def _now() -> datetime:
 
 def _reserve_sync(url: str, username: str, key: str, selection: Selection,
                   courses: Mapping[str, str] | None) -> str | None:
-    sessions = _sessions(url)
+    sessions = store.shared(url)
     if courses is None:
         with store.readers(sessions)() as session:
             courses = store.courses_of(session, username)
@@ -60,17 +52,8 @@ def _reserve_sync(url: str, username: str, key: str, selection: Selection,
     return course
 
 
-def course_roles(url: str, username: str) -> dict[str, str]:
-    """The user's courses and their role in each (course -> role), from the store.
-
-    Called while the hub renders the spawn form, on its event loop: it reads through the
-    store's readers, which never wait on a writer (another spawn's reservation)."""
-    with store.readers(_sessions(url))() as session:
-        return store.courses_of(session, username)
-
-
 def _release_sync(url: str, key: str, decided: datetime | None = None) -> None:
-    store.Ledger(_sessions(url)).release(key, decided or _now(), started_before=decided)
+    store.Ledger(store.shared(url)).release(key, decided or _now(), started_before=decided)
 
 
 async def reserve(url: str, username: str, server_name: str, selection: Selection,

@@ -158,7 +158,7 @@ async def test_server_devices_name_the_profile_each_server_was_started_with(serv
     ledger.reserve("bo", "cs101", "server:bo/", ResourceVector({"nvidia.com/gpu": 1}), now)
     ledger.reserve("jo", "cs101", "job:7", ResourceVector({"nvidia.com/gpu": 4}), now, kind="job")
     sessions.kw["bind"].dispose()
-    quota._sessions(db_url).kw["bind"].dispose()
+    store.shared(db_url).kw["bind"].dispose()
 
     code, _, text = await fetch(service(authenticate_metrics=False) + "metrics")
     assert code == 200

@@ -24,7 +24,7 @@ STUDENTS = [f"s{i:02d}" for i in range(12)]  # more than any default executor of
 
 async def test_waiting_reservations_leave_the_loops_executor_free(tmp_path):
     url = f"sqlite:///{tmp_path / 'classhub.sqlite'}"
-    sessions = quota._sessions(url)
+    sessions = store.shared(url)
     with sessions.begin() as session:
         course = ensure_course(session, "cs101", NOW)
         for name in STUDENTS:

@@ -1,9 +1,9 @@
 """What a start asks the store about templates before it decides to seed (issue 6, issue 13).
 
 A start without a ``template`` option seeds only when one of the user's courses re-seeds
-``on_start``; the spawner asks that first, on the hub's loop through the store's readers, and
-skips `resolve` (a worker thread) when the answer is no. The answer must match what `resolve`
-would decide, so that skipping it never skips a re-seed.
+``on_start``; the spawner asks that with the user's course roles (one read, on the hub's loop
+through the store's readers) and skips `resolve` (a worker thread) when the answer is no. The
+answer must match what `resolve` would decide, so that skipping it never skips a re-seed.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from hub_ext import store
-from hub_ext.backends.local.templates_spawn import reseeds_on_start, resolve
+from hub_ext.backends.local.templates_spawn import course_roles, resolve
 from hub_ext.store.template_models import TemplateSettings
 
 NOW = datetime(2026, 12, 2, 9, 0, tzinfo=timezone.utc)
@@ -31,14 +31,18 @@ def test_a_plain_start_looks_for_a_reseed_only_in_the_users_courses_that_reseed_
             if name != "cs101":
                 store.add_member(session, course, "bob", "student")
 
-    assert reseeds_on_start(url, {"cs101": "student", "cs102": "student", "cs103": "student"})
-    assert reseeds_on_start(url, {"cs101": "teacher"})
-    assert not reseeds_on_start(url, {"cs102": "student", "cs103": "student"})  # manual, default
-    assert not reseeds_on_start(url, {})  # in no course
-    assert not reseeds_on_start(url, {"cs999": "student"})  # a course that is gone
+    # ann: all three courses, bob: the two without on_start
+    assert course_roles(url, "ann") == ({"cs101": "student", "cs102": "student", "cs103": "student"}, True)
+    assert course_roles(url, "bob") == ({"cs102": "student", "cs103": "student"}, False)  # manual, default
+    assert course_roles(url, "tom") == ({}, False)  # in no course
+    with sessions.begin() as session:  # a teacher of an on_start course re-seeds too
+        store.add_member(session, store.ensure_course(session, "cs101", NOW), "tina", "teacher")
+    assert course_roles(url, "tina") == ({"cs101": "teacher"}, True)
+    with sessions.begin() as session:  # a course that is gone takes its settings with it
+        session.delete(store.ensure_course(session, "cs101", NOW))
+    assert course_roles(url, "tina") == ({}, False)
+    assert course_roles(url, "ann")[1] is False
 
     # where the answer is no, resolve (what the skip replaces) would not seed either
-    with store.readers(sessions)() as session:
-        bob = store.courses_of(session, "bob")
-    assert bob == {"cs102": "student", "cs103": "student"}
+    bob, _ = course_roles(url, "bob")
     assert resolve(url, "bob", False, None, courses=bob) is None

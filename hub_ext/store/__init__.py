@@ -14,7 +14,7 @@ from hub_ext.store.courses import (
     set_course_limits,
     set_user_limits,
 )
-from hub_ext.store.engine import connect, in_thread, make_engine, readers, upgrade
+from hub_ext.store.engine import connect, in_thread, make_engine, readers, shared, upgrade
 from hub_ext.store.ledger import Ledger, QuotaDenied, ReconcileReport
 from hub_ext.store.models import (
     AuditLog,
@@ -50,5 +50,6 @@ __all__ = [
     "record",
     "set_course_limits",
     "set_user_limits",
+    "shared",
     "upgrade",
 ]

@@ -25,6 +25,7 @@ last committed snapshot while a writer holds the lock) and which refuses writes
 from __future__ import annotations
 
 import asyncio
+import functools
 import sqlite3
 import threading
 import time
@@ -41,7 +42,8 @@ from sqlalchemy import URL, Connection, Engine, create_engine, event, func, make
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
-__all__ = ["VERSION_TABLE", "alembic_config", "connect", "make_engine", "readers", "upgrade"]
+__all__ = ["VERSION_TABLE", "alembic_config", "connect", "in_thread", "make_engine", "readers", "shared",
+           "upgrade"]
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 VERSION_TABLE = "classhub_alembic_version"
@@ -59,6 +61,15 @@ def connect(url: str | URL, *, migrate: bool = True, **engine_kwargs: Any) -> se
     if migrate:
         upgrade(engine)
     return sessionmaker(engine, expire_on_commit=False)
+
+
+@functools.cache
+def shared(url: str) -> sessionmaker[Session]:
+    """`connect(url)`, once per database per process: the hub's classhub code (the spawner's
+    reads and reservations, the culler announcement, the culler's shortfalls, the templates'
+    records) shares one engine, so one pool of ``POOL_SIZE`` connections and one migration
+    check, instead of one engine per module."""
+    return connect(url)
 
 
 #: Connections an engine keeps open (PostgreSQL): the store threads below and the readers on a

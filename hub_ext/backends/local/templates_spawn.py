@@ -12,7 +12,6 @@ hub_ext.backends.kubernetes.templates).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from hub_ext import store
 from hub_ext.backends.local.seeding import SeedResult, read_marker, seed_home
@@ -28,11 +27,19 @@ from hub_ext.backends.local.templates import TemplateStorage
 from hub_ext.core import templates as rules
 from hub_ext.core.authz import Caller
 from hub_ext.core.seeding import SeedLimits
-from hub_ext.store.models import AuditLog, Course
+from hub_ext.store.models import AuditLog, Course, Membership
 from hub_ext.store.template_models import TemplateSettings, find_version
 
-__all__ = ["SEEDED", "SeedJob", "TemplateDenied", "last_seeded", "record_seeded", "reseeds_on_start",
-           "resolve", "seed_local"]
+__all__ = [
+    "SEEDED",
+    "SeedJob",
+    "TemplateDenied",
+    "course_roles",
+    "last_seeded",
+    "record_seeded",
+    "resolve",
+    "seed_local",
+]
 
 #: Audit action written after each seeding (the service's start call reports it).
 SEEDED = "template_seeded"
@@ -68,27 +75,25 @@ class SeedJob:
         return rules.template_key(self.course, self.name)
 
 
-@functools.cache
-def _sessions(url: str) -> sessionmaker[Session]:
-    return store.connect(url)
+def course_roles(db_url: str, username: str) -> tuple[dict[str, str], bool]:
+    """The user's courses with their role in each (course -> role), and whether one of those
+    courses re-seeds ``on_start``: only then may a start without a ``template`` option seed
+    anything (:func:`resolve`).
 
-
-def reseeds_on_start(db_url: str, courses: Mapping[str, str]) -> bool:
-    """Whether one of ``courses`` (the user's course roles) re-seeds ``on_start``: only then may
-    a start without a ``template`` option seed anything (:func:`resolve`).
-
-    Why a separate read: most starts seed nothing, and this read goes through the store's
-    readers, which never wait on a writer, so a start can make it on the hub's event loop and
-    skip :func:`resolve`'s worker thread (at a class start, the thread's round trip was a tenth
-    of a start's time in the hub, bench/storm.py)."""
-    if not courses:
-        return False
-    with store.readers(_sessions(db_url))() as session:
-        return session.scalar(
-            select(Course.id).join(TemplateSettings, TemplateSettings.course_id == Course.id)
-            .where(Course.name.in_(sorted(courses)), TemplateSettings.reseed == rules.ON_START)
-            .limit(1)
-        ) is not None
+    Why one read for both: a start needs the roles (the profile check, the course to charge),
+    and most starts seed nothing and skip :func:`resolve`'s worker thread (at a class start, the
+    thread's round trip was a tenth of a start's time in the hub, bench/storm.py). The read goes
+    through the store's readers, which never wait on a writer, so a start makes it on the hub's
+    event loop; as two reads it was two transactions there (on PostgreSQL, three round trips
+    each)."""
+    with store.readers(store.shared(db_url))() as session:
+        rows = session.execute(
+            select(Course.name, Membership.role, TemplateSettings.reseed)
+            .join(Membership, Membership.course_id == Course.id)
+            .outerjoin(TemplateSettings, TemplateSettings.course_id == Course.id)
+            .where(Membership.username == username)
+        ).all()
+    return {name: role for name, role, _ in rows}, any(reseed == rules.ON_START for *_, reseed in rows)
 
 
 def resolve(db_url: str, username: str, admin: bool, option: Any,
@@ -107,7 +112,7 @@ def resolve(db_url: str, username: str, admin: bool, option: Any,
             choice = rules.TemplateChoice.parse(option)
         except rules.TemplateOptionError as e:
             raise TemplateDenied(400, f"Cannot start this server: {e}") from None
-    with _sessions(db_url)() as session:
+    with store.shared(db_url)() as session:
         if courses is None:
             courses = store.courses_of(session, username)
         if choice is not None:
@@ -195,7 +200,7 @@ def seed_local(job: SeedJob, storage: TemplateStorage, home: str | Path, limits:
 
 def record_seeded(db_url: str, username: str, job: SeedJob, summary: dict[str, int] | None) -> None:
     """Audit one seeding (the start call of the service shows it to the student)."""
-    with _sessions(db_url).begin() as session:
+    with store.shared(db_url).begin() as session:
         store.record(session, username, SEEDED, datetime.now(timezone.utc), template=job.key,
                      version=job.version, course=job.course, summary=summary or {},
                      mode="local" if summary is not None else "container")
