@@ -15,6 +15,7 @@ The Python API (get/list/create/delete/add_node/...) is thread-safe: it runs on 
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import threading
 from collections.abc import Callable
@@ -212,10 +213,16 @@ class FakeCluster:
         }
 
     def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
-        """Write :meth:`kubeconfig` to ``path`` and return it."""
+        """Write :meth:`kubeconfig` to ``path`` and return it.
+
+        Written whole or not at all (a temporary file renamed into place): another process waits
+        for the file to appear and reads it at once (bench/storm.py, `python -m tests.kubefake`);
+        a plain write let it read a file that existed but was still empty."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(yaml.safe_dump(self.kubeconfig(namespace)))
+        partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+        partial.write_text(yaml.safe_dump(self.kubeconfig(namespace)))
+        os.replace(partial, path)
         self.kubeconfig_path = path
         return path
 
