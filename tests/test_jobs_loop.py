@@ -21,7 +21,7 @@ from hub_ext.core import jobs as J
 from hub_ext.core.devices import Inventory
 from hub_ext.core.quota import parse_limits
 from hub_ext.service.jobs.loop import JobLoop
-from hub_ext.service.jobs.records import JobStore
+from hub_ext.service.jobs.records import JobStore, job_key
 from hub_ext.store import Ledger, add_member, connect, ensure_course, set_course_limits
 
 pytestmark = pytest.mark.unit
@@ -121,6 +121,28 @@ def test_cancel_and_max_runtime_leave_no_process(world):
     assert record.state == J.FAILED
     assert "max_runtime" in " ".join(e.message for e in record.events)
     assert job_processes(short) == []
+
+
+def test_a_crash_while_a_job_ends_leaves_it_holding_or_ended_and_released(world, monkeypatch):
+    """A job's end and the release of its reservation commit together: a crash between them (the
+    release raising here, SIGKILL in test_jobs_restart.py) must not leave an ended job whose GPUs
+    the ledger still counts against its course, which no later cycle would release."""
+    store, loop, _ = world
+    job_id = submit(store, "student1", {"name": "long", "command": command("600"), "replicas": 1,
+                                        "resources": {"nvidia.com/gpu": 1}})
+    asyncio.run(until(loop, lambda: store.get(job_id).state == J.RUNNING))
+
+    def crash(*_args, **_kwargs):
+        raise RuntimeError("the process died here")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Ledger, "_mark_released", staticmethod(crash))
+        with pytest.raises(RuntimeError):
+            store.finish(job_id, J.CANCELLED, datetime.now(timezone.utc), "cancelled")
+    assert store.get(job_id).state == J.RUNNING  # nothing of the end was kept ...
+    assert [r.key for r in store.ledger.active()] == [job_key(job_id)]  # ... and it still holds
+    assert store.finish(job_id, J.CANCELLED, datetime.now(timezone.utc), "cancelled").state == J.CANCELLED
+    assert store.ledger.active() == []
 
 
 def test_a_quota_keeps_a_job_queued_with_the_ledgers_sentence(world):

@@ -281,12 +281,18 @@ class Ledger:
         `started_before`: release it only if it was made before then (a release decided at that
         instant and run later must not end a newer reservation of the same server)."""
         with self._sessions.begin() as session:
-            reservation = session.scalars(_UNRELEASED, {"key": key}).one_or_none()
-            if reservation is None or (started_before is not None
-                                       and reservation.started_at > started_before):
-                return None
-            self._mark_released(session, reservation, now)
-            return reservation
+            return self.release_in(session, key, now, started_before=started_before)
+
+    def release_in(self, session: Session, key: str, now: datetime, *,
+                   started_before: datetime | None = None) -> Reservation | None:
+        """`release` inside the caller's transaction, so that a record's end and the release of
+        what it held commit together (a crash between two transactions would leave it held)."""
+        reservation = session.scalars(_UNRELEASED, {"key": key}).one_or_none()
+        if reservation is None or (started_before is not None
+                                   and reservation.started_at > started_before):
+            return None
+        self._mark_released(session, reservation, now)
+        return reservation
 
     @staticmethod
     def _mark_released(session: Session, reservation: Reservation, now: datetime) -> None:

@@ -278,7 +278,7 @@ class JobStore:
 
     def finish(self, job_id: str, state: str, now: datetime, message: str) -> JobRecord:
         """End a job that holds capacity: its final state (or PREEMPTED, then queued again) and
-        the ledger reservation released."""
+        the ledger reservation released, in one transaction."""
         with self.sessions.begin() as session:
             record = self._locked(session, job_id)
             if record.state not in J.HOLDING:
@@ -296,7 +296,8 @@ class JobStore:
                 record.placement, record.stop_requested_at, record.stop_reason = {}, None, None
                 record.admitted_at = record.started_at = record.finished_at = None
                 self._move(session, record, J.QUEUED, now, "back in the queue after preemption")
-        self.ledger.release(job_key(job_id), now)
+            # the same transaction: a crash must not leave an ended job's reservation held
+            self.ledger.release_in(session, job_key(job_id), now)
         return self.get(job_id)  # type: ignore[return-value]
 
     def fail_queued(self, job_id: str, now: datetime, message: str) -> None:
