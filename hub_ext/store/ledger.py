@@ -6,8 +6,10 @@ use. Instead every server or job first *reserves* its resources here. A reservat
 and written in one transaction that holds the course's lock, so decisions of one course are
 serialized and each one sees every reservation committed before it:
 
-- PostgreSQL: ``SELECT ... FOR UPDATE`` on the course row, then on the user's membership row
-  (always in that order, so two reservations cannot deadlock);
+- PostgreSQL: ``SELECT ... FOR UPDATE OF course`` on the course row, which the same statement
+  reads with the user's membership and both limits (one lock per reservation, so two
+  reservations cannot deadlock; a user's limits are per course, so the course's lock also
+  serializes every reservation of a member in it);
 - sqlite: every transaction is ``BEGIN IMMEDIATE`` (engine.py), so writers queue for the lock.
 
 The cluster stays the truth for what runs (docs/architecture.md, rule 4): `reconcile` releases reservations of
@@ -63,18 +65,17 @@ def _parsed(items: tuple[tuple[str, Any], ...]) -> ResourceVector:
 # an admission's time (bench/storm.py). Values come as bound parameters.
 _UNRELEASED = select(Reservation).where(Reservation.key == bindparam("key"),
                                         Reservation.released_at.is_(None))
-# The course row locked first, then the user's membership row (see the module docstring), each
-# read with its limits (an outer join: no limits row means no limits).
-_COURSE_LOCKED = (select(Course, CourseQuota)
+# The course row locked, read with everything a decision needs in one statement (one round trip
+# under the lock, not two): the course's limits, the user's membership and their limits (outer
+# joins: no limits row means no limits; no membership row means not a member).
+_COURSE_LOCKED = (select(Course, CourseQuota, Membership, UserQuota)
                   .outerjoin(CourseQuota, CourseQuota.course_id == Course.id)
+                  .outerjoin(Membership, and_(Membership.course_id == Course.id,
+                                              Membership.username == bindparam("username")))
+                  .outerjoin(UserQuota, and_(UserQuota.course_id == Course.id,
+                                             UserQuota.username == bindparam("username")))
                   .where(Course.name == bindparam("name"))
                   .with_for_update(of=Course))
-_MEMBER_LOCKED = (select(Membership, UserQuota)
-                  .outerjoin(UserQuota, and_(UserQuota.course_id == Membership.course_id,
-                                             UserQuota.username == Membership.username))
-                  .where(Membership.course_id == bindparam("course_id"),
-                         Membership.username == bindparam("username"))
-                  .with_for_update(of=Membership))
 
 
 def _usage_statements(scope: ColumnElement[bool], part: ColumnElement[bool] | None = None,
@@ -207,17 +208,15 @@ class Ledger:
         course: Course | None = None
         limits = (Limits(), Limits())
         if course_name is not None:
-            found = session.execute(_COURSE_LOCKED, {"name": course_name}).one_or_none()
+            found = session.execute(_COURSE_LOCKED, {"name": course_name, "username": username}
+                                    ).one_or_none()
             if found is None:
                 raise LookupError(f"no course named {course_name!r}")
-            course, course_quota = found
-            member = session.execute(_MEMBER_LOCKED, {"course_id": course.id, "username": username}
-                                     ).one_or_none()
+            course, course_quota, member, user_quota = found
             if member is None:
                 raise QuotaDenied(
                     Decision(False, NOT_MEMBER, f"You are not a member of course {course_name}.")
                 )
-            user_quota = member[1]
             limits = (user_quota.limits if user_quota else Limits(),
                       course_quota.limits if course_quota else Limits())
 
