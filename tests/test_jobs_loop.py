@@ -126,7 +126,7 @@ def test_cancel_and_max_runtime_leave_no_process(world):
 def test_a_crash_while_a_job_ends_leaves_it_holding_or_ended_and_released(world, monkeypatch):
     """A job's end and the release of its reservation commit together: a crash between them (the
     release raising here, SIGKILL in test_jobs_restart.py) must not leave an ended job whose GPUs
-    the ledger still counts against its course, which no later cycle would release."""
+    the ledger still counts against its course until a restarted loop's first cycle."""
     store, loop, _ = world
     job_id = submit(store, "student1", {"name": "long", "command": command("600"), "replicas": 1,
                                         "resources": {"nvidia.com/gpu": 1}})
