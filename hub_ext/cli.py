@@ -185,20 +185,46 @@ def propose(args: argparse.Namespace) -> list[dict]:
     return propose_profiles(GPUPool.shared(args.nvidia_smi.split()).offered())
 
 
+#: The one entry of the data dir that other accounts reach: the folder of their homes.
+SHARED_ENTRIES = frozenset({"homes"})
+
+
 def prepare_data_dir(path: Path) -> Path:
-    """Create the data dir (0700: it holds secrets) and prove it is writable."""
+    """Create the data dir and prove it is writable; then keep its secrets (README, "Security
+    model"): see `secure_data_dir`."""
     path = path.expanduser().resolve()
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / ".classhub-write-test"
         probe.write_text("ok")
         probe.unlink()
+        secure_data_dir(path)
     except OSError as e:
         raise CLIError(
             f"cannot write to the data dir {path} ({e.strerror}); pass --data-dir with a folder "
             "you can write"
         ) from None
     return path
+
+
+def secure_data_dir(path: Path) -> None:
+    """No other account reads what the data dir keeps: the databases, the cookie secret, the
+    demo password, the extra config, the jobs' logs and environments, the templates.
+
+    The folder itself is 0711: other accounts may pass through it to their homes (``homes/``)
+    but not list it; every other entry is made private (files 0600, folders 0700), and this
+    process's umask becomes 0077 so what the hub, the proxy, sqlite and the service create
+    later is private too. Links are left alone (never followed)."""
+    os.umask(0o077)
+    if path.stat().st_uid == os.geteuid():
+        os.chmod(path, 0o711)
+    with os.scandir(path) as entries:
+        for entry in entries:
+            if entry.name in SHARED_ENTRIES or entry.is_symlink():
+                continue
+            info = entry.stat(follow_symlinks=False)
+            if info.st_uid == os.geteuid() and info.st_mode & 0o077:
+                os.chmod(entry.path, info.st_mode & 0o700)
 
 
 EXTRA_CONFIG_TEMPLATE = """\
@@ -290,4 +316,9 @@ def print_banner(args: argparse.Namespace, data_dir: Path, password: str | None)
         ]
     if not args.system_users:
         lines.append("  note: all servers run as this account; users can read each other's files")
+        if os.geteuid() == 0:
+            lines.append(
+                "  WARNING: running as root without --system-users: every user's server, terminal "
+                "and job runs as root. On a machine shared by several people start with "
+                "--system-users (README, 'Security model')")
     print("\n".join(lines) + "\n", flush=True)

@@ -88,8 +88,11 @@ def test_a_two_replica_job_meets_at_its_master_and_its_logs_show_the_ranks(hub, 
     assert log0.status_code == 200 and "rank 0 of 2 ready; ranks seen [0, 1]" in log0.text
     log1 = api(hub, "GET", f"jobs/{job_id}/logs?index=1&follow=1", tokens["student1"])
     assert "rank 1 of 2 ready" in log1.text
-    home = hub.data_dir / "homes" / "student1" / ".classhub" / "jobs" / job_id
-    assert (home / "worker-0.log").is_file()
+    # the log is the service's (a 0600 file in its 0700 folder), not a file in the home
+    kept = hub.data_dir / "jobs" / job_id
+    assert (kept / "worker-0.log").stat().st_mode & 0o777 == 0o600
+    assert (kept.stat().st_mode & 0o777, kept.parent.stat().st_mode & 0o777) == (0o700, 0o700)
+    assert not (hub.data_dir / "homes" / "student1" / ".classhub" / "jobs").exists()
 
 
 def test_a_job_by_profile_gives_each_replica_what_a_notebook_of_that_profile_gets(hub, tokens):

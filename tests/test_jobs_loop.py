@@ -80,7 +80,7 @@ def test_two_replicas_meet_at_the_master_and_report_their_ranks(world):
                                         "resources": {"nvidia.com/gpu": 1}})
     record = asyncio.run(until(loop, lambda: (r := store.get(job_id)).state in J.FINAL and r))
     assert record.state == J.SUCCEEDED, [e.message for e in record.events]
-    folder = backend.home("student1") / ".classhub" / "jobs" / job_id
+    folder = backend.state_dir / job_id
     logs = [(folder / f"worker-{i}.log").read_text() for i in (0, 1)]
     assert "rank 0 of 2 ready; ranks seen [0, 1]" in logs[0]
     assert "rank 1 of 2 ready" in logs[1]
@@ -179,7 +179,7 @@ def test_a_failed_replica_is_restarted_up_to_max_restarts(world, tmp_path):
     assert record.state == J.SUCCEEDED, [e.message for e in record.events]
     assert [r.restarts for r in record.replicas] == [1, 1]
     assert any("exited 3; restart 1 of 1" in e.message for e in record.events)
-    folder = backend.home("student1") / ".classhub" / "jobs" / job_id
+    folder = backend.state_dir / job_id
     assert (folder / "worker-0.exit.1").read_text().strip() == "3"  # the first run, kept
     broken = [sys.executable, "-c", "raise SystemExit(5)"]
     never = submit(store, "student1", {"name": "broken", "command": broken, "replicas": 1,

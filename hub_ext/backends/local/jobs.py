@@ -10,21 +10,30 @@ Why it looks like this:
   hold is read from the process table (each server and its kernels carry their
   CUDA_VISIBLE_DEVICES): the running processes are the truth (docs/architecture.md, rule 4).
 - **As the user, in the user's home**: with system users each replica runs as the user's Unix
-  account; logs and bookkeeping live in ``<home>/.classhub/jobs/<job id>/``.
+  account, working in the home (or the job's workdir in it).
+- **Nothing the user controls steers the service** (README, "Security model"): the job's logs and
+  bookkeeping (claims, exit statuses, the command's environment) live in ``<state_dir>/<job id>/``,
+  a 0700 folder of the service's account; the service never creates, opens or changes a path in
+  the home. Processes are found by what the service started (a claim holds the wrapper's pid
+  and start time), never by a pid a user could write.
 - **Nothing is left behind**: every replica runs in its own session under a small wrapper
   (hub_ext.backends.local.jobwrap) that claims it (no duplicate after a crash) and records its
   exit status; a stop sends SIGTERM to the process groups, SIGKILL after the grace period, then
-  kills any process that still carries the job's CLASSHUB_JOB_ID (one that left its group).
+  kills any process of the owner's account that still carries the job's CLASSHUB_JOB_ID (one
+  that left its group).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import pwd
+import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -35,7 +44,7 @@ from pathlib import Path
 import psutil
 
 from hub_ext.backends.jobs import ENDED, PENDING, RUNNING, Launch, ReplicaLaunch, ReplicaStatus, replica_name
-from hub_ext.backends.local import accounts
+from hub_ext.backends.local import accounts, processes
 from hub_ext.core.admission import NodeState
 from hub_ext.core.devices import Inventory, cuda_visible_devices, matches_product, product_label
 from hub_ext.core.resources import PODS, ResourceVector
@@ -60,12 +69,13 @@ def torch_env(launch: Launch, replica: ReplicaLaunch, master_addr: str = "127.0.
     }
 
 
-def job_processes(job_id: str | None = None) -> list[psutil.Process]:
-    """Live processes that carry a job's CLASSHUB_JOB_ID (any job's when `job_id` is None)."""
+def job_processes(job_id: str | None = None, uid: int | None = None) -> list[psutil.Process]:
+    """Live processes that carry a job's CLASSHUB_JOB_ID (any job's when `job_id` is None), of
+    the account `uid` only when given (anyone can put a job's id in their own environment)."""
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
+            if proc.status() == psutil.STATUS_ZOMBIE or (uid is not None and proc.uids().real != uid):
                 continue
             value = proc.environ().get(JOB_ENV)
         except (psutil.Error, OSError):
@@ -107,8 +117,10 @@ class LocalJobs:
 
     def __init__(self, homes_dir: Path, inventory: Inventory, *, system_users: bool = False,
                  user_prefix: str = "jupyter-", node: str = "localhost",
-                 python: str = sys.executable) -> None:
+                 python: str = sys.executable, state_dir: Path | None = None) -> None:
         self.homes_dir = Path(homes_dir)
+        #: the jobs' logs and bookkeeping (default: ``jobs`` beside the homes, in the data dir)
+        self.state_dir = Path(state_dir) if state_dir else self.homes_dir.resolve().parent / "jobs"
         self.inventory = inventory
         self.system_users = system_users
         self.user_prefix = user_prefix
@@ -163,7 +175,10 @@ class LocalJobs:
         return self.homes_dir.resolve() / accounts.safe_name(owner)
 
     def job_dir(self, launch: Launch) -> Path:
-        return self.home(launch.owner) / ".classhub" / "jobs" / launch.job_id
+        """The job's logs and bookkeeping: in the service's own folder, never in the home."""
+        if not _JOB_ID.fullmatch(launch.job_id):
+            raise RuntimeError(f"job id {launch.job_id!r} is not a DNS-1123 name")
+        return self.state_dir / launch.job_id
 
     def _account(self, owner: str) -> accounts.Account:
         if not self.system_users:
@@ -183,36 +198,44 @@ class LocalJobs:
     def _launch(self, launch: Launch) -> None:
         account = self._account(launch.owner)
         home = self.home(launch.owner)
-        folder = self.job_dir(launch)
-        owner_ids = (account.uid, account.gid) if self.system_users else None
-        self._make_dirs(home, folder, owner_ids)
-        workdir = (home / launch.workdir).resolve() if launch.workdir else home
-        if not workdir.is_relative_to(home) or not workdir.is_dir():
-            raise RuntimeError(f"workdir {launch.workdir!r} is not a folder in your home")
+        if not self.system_users:  # the hub's own account: its homes are its folders
+            home.mkdir(parents=True, exist_ok=True)
+        folder = self._private_dir(self.job_dir(launch))
+        # The owner enters it after switching accounts (jobwrap): the kernel, not a check made
+        # here as root, decides whether the owner may work there.
+        workdir = os.path.join(home, launch.workdir) if launch.workdir else str(home)
+        switch = ["--uid", str(account.uid), "--gid", str(account.gid)] if self.system_users else []
         for replica in launch.replicas:
             name = replica_name(replica.role, replica.index)
             if (folder / f"{name}.pid").exists():
                 continue  # claimed before (by this or an earlier service): never a second copy
-            env = self._env(launch, replica, account, home)
-            log_path = folder / f"{name}.log"
-            with open(log_path, "ab") as log:
-                if owner_ids:
-                    os.chown(log_path, *owner_ids)
+            _write_private(folder / f"{name}.env",
+                           json.dumps(self._env(launch, replica, account, home)).encode())
+            log = os.open(folder / f"{name}.log", _PRIVATE_APPEND, 0o600)
+            try:
                 child = subprocess.Popen(
-                    [self.python, "-m", _WRAPPER, str(folder), name, "--", *launch.command],
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                    cwd=str(workdir), start_new_session=True,
-                    preexec_fn=_switch_user(account) if self.system_users else None,
+                    [self.python, "-I", "-m", _WRAPPER, str(folder), name, *switch,
+                     "--cwd", workdir, "--", *launch.command],
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    env=_wrapper_env(), cwd=str(folder), start_new_session=True,
                 )
+            finally:
+                os.close(log)
             self._children[child.pid] = child
 
-    @staticmethod
-    def _make_dirs(home: Path, folder: Path, owner_ids: tuple[int, int] | None) -> None:
-        home.mkdir(parents=True, exist_ok=True)
-        for path in (home / ".classhub", home / ".classhub" / "jobs", folder):
-            path.mkdir(exist_ok=True, mode=0o700 if owner_ids else 0o755)
-            if owner_ids:
-                os.chown(path, *owner_ids)
+    def _private_dir(self, folder: Path) -> Path:
+        """``folder`` and the state dir above it: real folders (not links) of this process's
+        account, mode 0700, so no user can plant or read anything in them."""
+        for path in (self.state_dir, folder):
+            with contextlib.suppress(FileExistsError):
+                path.mkdir(mode=0o700, parents=path is self.state_dir)
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+                raise RuntimeError(f"{path} is not a folder of the classhub service's account; "
+                                   "remove it so the service can make its own")
+            if info.st_mode & 0o077:
+                os.chmod(path, 0o700)
+        return folder
 
     def _env(self, launch: Launch, replica: ReplicaLaunch, account: accounts.Account,
              home: Path) -> dict[str, str]:
@@ -237,8 +260,7 @@ class LocalJobs:
 
     def _set_aside(self, launch: Launch, name: str) -> None:
         folder = self.job_dir(launch)
-        if not (folder / f"{name}.exit").exists() and _alive_wrapper(
-                _read_int(folder / f"{name}.pid") or 0):
+        if not (folder / f"{name}.exit").exists() and _live_wrapper(folder / f"{name}.pid"):
             return  # still running: nothing to restart
         n = 1
         while (folder / f"{name}.pid.{n}").exists():
@@ -258,30 +280,40 @@ class LocalJobs:
         out = {}
         for replica in launch.replicas:
             name = replica_name(replica.role, replica.index)
-            pid = _read_int(folder / f"{name}.pid")
+            claim = folder / f"{name}.pid"
             code = _read_int(folder / f"{name}.exit")
             if code is not None:
                 out[(replica.role, replica.index)] = ReplicaStatus(ENDED, code, self.node)
-            elif pid is None:
+            elif not claim.exists():
                 out[(replica.role, replica.index)] = ReplicaStatus(PENDING, None, self.node)
-            elif _alive_wrapper(pid):
+            elif _live_wrapper(claim):
                 out[(replica.role, replica.index)] = ReplicaStatus(RUNNING, None, self.node)
             else:
                 code = _read_int(folder / f"{name}.exit")  # it may have ended just now
                 out[(replica.role, replica.index)] = ReplicaStatus(ENDED, code, self.node)
         return out
 
-    async def stop(self, launch: Launch, grace: float) -> None:
+    def _wrappers(self, launch: Launch) -> list[psutil.Process]:
+        """The live wrappers this service started for the job, from its own claims."""
         folder = self.job_dir(launch)
-        groups = [pid for r in launch.replicas
-                  if (pid := _read_int(folder / f"{replica_name(r.role, r.index)}.pid")) is not None]
-        _signal_groups(groups, signal.SIGTERM)
+        claims = (folder / f"{replica_name(r.role, r.index)}.pid" for r in launch.replicas)
+        return [p for claim in claims if (p := _live_wrapper(claim)) is not None]
+
+    def _owner_uid(self, launch: Launch) -> int | None:
+        """Whose processes a job's sweep may kill: the owner's account (None: one account)."""
+        return self._account(launch.owner).uid if self.system_users else None
+
+    async def stop(self, launch: Launch, grace: float) -> None:
+        wrappers = await asyncio.to_thread(self._wrappers, launch)
+        _signal_groups(wrappers, signal.SIGTERM)
+        uid = self._owner_uid(launch)
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and await asyncio.to_thread(self._anything_left, launch, groups):
+        while time.monotonic() < deadline and await asyncio.to_thread(
+                self._anything_left, launch, wrappers, uid):
             await asyncio.sleep(0.1)
-        _signal_groups(groups, signal.SIGKILL)
+        _signal_groups(wrappers, signal.SIGKILL)
         for _ in range(100):  # processes that left their group: found by the job's id
-            left = await asyncio.to_thread(job_processes, launch.job_id)
+            left = await asyncio.to_thread(job_processes, launch.job_id, uid)
             if not left:
                 break
             for proc in left:
@@ -290,22 +322,48 @@ class LocalJobs:
             await asyncio.sleep(0.05)
         await asyncio.to_thread(self._status, launch)  # reap
 
-    def _anything_left(self, launch: Launch, groups: Iterable[int]) -> bool:
+    def _anything_left(self, launch: Launch, wrappers: Iterable[psutil.Process],
+                       uid: int | None) -> bool:
         self._status(launch)
-        return any(_alive_wrapper(pid) for pid in groups) or bool(job_processes(launch.job_id))
+        return any(_still(p) for p in wrappers) or bool(job_processes(launch.job_id, uid))
 
     async def logs(self, launch: Launch, role: str, index: int, offset: int, limit: int) -> bytes:
         path = self.job_dir(launch) / f"{replica_name(role, index)}.log"
         return await asyncio.to_thread(_read_from, path, offset, limit)
 
 
+_JOB_ID = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+_PRIVATE_APPEND = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _wrapper_env() -> dict[str, str]:
+    """The wrapper's own environment: the service's PATH and locale, nothing a user chose."""
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": os.environ.get("LANG", "C.UTF-8")}
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write ``path`` (0600, never through a link) whole: a temporary file renamed over it."""
+    tmp = path.with_name(path.name + ".tmp")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
 def _read_from(path: Path, offset: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes of a log from ``offset``; nothing past its end (any offset)."""
     try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read(limit)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
         return b""
+    try:
+        if offset < 0 or offset >= os.fstat(fd).st_size:
+            return b""
+        return os.pread(fd, limit, offset)
+    finally:
+        os.close(fd)
 
 
 def _read_int(path: Path) -> int | None:
@@ -315,27 +373,31 @@ def _read_int(path: Path) -> int | None:
         return None
 
 
-def _alive_wrapper(pid: int) -> bool:
-    """Whether `pid` is a live job wrapper (not a zombie, not a recycled pid)."""
+def _live_wrapper(claim: Path) -> psutil.Process | None:
+    """The live job wrapper a claim names: same pid *and* start time (a recycled pid is not
+    it), still running the wrapper, and not a zombie."""
+    proc = processes.recorded_process(str(claim))
     try:
-        proc = psutil.Process(pid)
-        return proc.status() != psutil.STATUS_ZOMBIE and _WRAPPER in " ".join(proc.cmdline())
+        if proc is not None and _WRAPPER in " ".join(proc.cmdline()):
+            return proc
+    except psutil.Error:
+        pass
+    return None
+
+
+def _still(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 
 
-def _signal_groups(groups: Iterable[int], sig: int) -> None:
-    for pgid in groups:
-        if _alive_wrapper(pgid) or sig == signal.SIGKILL:
+def _signal_groups(wrappers: Iterable[psutil.Process], sig: int) -> None:
+    """Signal the process group of each wrapper that still runs (``is_running`` compares the
+    start time too): a group is signalled only while its leader is the wrapper we started."""
+    for proc in wrappers:
+        if _still(proc):
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, sig)
+                os.killpg(proc.pid, sig)
 
 
-def _switch_user(account: accounts.Account):
-    def preexec() -> None:
-        os.setgid(account.gid)
-        os.setgroups([])
-        os.setuid(account.uid)
-        os.umask(0o077)
-
-    return preexec

@@ -12,7 +12,6 @@ when the job is admitted, released when its last replica is gone.
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -41,11 +40,11 @@ def job_key(job_id: str) -> str:
     return f"job:{job_id}"
 
 
-def new_job_id(owner: str, name: str, client_id: str | None) -> str:
-    """A DNS-1123 name for everything the job makes: ``<name>-<8 hex>``; the same owner and
-    client id always give the same id (a retried submit names the same objects)."""
-    seed = f"{owner}\0{client_id}" if client_id else secrets.token_hex(16)
-    return f"{name[:50].rstrip('-')}-{hashlib.sha256(seed.encode()).hexdigest()[:8]}"
+def new_job_id(name: str) -> str:
+    """A DNS-1123 name for everything the job makes: ``<name>-<8 random hex>``. Random, so
+    nobody can know a job's id (and the names of its objects) before it exists; a retried
+    submit finds its job by ``(owner, client_id)`` instead (`JobStore.submit`)."""
+    return f"{name[:50].rstrip('-')}-{secrets.token_hex(4)}"
 
 
 def to_core(record: JobRecord, course: str) -> Job:
@@ -147,7 +146,7 @@ class JobStore:
                 with self.sessions.begin() as session:
                     course_row = session.scalars(select(Course).where(Course.name == course)).one()
                     record = JobRecord(
-                        job_id=new_job_id(owner, submission.name, submission.client_id),
+                        job_id=new_job_id(submission.name),
                         client_id=submission.client_id, name=submission.name, owner=owner,
                         course=course_row, spec=spec, priority=job.priority,
                         max_runtime=job.max_runtime, state=J.QUEUED, reason_code="",

@@ -50,8 +50,12 @@ class ClasshubJobs(Configurable):
                               "for, in seconds ($CLASSHUB_JOB_MAX_RUNTIME_LIMIT).").tag(
         env="CLASSHUB_JOB_MAX_RUNTIME_LIMIT")
     homes_dir = Unicode("", config=True, help="Local mode: the folder of the users' homes, as "
-                        "ClasshubLocalSpawner.homes_dir ($CLASSHUB_HOMES_DIR); jobs run there and "
-                        "log to <home>/.classhub/jobs/<id>/.").tag(env="CLASSHUB_HOMES_DIR")
+                        "ClasshubLocalSpawner.homes_dir ($CLASSHUB_HOMES_DIR); jobs run in their "
+                        "owner's home there.").tag(env="CLASSHUB_HOMES_DIR")
+    state_dir = Unicode("", config=True, help="Local mode: the service's own folder (made 0700) for "
+                        "the jobs' logs and bookkeeping, <state_dir>/<job id>/; never inside a home, "
+                        "where its owner could plant links (default: 'jobs' beside homes_dir) "
+                        "($CLASSHUB_JOB_STATE_DIR).").tag(env="CLASSHUB_JOB_STATE_DIR")
     gpu_discovery_command = _CommandList(
         Unicode(), ["nvidia-smi", "-L"], config=True,
         help="Local mode: the command listing the GPUs when NVML is not available, as "
@@ -118,7 +122,7 @@ class ClasshubJobs(Configurable):
         devices = gpus.discover(command=list(self.gpu_discovery_command), use_nvml=self.use_nvml)
         homes = Path(self.homes_dir or "homes")
         return LocalJobs(homes, Inventory(devices), system_users=self.system_users,
-                         user_prefix=self.system_user_prefix)
+                         user_prefix=self.system_user_prefix, state_dir=self.state_dir or None)
 
 
 @dataclass
