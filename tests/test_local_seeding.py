@@ -388,6 +388,16 @@ def test_symlinked_marker_folder_stops_seeding_before_any_change(template, tmp_p
     assert snapshot(tmp_path) == before
 
 
+def test_a_home_that_is_a_link_is_refused_before_any_change(template, tmp_path, outside):
+    """Seeding runs as root: a home replaced by a link to another folder is never written."""
+    home = tmp_path / "home"
+    os.symlink(outside, home)
+    before = snapshot(tmp_path)
+    with pytest.raises(HomeError, match="not a folder classhub can open"):
+        seed_home(template, scan_template(template), home, template="intro", version=1)
+    assert snapshot(tmp_path) == before
+
+
 def test_scan_home_reports_symlinks_and_does_not_look_behind_them(tmp_path, outside):
     home = tmp_path / "home"
     home.mkdir()

@@ -489,8 +489,9 @@ def _rsplit(path: str) -> tuple[str, str]:
 
 
 def _open_home(home: str | os.PathLike[str]) -> int:
+    """The home's descriptor; a home that is a link is refused (it could name any folder)."""
     try:
-        return os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        return os.open(home, _O_DIR)
     except OSError as exc:
         why = exc.strerror
         raise HomeError(f"home {os.fspath(home)!r} is not a folder classhub can open ({why})") from exc
