@@ -43,6 +43,9 @@ __all__ = [
     "HOLDING",
     "MAX_REPLICAS",
     "MAX_ROLES",
+    "MAX_RUNTIME",
+    "PRIORITY_MAX",
+    "PRIORITY_MIN",
     "STATES",
     "STOP_REASONS",
     "SUCCESS_ALL",
@@ -65,8 +68,16 @@ MAX_ROLES = 8
 """A job has at most this many roles (master, workers, parameter servers, ...)."""
 MAX_REPLICAS = 1024
 """A role has at most this many replicas: beyond any classroom cluster, and it bounds the work."""
+PRIORITY_MIN, PRIORITY_MAX = -(2**31), 2**31 - 1
+"""A job's priority is stored in an Integer column: 32 bits on PostgreSQL."""
+MAX_RUNTIME = 100 * 365 * 86400
+"""The longest max_runtime a job may give, 100 years, whatever the course allows: times computed
+from it (its end, an estimated start) must stay times."""
 
 _NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+#: A GPU model is the value of a node label (nvidia.com/gpu.product): 1 to 63 characters, once
+#: spaces are dashes as GPU feature discovery writes them ("NVIDIA H200" is NVIDIA-H200).
+_LABEL_VALUE_RE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?\Z")
 _NANO = 10**9
 _JOB_KEYS = frozenset(
     {"name", "priority", "max_runtime", "roles", "main_role", "success", "tolerated_failures",
@@ -82,7 +93,7 @@ class JobError(ValueError):
 def _check_name(what: str, value: object) -> str:
     if not isinstance(value, str) or not _NAME_RE.match(value):
         raise JobError(
-            f"{what} {value!r} is not valid: use 1 to 63 lowercase letters, digits and '-', "
+            f"{what} {_shown(value)} is not valid: use 1 to 63 lowercase letters, digits and '-', "
             "starting and ending with a letter or digit (e.g. resnet-ddp)"
         )
     return value
@@ -90,7 +101,7 @@ def _check_name(what: str, value: object) -> str:
 
 def _check_count(what: str, value: object, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise JobError(f"{what} must be a whole number from {low} to {high}, not {value!r}")
+        raise JobError(f"{what} must be a whole number from {low} to {high}, not {_shown(value)}")
     return value
 
 
@@ -99,10 +110,17 @@ def _check_seconds(what: str, value: object) -> float:
         isinstance(value, bool)
         or not isinstance(value, int | float)
         or not math.isfinite(value)
-        or value <= 0
+        or not 0 < value <= MAX_RUNTIME
     ):
-        raise JobError(f"{what} must be a positive number of seconds, not {value!r}")
+        raise JobError(f"{what} must be a positive number of seconds, at most {MAX_RUNTIME} "
+                       f"(100 years), not {_shown(value)}")
     return float(value)
+
+
+def _shown(value: object) -> str:
+    """`value` for a message: its repr, cut short (a refused field may be a megabyte long)."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 @dataclass(frozen=True)
@@ -127,9 +145,11 @@ class Role:
                 '{"nvidia.com/gpu": 1, "cpu": "4", "memory": "16Gi"}'
             )
         if self.gpu_product is not None and (
-            not isinstance(self.gpu_product, str) or not self.gpu_product.strip()
+            not isinstance(self.gpu_product, str)
+            or not _LABEL_VALUE_RE.match("-".join(self.gpu_product.split()))
         ):
-            raise JobError(f"role {self.name}: gpu_product must be a GPU model such as NVIDIA-H200")
+            raise JobError(f"role {self.name}: gpu_product must be a GPU model such as NVIDIA-H200 "
+                           "(1 to 63 letters, digits, '-', '_' or '.'), or left out")
 
     @cached_property
     def total(self) -> ResourceVector:
@@ -160,7 +180,7 @@ class FailurePolicy:
         if self.success not in (SUCCESS_ALL, SUCCESS_MAIN):
             raise JobError(
                 f"success must be {SUCCESS_ALL!r} (every replica succeeds) or {SUCCESS_MAIN!r} "
-                f"(the main role succeeds), not {self.success!r}"
+                f"(the main role succeeds), not {_shown(self.success)}"
             )
         _check_count("tolerated_failures", self.tolerated_failures, 0, MAX_REPLICAS * MAX_ROLES)
         _check_count("max_restarts", self.max_restarts, 0, 100)
@@ -203,8 +223,7 @@ class Job:
             math.isfinite(self.submit_time)
         ):
             raise JobError(f"submit_time must be a number of seconds, not {self.submit_time!r}")
-        if isinstance(self.priority, bool) or not isinstance(self.priority, int):
-            raise JobError(f"priority must be a whole number, not {self.priority!r}")
+        _check_count("priority", self.priority, PRIORITY_MIN, PRIORITY_MAX)
         if self.policy.tolerated_failures >= self.replicas:
             raise JobError(
                 f"tolerated_failures ({self.policy.tolerated_failures}) must be below the job's "
@@ -262,16 +281,20 @@ def parse_job(
         raise JobError(f"a job must be a JSON object, not {type(data).__name__}")
     unknown = sorted(set(data) - _JOB_KEYS)
     if unknown:
-        raise JobError(f"unknown field {unknown[0]!r}; allowed: {', '.join(sorted(_JOB_KEYS))}")
+        raise JobError(f"unknown field {_shown(unknown[0])}; allowed: {', '.join(sorted(_JOB_KEYS))}")
     raw_roles = data.get("roles")
     if not isinstance(raw_roles, list) or not raw_roles:
         raise JobError(
-            'roles must be a non-empty list, e.g. [{"name": "worker", "replicas": 2, '
-            '"resources": {"nvidia.com/gpu": 1}}]'
+            "roles must be a non-empty list of {name, replicas, resources} objects, e.g. "
+            '[{"name": "worker", "replicas": 2, "resources": {"nvidia.com/gpu": 1}}]'
         )
     if len(raw_roles) > MAX_ROLES:
         raise JobError(f"a job has at most {MAX_ROLES} roles, not {len(raw_roles)}")
     roles = tuple(_parse_role(i, raw) for i, raw in enumerate(raw_roles))
+    main_role = data.get("main_role")
+    if main_role is not None and not isinstance(main_role, str):
+        raise JobError(f"main_role must be the name of one of the roles "
+                       f"({', '.join(role.name for role in roles)}), not {_shown(main_role)}")
     runtime = data.get("max_runtime")
     runtime = default_max_runtime if runtime is None else _check_seconds("max_runtime", runtime)
     if max_runtime_limit is not None and runtime > max_runtime_limit:
@@ -292,7 +315,7 @@ def parse_job(
         max_runtime=runtime,
         submit_time=submit_time,
         priority=data.get("priority", 0),
-        main_role=data.get("main_role") or "",
+        main_role=main_role or "",
         policy=policy,
     )
 
@@ -303,7 +326,7 @@ def _parse_role(index: int, raw: object) -> Role:
     unknown = sorted(set(raw) - _ROLE_KEYS)
     if unknown:
         raise JobError(
-            f"roles[{index}]: unknown field {unknown[0]!r}; allowed: {', '.join(sorted(_ROLE_KEYS))}"
+            f"roles[{index}]: unknown field {_shown(unknown[0])}; allowed: {', '.join(sorted(_ROLE_KEYS))}"
         )
     name = _check_name(f"roles[{index}].name", raw.get("name"))
     replicas = _check_count(f"role {name}: replicas", raw.get("replicas", 1), 1, MAX_REPLICAS)
@@ -314,7 +337,8 @@ def _parse_role(index: int, raw: object) -> Role:
         )
     for resource, value in resources.items():
         if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise JobError(f"role {name}: {resource}: {value!r} is not a number or quantity")
+            raise JobError(f"role {name}: {_shown(resource)}: {_shown(value)} is not a number or "
+                           'quantity, e.g. 2 or "500m" or "16Gi"')
     try:
         request = ResourceVector.from_k8s(resources)
     except (ValueError, TypeError) as exc:
@@ -432,14 +456,14 @@ def parse_submission(data: Any) -> Submission:
                        '"resources": {"nvidia.com/gpu": 1}}')
     unknown = sorted(set(data) - _SUBMIT_KEYS)
     if unknown:
-        raise JobError(f"unknown field {unknown[0]!r}; allowed: {', '.join(sorted(_SUBMIT_KEYS))}")
+        raise JobError(f"unknown field {_shown(unknown[0])}; allowed: {', '.join(sorted(_SUBMIT_KEYS))}")
     client_id = data.get("id")
     if client_id is not None and (not isinstance(client_id, str) or not _CLIENT_ID_RE.match(client_id)):
-        raise JobError(f"id {client_id!r} is not valid: use 1 to 100 letters, digits, '.', '_', ':' "
+        raise JobError(f"id {_shown(client_id)} is not valid: use 1 to 100 letters, digits, '.', '_', ':' "
                        "or '-' (a name of your choosing, unique among your jobs)")
     course = data.get("course")
     if course is not None and (not isinstance(course, str) or not course):
-        raise JobError(f"course must be the name of one of your courses, not {course!r}")
+        raise JobError(f"course must be the name of one of your courses, not {_shown(course)}")
     name = data.get("name", "job")
     _check_name("job name", name)
     command = data.get("command")
@@ -448,12 +472,13 @@ def parse_submission(data: Any) -> Submission:
                        for a in command)):
         raise JobError('command must be a list of 1 to 256 non-empty strings, e.g. '
                        '["python", "train.py", "--epochs", "3"]')
-    env = data.get("env") or {}
+    env = data.get("env")
+    env = {} if env is None else env
     if not isinstance(env, Mapping) or len(env) > 256:
         raise JobError('env must be an object of at most 256 variables, e.g. {"EPOCHS": "3"}')
     for key, value in env.items():
         if not _ENV_NAME_RE.match(str(key)):
-            raise JobError(f"env: {key!r} is not a variable name (letters, digits and _)")
+            raise JobError(f"env: {_shown(key)} is not a variable name (letters, digits and _)")
         if key in RESERVED_ENV:
             raise JobError(f"env: {key} is set by classhub for every replica; leave it out")
         if not isinstance(value, str) or "\x00" in value or len(value) > MAX_ARG_CHARS:
@@ -475,12 +500,31 @@ def parse_submission(data: Any) -> Submission:
         if "profile" not in data:
             role.setdefault("resources", {"cpu": "1"})
         fields["roles"] = [role]
-    elif isinstance(data["roles"], list):
-        fields["roles"] = [dict(r) if isinstance(r, Mapping) else r for r in data["roles"]]
-    for role in fields["roles"] if isinstance(fields["roles"], list) else ():
-        if isinstance(role, Mapping) and "profile" in role:
+    else:
+        fields["roles"] = _roles_list(data["roles"])
+    for role in fields["roles"]:
+        if "profile" in role:
             _check_profile(role)
     return Submission(client_id, course, name, tuple(command), dict(env), workdir, fields)
+
+
+def _roles_list(raw: object) -> list[dict[str, Any]]:
+    """``roles`` as a list of objects (copied), or `JobError` saying what to send: the profile
+    resolution and `parse_job` read each role as an object."""
+    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_ROLES:
+        raise JobError(
+            f"roles must be a list of 1 to {MAX_ROLES} {{name, replicas, resources}} objects (or "
+            '{name, replicas, profile}), e.g. [{"name": "worker", "replicas": 2, '
+            f'"resources": {{"nvidia.com/gpu": 1}}}}], not {_shown(raw)}'
+        )
+    for index, role in enumerate(raw):
+        if not isinstance(role, Mapping):
+            raise JobError(
+                f"roles[{index}] must be an object with name, replicas and resources (or profile), "
+                f'e.g. {{"name": "worker", "replicas": 2, "resources": {{"cpu": "1"}}}}, '
+                f"not {_shown(role)}"
+            )
+    return [dict(role) for role in raw]
 
 
 def _check_profile(role: Mapping[str, Any]) -> None:
@@ -490,7 +534,7 @@ def _check_profile(role: Mapping[str, Any]) -> None:
     slug = role["profile"]
     if not isinstance(slug, str) or not _NAME_RE.match(slug):
         raise JobError(f"{where}profile must be the slug of a profile of your course, such as "
-                       f"gpu-1, not {slug!r}")
+                       f"gpu-1, not {_shown(slug)}")
     given = [k for k in ("resources", "gpu_product") if k in role]
     if given:
         raise JobError(f"{where}give either profile or {'/'.join(given)}, not both: profile "

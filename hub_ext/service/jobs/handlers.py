@@ -5,13 +5,15 @@ input -> `JobStore` records it -> the loop is woken. A job someone may not see a
 same as one that does not exist (README, "Security model", rule 4).
 
 - ``GET /api/jobs``: my jobs, and the jobs of the courses I teach or assist (all for admins);
-  ``?course=``, ``?owner=``, ``?state=queued,running``, ``?offset=``, ``?limit=`` (at most 200).
+  ``?course=``, ``?owner=``, ``?state=queued,running``, ``?offset=`` (0 to 2**62),
+  ``?limit=`` (1 to 200).
 - ``POST /api/jobs``: submit (hub_ext.core.jobs.parse_submission); ``id`` makes it idempotent:
   201 for a new job, 200 with the job when the same id was submitted before. A ``profile``
   (per job, or per role) is resolved like a notebook's (hub_ext.service.jobs.profiles).
 - ``GET /api/jobs/<id>``: state, reason, queue position, estimated start, replicas, history.
-- ``GET /api/jobs/<id>/logs?role=worker&index=0&offset=0&follow=1``: a replica's log as text;
-  ``follow`` keeps the answer open until the replica ends.
+- ``GET /api/jobs/<id>/logs?role=worker&index=0&offset=0&follow=1``: a replica's log as text
+  from byte ``offset`` (0 to 2**62); ``index`` is 0 to 1023; ``follow`` keeps the answer open
+  until the replica ends.
 - ``POST /api/jobs/<id>/cancel``: stop it (queued: at once; running: SIGTERM, grace, SIGKILL).
 """
 
@@ -30,6 +32,7 @@ from hub_ext.core.admission import refuse_at_submit
 from hub_ext.core.jobs import JobError
 from hub_ext.core.roles import TEACHER
 from hub_ext.service.apidoc import json_body, ok, op
+from hub_ext.service.arguments import MAX_LOG_OFFSET, MAX_OFFSET, int_argument
 from hub_ext.service.handlers import APIHandler
 from hub_ext.service.jobs.loop import launch_of
 from hub_ext.service.jobs.profiles import resolve_profiles
@@ -114,13 +117,8 @@ class JobsHandler(_JobsHandler):
         return states
 
     def _page(self) -> tuple[int, int]:
-        try:
-            offset = int(self.get_query_argument("offset", "0"))
-            limit = int(self.get_query_argument("limit", "50"))
-        except ValueError:
-            raise web.HTTPError(400, "offset and limit must be whole numbers.") from None
-        if offset < 0 or not 1 <= limit <= MAX_PAGE:
-            raise web.HTTPError(400, "offset must be >= 0 and limit from 1 to %d.", MAX_PAGE)
+        offset = int_argument(self, "offset", 0, minimum=0, maximum=MAX_OFFSET)
+        limit = int_argument(self, "limit", 50, minimum=1, maximum=MAX_PAGE)
         return offset, limit
 
     async def post(self) -> None:
@@ -208,11 +206,8 @@ class JobLogsHandler(_JobsHandler):
         caller = await self._caller()
         record = await self._visible(caller, job_id, authz.READ_JOB)
         role = self.get_query_argument("role", None)
-        try:
-            index = int(self.get_query_argument("index", "0"))
-            offset = int(self.get_query_argument("offset", "0"))
-        except ValueError:
-            raise web.HTTPError(400, "index and offset must be whole numbers.") from None
+        index = int_argument(self, "index", 0, minimum=0, maximum=jobs.MAX_REPLICAS - 1)
+        offset = int_argument(self, "offset", 0, minimum=0, maximum=MAX_LOG_OFFSET)
         follow = self.get_query_argument("follow", "0").lower() in ("1", "true", "yes")
         replicas = {(r.role, r.index) for r in record.replicas}
         if role is None and record.replicas:
@@ -224,8 +219,6 @@ class JobLogsHandler(_JobsHandler):
             names = ", ".join(f"role={r}&index={i}" for r, i in sorted(replicas))
             raise web.HTTPError(400, "No replica %s-%s in job %s; choose one of: %s.", role, index,
                                 job_id, names)
-        if offset < 0:
-            raise web.HTTPError(400, "offset must be >= 0.")
         self.set_header("Content-Type", "text/plain; charset=utf-8")
         launch = launch_of(record)
         while True:
@@ -316,10 +309,17 @@ OPENAPI_PARAMETERS: dict[str, Any] = {
     "log_role": {"name": "role", "in": "query", "required": False, "schema": {"type": "string"},
                  "description": "the replica's role (default: the first)"},
     "log_index": {"name": "index", "in": "query", "required": False,
-                  "schema": {"type": "integer", "minimum": 0, "default": 0}},
+                  "schema": {"type": "integer", "minimum": 0, "maximum": jobs.MAX_REPLICAS - 1,
+                             "default": 0}},
     "log_offset": {"name": "offset", "in": "query", "required": False,
-                   "schema": {"type": "integer", "minimum": 0, "default": 0},
+                   "schema": {"type": "integer", "minimum": 0, "maximum": MAX_LOG_OFFSET, "default": 0},
                    "description": "the byte to start from"},
+    "page_offset": {"name": "offset", "in": "query", "required": False,
+                    "schema": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "default": 0},
+                    "description": "how many jobs to skip (next_offset of the previous page)"},
+    "page_limit": {"name": "limit", "in": "query", "required": False,
+                   "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": 50},
+                   "description": "the most jobs on the page"},
     "log_follow": {"name": "follow", "in": "query", "required": False,
                    "schema": {"type": "boolean", "default": False},
                    "description": "keep the answer open until the replica ends"},
@@ -329,7 +329,7 @@ OPENAPI_PATHS: dict[str, Any] = {
     "/api/jobs": {
         "get": op("List jobs", "any hub user: their own jobs, the jobs of the courses they teach or "
                    "assist; hub admins all", ok("A page of jobs, newest first", _LIST),
-                   errors=("400", "401", "403")),
+                   errors=("400", "401", "403"), params=("page_offset", "page_limit")),
         "post": op("Submit a distributed job", "members of the course",
                     {**ok("The new job, queued", _JOB, status="201"),
                      **ok("The job submitted before with the same id", _JOB)},

@@ -10,7 +10,7 @@
   teachers of a course the owner is a student or TA of, and done with the caller's own hub
   credentials, so the hub's own check (``servers!user=<owner>``) applies too (no confused deputy).
 - ``GET /api/courses/<course>/audit?offset=&limit=``: the course's audit log, newest first
-  (teachers, TAs, admins).
+  (teachers, TAs, admins); ``offset`` 0 to 2**62, ``limit`` 1 to 200.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from hub_ext.core import authz, bodies, roster
+from hub_ext.service.arguments import MAX_OFFSET, int_argument
 from hub_ext.service.handlers import APIHandler
 from hub_ext.service.hubapi import HubAPIError
 from hub_ext.store.models import AuditLog
@@ -167,19 +168,12 @@ class AuditHandler(APIHandler):
 
     async def get(self, course: str) -> None:
         await self.authorize(authz.READ_MEMBERS, course=course)
-        offset = self._number("offset", 0, 10**9)
-        limit = self._number("limit", 50, AUDIT_PAGE_MAX)
+        offset = int_argument(self, "offset", 0, minimum=0, maximum=MAX_OFFSET)
+        limit = int_argument(self, "limit", 50, minimum=1, maximum=AUDIT_PAGE_MAX)
         await self.courses.get(course)  # 404 for a course that does not exist (admins)
         total, rows = await asyncio.to_thread(self._read, course, offset, limit)
         self.write_json({"course": course, "total": total, "offset": offset, "limit": limit,
                          "entries": rows})
-
-    def _number(self, name: str, default: int, top: int) -> int:
-        raw = self.get_query_argument(name, str(default))
-        if not raw.isdigit() or int(raw) > top or (name == "limit" and int(raw) == 0):
-            raise web.HTTPError(400, f"{name} must be a whole number from {int(name == 'limit')} "
-                                     f"to {top}.")
-        return int(raw)
 
     def _read(self, course: str, offset: int, limit: int) -> tuple[int, list[dict[str, Any]]]:
         where = AuditLog.details["course"].as_string() == course
