@@ -263,6 +263,8 @@ def test_parse_share_request_defaults_and_fields() -> None:
     ({"link": True}, "must expire"),
     ({"user": "a", "auto_start": "yes"}, "auto_start"),
     ({"user": "a", "owner": 3}, "names"),
+    ({"user": "a", "owner": ""}, "leave it out for your own server"),  # was a 500 (scope "shares!user=")
+    ({"user": "a", "owner": "x" * 256}, "at most 255"),
     ({"user": "me"}, "owner"),
 ])
 def test_parse_share_request_refusals_say_what_to_change(body: object, needle: str) -> None:

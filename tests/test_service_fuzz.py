@@ -7,6 +7,8 @@ tell "someone else's" from "missing", or a message showing the service's own fol
 - schemathesis generates requests (valid and invalid by the document) for every operation of
   the served document, as an admin and as a student, and checks each answer is no server error
   and one of the statuses the document declares for it;
+- schemathesis' coverage phase (boundary values, and each method the document does not declare
+  for a path) checks each answer is no server error, and an undeclared method a 405 with Allow;
 - a corpus of malformed bodies goes to every POST/PUT/PATCH/DELETE route of the document;
 - the requests of the attack run, each answered as a user expects.
 """
@@ -15,9 +17,12 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 import time
 import zipfile
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 import requests
@@ -441,3 +446,48 @@ async def test_a_value_too_long_for_its_postgresql_column_is_400(postgres_url): 
     assert ok.code == 200
     with sessions() as session:
         assert [len(e.actor) for e in session.query(AuditLog)] == [255]  # nothing of the refused one
+
+
+# -- schemathesis' coverage phase, undeclared methods included, through the proxy -----------------
+
+def _interactions(report: Path) -> list[dict]:
+    """Every request of a schemathesis NDJSON report, with its answer (None: none came)."""
+    found = []
+    for line in report.read_text().splitlines():
+        event = json.loads(line)
+        if "ScenarioFinished" in event:
+            found.extend(event["ScenarioFinished"]["recorder"]["interactions"].values())
+    return found
+
+
+@pytest.mark.timeout(600)
+def test_coverage_phase_and_undeclared_methods_get_no_server_error(hub, tokens, document, tmp_path):
+    """schemathesis' own run (its CLI) of the coverage phase through the hub's proxy, as the admin:
+    boundary and wrong values for every operation, and each method the document does not declare
+    for a path (TRACE, QUERY, PATCH, OPTIONS, ...), with the checks ``not_a_server_error`` and
+    ``unsupported_method`` (405 with Allow). A method tornado does not know is answered before
+    the request is read; the service used to close the connection after that answer without
+    saying so, and the proxy answered the next requests sent down it 503."""
+    report = tmp_path / "schemathesis.ndjson"
+    excluded = [arg for method, path in sorted(SKIP) for arg in ("--exclude-name", f"{method} {path}")]
+    cmd = [sys.executable, "-m", "schemathesis.cli", "run",
+           f"{hub.url}/services/classhub/api/openapi.json", "--url", f"{hub.url}/services/classhub",
+           "-H", f"Authorization: token {tokens['admin']}", "--phases", "coverage",
+           "--checks", "not_a_server_error,unsupported_method", *excluded,
+           "--generation-deterministic", "--continue-on-failure", "--no-color",
+           "--report", "ndjson", "--report-ndjson-path", str(report)]
+    started = time.monotonic()
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=540, cwd=tmp_path)
+    interactions = _interactions(report)
+    print(f"schemathesis coverage phase: {len(interactions)} requests in "
+          f"{time.monotonic() - started:.0f}s")
+    failures = run.stdout[run.stdout.find("FAILURES"):run.stdout.find("WARNINGS")]
+    server_errors = [f"{i['request']['method']} {i['request']['uri']}: "
+                     + (str(i["response"]["status_code"]) if i.get("response") else "no answer")
+                     for i in interactions
+                     if not i.get("response") or i["response"]["status_code"] >= 500]
+    assert not server_errors, "\n".join(server_errors[:40]) + "\n" + failures[:6000]
+    assert run.returncode == 0, failures[:6000] or run.stdout[-6000:] + run.stderr[-2000:]
+    undeclared = [i for i in interactions if i["request"]["method"] in ("TRACE", "QUERY")]
+    assert len(undeclared) >= len(document["paths"]), len(undeclared)
+    assert len(interactions) > 10 * len(document["paths"])

@@ -351,6 +351,9 @@ def parse_share_request(body: object, caller: str) -> ShareSpec:
     server = body.get("server", "")
     if not isinstance(owner, str) or not isinstance(server, str):
         raise ValueError("owner and server must be names.")
+    if not owner or len(owner) > 255 or len(server) > 255:
+        raise ValueError("owner must be a user's name (leave it out for your own server) and "
+                         "server a server's name, each at most 255 characters.")
     if target_kind == "user" and target == owner:
         raise ValueError("You cannot share a server with its owner.")
     return ShareSpec(owner, server, kind, target_kind, target, path, seconds, auto_start)

@@ -72,6 +72,10 @@ ROUTES: list[tuple[str, type]] = [
 ]
 
 
+class OAuthCallbackHandler(handlers.SecurityHeaders, HubOAuthCallbackHandler):
+    """JupyterHub's OAuth callback of the service, with the headers of every classhub response."""
+
+
 class ClasshubService(Application):
     """Serves the classhub REST API (and, later, metrics) for one hub."""
 
@@ -164,7 +168,7 @@ class ClasshubService(Application):
         job_service = jobs.JobService.make(sessions, job_backend, job_settings)
         routes = [(url_path_join(self.prefix, path), handler) for path, handler in ROUTES]
         routes += [
-            (url_path_join(self.prefix, "oauth_callback"), HubOAuthCallbackHandler),
+            (url_path_join(self.prefix, "oauth_callback"), OAuthCallbackHandler),
             (url_path_join(self.prefix, pages.STATIC_ROUTE[0]), pages.STATIC_ROUTE[1]),
             (url_path_join(self.prefix, "api", ".*"), handlers.NotFoundHandler),
             (url_path_join(self.prefix, pages.NOT_FOUND_ROUTE[0]), pages.NOT_FOUND_ROUTE[1]),
@@ -185,6 +189,9 @@ class ClasshubService(Application):
             prefix=self.prefix,
             cookie_secret=os.urandom(32),
             xsrf_cookies=False,
+            # a path outside the prefix (e.g. the prefix without its "/") gets the 404 page too,
+            # with the security headers, rather than tornado's bare one
+            default_handler_class=pages.NOT_FOUND_ROUTE[1],
         )
 
     async def serve(self) -> None:

@@ -17,6 +17,8 @@ from jupyterhub.services.auth import HubOAuthenticated, UserNotAllowed
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy.exc import DataError
 from tornado import httputil, web
+from tornado.escape import utf8
+from tornado.ioloop import IOLoop
 
 from hub_ext import __version__
 from hub_ext.core import authz, bodies, roles
@@ -33,8 +35,37 @@ MAX_BODY_BYTES = 1024 * 1024
 #: answer: a connection closed with unread data is reset, and the hub's proxy then answers 502/503
 #: instead of passing the refusal on. A larger body gets the answer at once.
 DRAIN_BYTES = 64 * 1024 * 1024
+#: How long, at most, an answer given before its request's body was read waits for the client to
+#: close the connection (the answer says ``Connection: close``) while the rest of the body is read
+#: and dropped: a socket closed with unread data is reset, and the hub's proxy, still sending the
+#: body, then answers 503 instead of passing the answer on (see `APIHandler.finish`).
+LINGER_SECONDS = 5.0
 _UNSET = object()
 _BODY_TYPES = ("application/json", "application/x-www-form-urlencoded", "multipart/form-data")
+
+#: Sent with every classhub response (API answers, pages, errors, 404s, static files, the OAuth
+#: callback): no page may be framed by another one (clickjacking: a framed classhub page that a
+#: click turns into an action), like the hub's own pages (JupyterHub's default
+#: ``frame-ancestors 'none'``; X-Frame-Options for browsers without CSP), and no answer is sniffed
+#: as another type than its Content-Type says.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+class SecurityHeaders:
+    """Mixin (before the tornado handler class in the bases) for every handler of the service:
+    `SECURITY_HEADERS` on each response.
+
+    tornado sets the default headers when a handler is made and again in ``clear()`` before an
+    error is written, so error answers carry them too."""
+
+    def set_default_headers(self) -> None:
+        super().set_default_headers()
+        for name, value in SECURITY_HEADERS.items():
+            self.set_header(name, value)
 
 
 def _after_body(method):
@@ -43,6 +74,7 @@ def _after_body(method):
 
     @functools.wraps(method)
     async def run(self: APIHandler, *args: Any, **kwargs: Any) -> None:
+        self._body_read = True  # tornado calls a method only once it has read the whole body
         self.body_complete()
         await self.identify()
         result = method(self, *args, **kwargs)
@@ -53,7 +85,7 @@ def _after_body(method):
 
 
 @web.stream_request_body
-class APIHandler(HubOAuthenticated, web.RequestHandler):
+class APIHandler(SecurityHeaders, HubOAuthenticated, web.RequestHandler):
     """Base for API handlers: JSON errors, 401/403 instead of redirects for API clients, and one
     guard for every request body.
 
@@ -74,6 +106,11 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
     _body_done = False
     _refusal: web.HTTPError | None = None
     _parsed_body: Any = _UNSET
+    #: Whether tornado has read the whole request body (set when the HTTP method starts).
+    _body_read = False
+    _lingered = False
+    _linger: Any = None  # the timeout that ends lingering (`finish`)
+    _linger_flush: asyncio.Future[None] | None = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -115,8 +152,9 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         self.request.connection.set_max_body_size(DRAIN_BYTES)
 
     def accept_chunk(self, chunk: bytes) -> bool:
-        """Count a chunk of the body; False when it is to be dropped (refused, or over the limit)."""
-        if self._refusal is not None or self._body_too_large:
+        """Count a chunk of the body; False when it is to be dropped (refused, over the limit, or
+        read after the answer)."""
+        if self._refusal is not None or self._body_too_large or self._lingered:
             return False
         self._body_received += len(chunk)
         if self._body_received > self._body_limit:
@@ -201,6 +239,69 @@ class APIHandler(HubOAuthenticated, web.RequestHandler):
         if not verdict:
             raise web.HTTPError(verdict.status, verdict.message)
         return caller
+
+    def flush(self, include_footers: bool = False) -> asyncio.Future[None]:
+        """Send what is written so far; an answer given before the request body was read says
+        ``Connection: close``, and a 405 says which methods the endpoint has (``Allow``).
+
+        Why: an answer finished before tornado read the request's body (an error raised before or
+        in ``prepare``: 405 for a method tornado does not know, 404 for a NUL in the path, 413 for
+        a body too large to drain) makes tornado's HTTP1Connection.finish close the connection
+        after it, without saying so unless it meant to close anyway. The hub's proxy keeps its
+        connections to the service alive and sent the next request, someone else's, down the
+        closed one: a 503 for them. Told ``Connection: close``, it opens a new one."""
+        if not self._body_read:
+            self.set_header("Connection", "close")
+        if self.get_status() == 405:
+            self.set_header("Allow", ", ".join(self.allowed_methods()))
+        return super().flush(include_footers)
+
+    def finish(self, chunk: str | bytes | dict[str, Any] | None = None) -> asyncio.Future[None]:
+        """Finish the answer; an error answered before the request's body was read, while the body
+        is still coming, is sent whole at once and the connection closed only after the client
+        closed it or `LINGER_SECONDS`, the rest of the body read and dropped meanwhile.
+
+        Why: tornado closes the connection after such an answer (see `flush`); closed while the
+        proxy still sends the body, the connection is reset, and the proxy answered 503 instead of
+        passing on e.g. the 413 for a body too large to drain. (The answer is the ``chunk`` given
+        here: ``send_error`` cleared the buffer, and `write_error` answers with ``finish``.)"""
+        if self._linger is not None:  # send_error's own finish() after write_error's
+            return self._linger_flush
+        if (self._lingered or self._body_read or not isinstance(chunk, (str, bytes))
+                or not self._body_in_flight()):
+            return super().finish(chunk)
+        self._lingered = True  # from now on every chunk of the body is dropped
+        data = utf8(chunk)
+        self.set_header("Content-Length", len(data))
+        self.write(data)
+        self._linger_flush = self.flush()  # the whole answer, with Connection: close
+        # tornado answers a body over its limit with a bare 400, which must not follow this one
+        self.request.connection.set_max_body_size(2**62)
+        self._linger = IOLoop.current().call_later(LINGER_SECONDS, self._end_linger)
+        return self._linger_flush
+
+    def _body_in_flight(self) -> bool:
+        headers = self.request.headers
+        declared = headers.get("Content-Length", "")
+        return (declared.isdigit() and int(declared) > 0) or (
+            "chunked" in headers.get("Transfer-Encoding", "").lower())
+
+    def _end_linger(self) -> None:
+        if self._linger is None:
+            return
+        IOLoop.current().remove_timeout(self._linger)
+        self._linger = None
+        self.finish()
+
+    def on_connection_close(self) -> None:
+        super().on_connection_close()
+        self._end_linger()
+
+    @classmethod
+    def allowed_methods(cls) -> list[str]:
+        """The HTTP methods this endpoint answers (those its class defines)."""
+        return [m for m in cls.SUPPORTED_METHODS
+                if getattr(cls, m.lower(), None) is not getattr(web.RequestHandler, m.lower(), None)]
 
     def write_json(self, payload: Any, status: int = 200) -> None:
         self.set_status(status)

@@ -17,6 +17,7 @@ from tornado import web
 from hub_ext.core import authz
 from hub_ext.core import templates as template_rules
 from hub_ext.core.jobs import ADMITTED, PREEMPTED, QUEUED, RUNNING
+from hub_ext.service.handlers import SecurityHeaders
 from hub_ext.service.hubapi import HubAPIError
 from hub_ext.service.jobs.records import as_json as job_json
 from hub_ext.service.pages.render import STATIC, PageHandler
@@ -365,8 +366,9 @@ class NotFoundPage(PageHandler):
     post = put = patch = delete = get
 
 
-class StaticHandler(web.StaticFileHandler):
-    """``GET /static/<file>``: the pages' own CSS and JavaScript."""
+class StaticHandler(SecurityHeaders, web.StaticFileHandler):
+    """``GET /static/<file>``: the pages' own CSS and JavaScript (with the service's security
+    headers, like every classhub response)."""
 
     def initialize(self, path: str = str(STATIC), default_filename: str | None = None) -> None:
         super().initialize(path, default_filename)

@@ -214,6 +214,7 @@ class PublishHandler(TemplatesBase):
         self._cleanup()
 
     def on_connection_close(self) -> None:
+        super().on_connection_close()  # ends an answer's linger at once (APIHandler.finish)
         self._cleanup()
 
     def _cleanup(self) -> None:
