@@ -1,4 +1,5 @@
-"""The ``classhub`` command. ``classhub local`` runs the single-machine hub.
+"""The ``classhub`` command. ``classhub local`` runs the single-machine hub; ``classhub upgrade-db``
+upgrades classhub's database schema (``classhub local`` does it for you).
 
 Every check that can fail (flags, data dir, port, Node.js, the proxy) runs before anything is
 started, so a mistake ends with one line saying what to change and nothing left running.
@@ -15,8 +16,9 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import NoReturn, TypeVar
 
 from traitlets.config import Config
 
@@ -68,6 +70,21 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="extra jupyterhub_config.py loaded last (default: <data-dir>/jupyterhub_config.py)",
     )
+    upgrade_db = sub.add_parser(
+        "upgrade-db",
+        help="upgrade classhub's database schema (a sqlite file is backed up first)",
+        description="Upgrade classhub's database to the schema this classhub needs, as "
+        "'jupyterhub upgrade-db' does for the hub's. A sqlite file that is behind is first copied "
+        "to <file>.<timestamp>.bak beside it; back up PostgreSQL yourself. The hub, the service "
+        "and the culler refuse to start on a schema that is behind.",
+    )
+    upgrade_db.add_argument(
+        "--db-url",
+        default=None,
+        help="classhub's database (default $CLASSHUB_DB_URL, else "
+        "sqlite:///<data-dir>/classhub.sqlite)",
+    )
+    upgrade_db.add_argument("--data-dir", default="./var", help="where classhub local keeps it (./var)")
     propose = sub.add_parser(
         "propose-profiles",
         help="print a profile catalog (JSON) built from the GPUs this machine or a cluster offers",
@@ -88,6 +105,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.command == "local":
             run_local(args)
+        elif args.command == "upgrade-db":
+            print(upgrade_db(args), flush=True)
         elif args.command == "propose-profiles":
             print(json.dumps(propose(args), indent=2))
         elif args.command == "job":
@@ -114,11 +133,11 @@ def run_local(args: argparse.Namespace) -> None:
         require_port_free(args.ip, args.port)
     proxy_cmd = find_proxy()
     db_url = args.db_url or f"sqlite:///{data_dir / 'classhub.sqlite'}"
-    try:
-        sessions = store.connect(db_url)  # creates or migrates the schema before anything starts
-    except Exception as e:  # a wrong URL, an unreachable server, a missing driver
-        raise CLIError(f"cannot open the classhub database {db_url} ({type(e).__name__}: {e}); "
-                       "check --db-url") from None
+    # `classhub upgrade-db` for you (a sqlite file is backed up first), before anything starts
+    upgraded = open_database(db_url, store.upgrade_database)
+    if upgraded.upgraded:
+        print(upgraded.sentence(), flush=True)
+    sessions = open_database(db_url, store.connect)
     if not args.no_demo:
         demo.seed_course(sessions)  # before configure(), which makes the course roles from it
 
@@ -160,6 +179,35 @@ def run_local(args: argparse.Namespace) -> None:
     heap.freeze_after_start(JupyterHub.instance(config=c))
     config_file = args.config or extra_config_file(data_dir)
     JupyterHub.launch_instance([f"--JupyterHub.config_file={config_file}"])
+
+
+def upgrade_db(args: argparse.Namespace) -> str:
+    """``classhub upgrade-db``: the schema at head; returns the line saying what was done."""
+    db_url = args.db_url or os.environ.get("CLASSHUB_DB_URL")
+    if not db_url:
+        data_dir = Path(args.data_dir).expanduser().resolve()
+        if not data_dir.is_dir():
+            raise CLIError(f"no data dir {data_dir}: pass --data-dir (where 'classhub local' keeps "
+                           "classhub.sqlite) or --db-url")
+        db_url = f"sqlite:///{data_dir / 'classhub.sqlite'}"
+    os.umask(0o077)  # a database or backup this creates is private, as in the data dir
+    return open_database(db_url, store.upgrade_database).sentence()
+
+
+T = TypeVar("T")
+
+
+def open_database(db_url: str, step: Callable[[str], T]) -> T:
+    """``step(db_url)``, its failures as one line: a schema it refuses (`store.SchemaError`, the
+    sentence says what to run), or a database it cannot open."""
+    try:
+        return step(db_url)
+    except store.SchemaError as e:
+        raise CLIError(str(e)) from None
+    except Exception as e:  # a wrong URL, an unreachable server, a missing driver
+        reason = " ".join(str(getattr(e, "orig", None) or e).split())  # psycopg: several lines
+        raise CLIError(f"cannot open the classhub database {store.shown_url(db_url)} "
+                       f"({type(e).__name__}: {reason}); check --db-url") from None
 
 
 def propose(args: argparse.Namespace) -> list[dict]:

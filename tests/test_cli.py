@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sqlite3
 import subprocess
 import uuid
 from pathlib import Path
 
 import psutil
 
+from hub_ext import store
 from hub_ext.core.profiles import Catalog
 from tests.hubproc import CLASSHUB
+from tests.ports import free_port
 
 
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None):
@@ -106,6 +109,59 @@ def test_missing_extra_config(tmp_path):
     assert result.returncode != 0
     assert "no such file" in one_line(result.stderr)
 
+
+def run_local_until_the_hub(data_dir: Path, *extra: str):
+    """`classhub local` through every check and the database step, stopped by an extra config
+    file as JupyterHub loads it: before the hub, the proxy or a service starts."""
+    stop = data_dir.parent / "stop.py"
+    stop.write_text('raise SystemExit("stopped by the test before the hub")\n')
+    env = {**os.environ, "CLASSHUB_PROXY_CMD": "true"}
+    result, leftovers = run_cli("local", "--port", str(free_port()), "--data-dir", str(data_dir),
+                                "--no-demo", "--config", str(stop), *extra, env=env)
+    assert not leftovers
+    return result
+
+
+def test_local_upgrades_an_old_database_before_it_starts(tmp_path):
+    data_dir = tmp_path / "var"
+    data_dir.mkdir()
+    url = f"sqlite:///{data_dir / 'classhub.sqlite'}"
+    engine = store.make_engine(url)
+    store.upgrade(engine, "0007")  # what an older classhub local left
+    engine.dispose()
+    head = store.head_revision()
+    result = run_local_until_the_hub(data_dir)
+    assert "stopped by the test before the hub" in result.stderr, result.stderr
+    [backup] = data_dir.glob("classhub.sqlite.*.bak")
+    assert f"classhub database {url} upgraded from revision 0007 to {head}; backup at {backup}\n" \
+        in result.stdout
+    store.connect(url).kw["bind"].dispose()  # at head: no refusal
+    # the next start has nothing to upgrade and says nothing about it
+    again = run_local_until_the_hub(data_dir)
+    assert "stopped by the test before the hub" in again.stderr, again.stderr
+    assert "classhub database" not in again.stdout
+    assert list(data_dir.glob("*.bak")) == [backup]
+
+
+def test_local_on_a_new_data_dir_creates_the_database_quietly(tmp_path):
+    result = run_local_until_the_hub(tmp_path / "var")
+    assert "stopped by the test before the hub" in result.stderr, result.stderr
+    assert "classhub database" not in result.stdout
+    assert not list((tmp_path / "var").glob("*.bak"))
+
+
+def test_local_refuses_a_database_of_a_newer_classhub(tmp_path):
+    data_dir = tmp_path / "var"
+    data_dir.mkdir()
+    url = f"sqlite:///{data_dir / 'classhub.sqlite'}"
+    store.connect(url).kw["bind"].dispose()
+    with sqlite3.connect(data_dir / "classhub.sqlite") as db:
+        db.execute("UPDATE classhub_alembic_version SET version_num = '0999'")
+    result = run_local_until_the_hub(data_dir)
+    assert result.returncode == 1
+    line = one_line(result.stderr)
+    assert line.startswith(f"classhub: The classhub database {url} is at revision 0999, which")
+    assert "does not know" in line
 
 def test_version():
     result = subprocess.run([*CLASSHUB, "--version"], capture_output=True, text=True)

@@ -8,9 +8,10 @@ of 1/3 hour read back as 0.333.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from fractions import Fraction
+from typing import TypeVar
 
 import pytest
 from alembic import command
@@ -46,6 +47,7 @@ CORE_TABLES = {
 #: every table the models declare (later revisions add templates, shares, ...), and Alembic's
 TABLES = set(Base.metadata.tables) | {VERSION_TABLE}
 HEAD = ScriptDirectory.from_config(alembic_config()).get_current_head()
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -79,25 +81,33 @@ def test_upgrade_creates_the_schema_the_models_describe(sessions: sessionmaker[S
         assert session.scalars(select(version)).all() == [HEAD]
 
 
-def test_connect_is_idempotent_and_concurrent_connects_are_safe(database_url: str) -> None:  # noqa: F811
+def at_once(step: Callable[[], T], count: int = 4) -> list[T]:
+    """`step()` in `count` threads released together: their results once all ended, or the first
+    error any of them raised."""
     errors: list[BaseException] = []
-    factories: list[sessionmaker[Session]] = []
-    barrier = threading.Barrier(4)
+    results: list[T] = []
+    barrier = threading.Barrier(count)
 
-    def open_store() -> None:
+    def run() -> None:
         barrier.wait(timeout=30)
         try:
-            factories.append(connect(database_url))
+            results.append(step())
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=open_store) for _ in range(4)]
+    threads = [threading.Thread(target=run) for _ in range(count)]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(timeout=60)
-    assert errors == []
-    assert len(factories) == 4
+        thread.join(timeout=120)
+    if errors:
+        raise errors[0]
+    assert len(results) == count
+    return results
+
+
+def test_connect_is_idempotent_and_concurrent_connects_are_safe(database_url: str) -> None:  # noqa: F811
+    factories = at_once(lambda: connect(database_url))
     assert schema_diff(factories[0]) == []
     for factory in factories:
         factory.kw["bind"].dispose()

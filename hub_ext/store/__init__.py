@@ -1,7 +1,9 @@
 """classhub's database: SQLAlchemy models, Alembic migrations and the reservation ledger.
 
-`connect(url)` opens sqlite (default) or PostgreSQL (`postgresql+psycopg://...`) and upgrades the
-schema; `Ledger` makes quota admission race-free on top of it.
+`connect(url)` opens sqlite (default) or PostgreSQL (`postgresql+psycopg://...`): it creates the
+schema in a new database and refuses (`SchemaError`) one whose schema is behind;
+`upgrade_database(url)` (``classhub upgrade-db``) upgrades it. `Ledger` makes quota admission
+race-free on top of it.
 """
 
 from hub_ext.store import culler_models, job_models, share_models, template_models  # noqa: F401  (register tables)
@@ -14,7 +16,20 @@ from hub_ext.store.courses import (
     set_course_limits,
     set_user_limits,
 )
-from hub_ext.store.engine import connect, in_thread, make_engine, readers, shared, upgrade
+from hub_ext.store.engine import (
+    SchemaError,
+    Upgraded,
+    connect,
+    ensure_schema,
+    head_revision,
+    in_thread,
+    make_engine,
+    readers,
+    shared,
+    shown_url,
+    upgrade,
+    upgrade_database,
+)
 from hub_ext.store.ledger import Ledger, QuotaDenied, ReconcileReport
 from hub_ext.store.models import (
     AuditLog,
@@ -38,12 +53,16 @@ __all__ = [
     "QuotaDenied",
     "ReconcileReport",
     "Reservation",
+    "SchemaError",
+    "Upgraded",
     "UserQuota",
     "add_member",
     "all_members",
     "connect",
     "courses_of",
     "ensure_course",
+    "ensure_schema",
+    "head_revision",
     "in_thread",
     "make_engine",
     "readers",
@@ -51,5 +70,7 @@ __all__ = [
     "set_course_limits",
     "set_user_limits",
     "shared",
+    "shown_url",
     "upgrade",
+    "upgrade_database",
 ]

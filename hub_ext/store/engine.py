@@ -6,9 +6,14 @@ row locks and its default deferred transactions let two writers read the same sn
 one fails to upgrade its lock; so every sqlite transaction here starts with BEGIN IMMEDIATE, which
 takes the write lock up front and makes writers queue (busy timeout) instead of failing.
 
-Migrations run on every `connect`: a hub, a service and a culler can start in any order, and each
-sees the schema it expects. Concurrent upgrades are serialized by the same lock (sqlite) or by a
-transaction-level advisory lock (PostgreSQL).
+The schema is migrated by one command, `classhub upgrade-db` (`upgrade_database`; `classhub local`
+runs it before it starts), as JupyterHub's `jupyterhub upgrade-db`: it backs up a sqlite file
+first, and an upgrade is a step an admin takes, not a side effect of whichever process starts
+first. Every other `connect` (the hub's spawner through `shared`, the service and its job loop,
+the culler) checks the revision: at head it goes on; a database without classhub tables (a
+first start) is created at head; anything else is a `SchemaError` whose message is the sentence
+to show, naming the command. Creating and upgrading are serialized by the same lock (sqlite) or by
+a transaction-level advisory lock (PostgreSQL), and the state is read again under the lock.
 
 Within one process, sqlite writers also queue on a Python lock per database file, handed over
 right after COMMIT: sqlite's busy handler polls with growing sleeps, which turns fifty threads
@@ -25,12 +30,19 @@ last committed snapshot while a writer holds the lock) and which refuses writes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import itertools
+import os
+import re
+import shlex
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -38,12 +50,13 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import URL, Connection, Engine, create_engine, event, func, make_url, select
+from sqlalchemy import URL, Connection, Engine, create_engine, event, func, inspect, make_url, select
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
-__all__ = ["VERSION_TABLE", "alembic_config", "connect", "in_thread", "make_engine", "readers", "shared",
-           "upgrade"]
+__all__ = ["VERSION_TABLE", "SchemaError", "Upgraded", "alembic_config", "connect", "ensure_schema",
+           "head_revision", "in_thread", "make_engine", "readers", "shared", "shown_url", "upgrade",
+           "upgrade_database"]
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 VERSION_TABLE = "classhub_alembic_version"
@@ -54,12 +67,19 @@ SQLITE_BUSY_TIMEOUT_S = 60
 def connect(url: str | URL, *, migrate: bool = True, **engine_kwargs: Any) -> sessionmaker[Session]:
     """A session factory for `url` (sqlite file or `postgresql+psycopg://...`), schema at head.
 
-    `engine_kwargs` go to `create_engine` (e.g. pool_size for many concurrent spawns). Sessions
-    keep their attributes after commit, so returned rows can be read outside the session.
+    With `migrate` (the default) the schema is checked first (`ensure_schema`): a database
+    without classhub tables is created at head, one behind is refused with a `SchemaError` that
+    names `classhub upgrade-db`. `engine_kwargs` go to `create_engine` (e.g. pool_size for many
+    concurrent spawns). Sessions keep their attributes after commit, so returned rows can be read
+    outside the session.
     """
     engine = make_engine(url, **engine_kwargs)
     if migrate:
-        upgrade(engine)
+        try:
+            ensure_schema(engine)
+        except BaseException:
+            engine.dispose()
+            raise
     return sessionmaker(engine, expire_on_commit=False)
 
 
@@ -67,8 +87,9 @@ def connect(url: str | URL, *, migrate: bool = True, **engine_kwargs: Any) -> se
 def shared(url: str) -> sessionmaker[Session]:
     """`connect(url)`, once per database per process: the hub's classhub code (the spawner's
     reads and reservations, the culler announcement, the culler's shortfalls, the templates'
-    records) shares one engine, so one pool of ``POOL_SIZE`` connections and one migration
-    check, instead of one engine per module."""
+    records) shares one engine, so one pool of ``POOL_SIZE`` connections and one schema check,
+    instead of one engine per module. A refusal (`SchemaError`) is not kept: the next call checks
+    again, so the hub's spawns work once an admin ran `classhub upgrade-db`."""
     return connect(url)
 
 
@@ -264,36 +285,218 @@ def alembic_config() -> Config:
     return config
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Bring the schema to `revision` in one transaction, one process at a time.
-
-    A schema already at head is only read, without the write lock: a process that connects
-    while another holds the database (the hub rendering its first page while the culler writes)
-    does not wait for it."""
-    config = alembic_config()
-    if revision == "head" and _at_head(engine, config):
-        return
-    with engine.begin() as connection:  # sqlite: BEGIN IMMEDIATE already serializes
-        if connection.dialect.name == "postgresql":
-            connection.execute(select(func.pg_advisory_xact_lock(_MIGRATION_LOCK)))
-        config.attributes["connection"] = connection
-        command.upgrade(config, revision)
+@functools.cache
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config())
 
 
-def _at_head(engine: Engine, config: Config) -> bool:
-    """Whether the database's schema is at the newest revision (read without the write lock)."""
-    url = engine.url
-    in_memory = url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:")
-    if in_memory:
+def head_revision() -> str:
+    """The newest revision of the schema, the one this classhub needs ("0008")."""
+    head = _scripts().get_current_head()
+    assert head is not None
+    return head
+
+
+def _known(revision: str) -> bool:
+    try:
+        return _scripts().get_revision(revision) is not None
+    except Exception:  # alembic's ResolutionError: a revision of a newer classhub
         return False
+
+
+class SchemaError(RuntimeError):
+    """The database's classhub schema is not the one this classhub needs; the message is the
+    sentence to show (what to run). `current` is the database's revision (None: none recorded),
+    `needed` this classhub's."""
+
+    def __init__(self, message: str, *, current: str | None, needed: str) -> None:
+        super().__init__(message)
+        self.current = current
+        self.needed = needed
+
+
+@dataclass(frozen=True)
+class Upgraded:
+    """What `upgrade_database` did: the revision before (None: the database had no classhub
+    tables) and after, and the backup copy of a sqlite file."""
+
+    url: str  #: as shown (`shown_url`)
+    before: str | None
+    after: str
+    backup: Path | None = None
+
+    @property
+    def upgraded(self) -> bool:
+        """Whether an existing schema was migrated (not created, not already at head)."""
+        return self.before is not None and self.before != self.after
+
+    def sentence(self) -> str:
+        if self.before == self.after:
+            return f"classhub database {self.url} already at revision {self.after}"
+        if self.before is None:
+            return f"classhub database {self.url} created at revision {self.after}"
+        where = f"backup at {self.backup}" if self.backup else "no backup made (not a sqlite file)"
+        return f"classhub database {self.url} upgraded from revision {self.before} to {self.after}; {where}"
+
+
+def shown_url(url: str | URL) -> str:
+    """`url` for messages and logs, its password replaced by ***."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL at all: still never show what looks like a password
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", str(url))
+
+
+def _sqlite_file(url: URL) -> bool:
+    return url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:")
+
+
+def _refusal(url: URL, current: str | None) -> SchemaError:
+    needed = head_revision()
+    shown = shown_url(url)
+    if current is None:
+        message = (f"The classhub database {shown} holds classhub tables but no revision in "
+                   f"{VERSION_TABLE}, this classhub needs {needed}: its schema was not made by "
+                   "classhub's migrations, so neither this classhub nor 'classhub upgrade-db' can "
+                   "tell what to change; restore it from a backup")
+    elif not _known(current):
+        message = (f"The classhub database {shown} is at revision {current}, which this classhub "
+                   f"(newest revision {needed}) does not know: a newer classhub upgraded it; run "
+                   "that classhub or a newer one")
+    else:
+        backup = ("it backs up a sqlite file first" if _sqlite_file(url)
+                  else "back up the database first, e.g. with pg_dump")
+        message = (f"The classhub database {shown} is at revision {current}, this classhub needs "
+                   f"{needed}: run 'classhub upgrade-db --db-url {shlex.quote(shown)}' ({backup})")
+    return SchemaError(message, current=current, needed=needed)
+
+
+def _schema_state(connection: Connection) -> tuple[str | None, bool]:
+    """classhub's revision in the database (None: none recorded), and whether it holds any
+    classhub table. JupyterHub's own tables and revision (`alembic_version`) do not count."""
+    heads = MigrationContext.configure(
+        connection, opts={"version_table": VERSION_TABLE}).get_current_heads()
+    if heads:  # a revision says there is a schema; listing the tables is for the case without
+        return ",".join(sorted(heads)), True
+    return None, any(name.startswith("classhub_") and name != VERSION_TABLE
+                     for name in inspect(connection).get_table_names())
+
+
+def _read_state(engine: Engine) -> tuple[str | None, bool] | None:
+    """`_schema_state` read without the write lock, or None where it cannot be read that way
+    (an in-memory database, a sqlite file not created yet): the locked path decides."""
+    url = engine.url
+    if url.get_backend_name() == "sqlite" and not _sqlite_file(url):
+        return None
     reader = _read_engine(url) if url.get_backend_name() == "sqlite" else engine
     try:
         with reader.connect() as connection:
-            current = MigrationContext.configure(
-                connection, opts={"version_table": VERSION_TABLE}).get_current_heads()
-    except Exception:  # no database file yet, no version table: upgrade decides
-        return False
+            return _schema_state(connection)
+    except Exception:
+        return None
     finally:
         if reader is not engine:
             reader.dispose()
-    return set(current) == set(ScriptDirectory.from_config(config).get_heads())
+
+
+@contextlib.contextmanager
+def _locked(engine: Engine) -> Iterator[Connection]:
+    """A transaction that holds the schema lock: sqlite's write lock (BEGIN IMMEDIATE), or a
+    transaction-level advisory lock on PostgreSQL, so one process at a time creates or upgrades."""
+    with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            connection.execute(select(func.pg_advisory_xact_lock(_MIGRATION_LOCK)))
+        yield connection
+
+
+def _migrate(connection: Connection, revision: str) -> None:
+    config = alembic_config()
+    config.attributes["connection"] = connection
+    command.upgrade(config, revision)
+
+
+def ensure_schema(engine: Engine) -> None:
+    """Go on when the schema is at head; create it at head in a database without classhub tables
+    (a first start); otherwise raise `SchemaError`, whose message names `classhub upgrade-db`.
+
+    A schema at head (or behind) is only read, without the write lock: a process that connects
+    while another holds the database (the hub rendering its first page while the culler writes)
+    does not wait for it. Creating takes the schema lock and reads the state again under it, so
+    two processes starting on a new database create it once, and a database that another
+    process created meanwhile is checked, never migrated, here."""
+    needed = head_revision()
+    state = _read_state(engine)
+    if state is not None:
+        current, tables = state
+        if current == needed:
+            return
+        if current is not None or tables:
+            raise _refusal(engine.url, current)
+    with _locked(engine) as connection:
+        current, tables = _schema_state(connection)
+        if current is None and not tables:
+            _migrate(connection, "head")
+            return
+    if current != needed:
+        raise _refusal(engine.url, current)
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Bring the schema to `revision` in one transaction under the schema lock, whatever it is
+    now and without a backup (`upgrade_database` is the command's checked, backed-up upgrade)."""
+    with _locked(engine) as connection:
+        _migrate(connection, revision)
+
+
+def upgrade_database(url: str | URL, *, backup: bool = True, now: datetime | None = None) -> Upgraded:
+    """``classhub upgrade-db``: bring the schema to head, one process at a time.
+
+    A sqlite file that is behind is first copied to ``<file>.<YYYY-mm-dd-HHMMSS>.bak`` beside it
+    (sqlite's backup API, inside the transaction that upgrades: the copy is exactly what was
+    upgraded, a live WAL database included). A database without classhub tables is created at
+    head; one at a revision this classhub does not know, or with classhub tables and no revision,
+    is refused (`SchemaError`). Errors opening the database propagate as they are."""
+    engine = make_engine(url)
+    needed = head_revision()
+    try:
+        with _locked(engine) as connection:
+            before, tables = _schema_state(connection)
+            if before == needed:
+                return Upgraded(shown_url(engine.url), before, needed)
+            if (before is None and tables) or (before is not None and not _known(before)):
+                raise _refusal(engine.url, before)
+            copy = None
+            if backup and before is not None and _sqlite_file(engine.url):
+                copy = _backup(Path(str(engine.url.database)), now or datetime.now())
+            _migrate(connection, "head")
+        return Upgraded(shown_url(engine.url), before, needed, copy)
+    finally:
+        engine.dispose()
+
+
+def _backup(path: Path, now: datetime) -> Path:
+    """Copy the sqlite database `path` to a new private file beside it.
+
+    Called while this process holds the write lock and has written nothing: the copy is read on
+    a connection of its own (sqlite's backup API refuses a source in a write transaction), which
+    in WAL mode reads the last commit, the very state about to be upgraded."""
+    stamp = now.strftime("%Y-%m-%d-%H%M%S")
+    for n in itertools.count(1):
+        target = path.with_name(f"{path.name}.{stamp}.bak" if n == 1 else f"{path.name}.{stamp}.{n}.bak")
+        try:
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            break
+        except FileExistsError:
+            continue
+    try:
+        source = sqlite3.connect(path, timeout=SQLITE_BUSY_TIMEOUT_S)
+        copy = sqlite3.connect(target)
+        try:
+            source.backup(copy)
+        finally:
+            copy.close()
+            source.close()
+    except BaseException:
+        target.unlink(missing_ok=True)
+        raise
+    return target

@@ -1,4 +1,5 @@
-"""Alembic environment: runs on the connection that `hub_ext.store.engine.upgrade` passes in.
+"""Alembic environment: runs on the connection that `hub_ext.store.engine` passes in (under its
+schema lock: `upgrade_database`, `ensure_schema`, `upgrade`).
 
 For the command line (`alembic -x url=sqlite:///classhub.sqlite revision --autogenerate -m ...`
 with `-c` pointing to a minimal ini that names this folder), a URL given with `-x url=...`
@@ -36,7 +37,7 @@ def _run(connection: Connection) -> None:
 
 def main() -> None:
     if context.is_offline_mode():
-        raise SystemExit("classhub migrations run online only (hub_ext.store.connect)")
+        raise SystemExit("classhub migrations run online only (classhub upgrade-db)")
     connection = context.config.attributes.get("connection")
     if connection is not None:
         _run(connection)
