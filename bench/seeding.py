@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hub_ext.backends.local.seeding import scan_template, seed_home  # noqa: E402
+from hub_ext.backends.seeding import scan_template, seed_home  # noqa: E402
 from hub_ext.core.seeding import SeedLimits  # noqa: E402
 
 

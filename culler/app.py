@@ -52,8 +52,8 @@ from hub_ext.core.culling import (
     Window,
     decide,
 )
+from hub_ext.hubapi import HubAPI, HubAPIError
 from hub_ext.logs import route_module_logs
-from hub_ext.service.hubapi import HubAPI, HubAPIError
 from hub_ext.store import culler_models as cm
 
 ACTION = cm.CULLED_ACTION

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = "classhub"
 #: Environment variables of the hub passed on to the classhub service (see its traits).
 SERVICE_ENV_SETTINGS = ("CLASSHUB_RECONCILE_INTERVAL", "CLASSHUB_RECONCILE_GRACE", "CLASSHUB_METRICS_AUTH",
-                        # templates (hub_ext.backends.local.templates.ClasshubTemplates)
+                        # templates (hub_ext.backends.templates.ClasshubTemplates)
                         "CLASSHUB_TEMPLATES_DIR", "CLASSHUB_TEMPLATE_MAX_BYTES",
                         "CLASSHUB_TEMPLATE_MAX_FILES", "CLASSHUB_TEMPLATE_MAX_DEPTH",
                         "CLASSHUB_TEMPLATES_PVC")

@@ -34,8 +34,8 @@ from hub_ext.backends.kubernetes import servers
 from hub_ext.backends.kubernetes.informer import live_capacity, mark_failure_seen
 from hub_ext.backends.kubernetes.servers import ApiFailure
 from hub_ext.backends.kubernetes.templates import seed_pod_parts
-from hub_ext.backends.local.templates import ClasshubTemplates
-from hub_ext.backends.local.templates_spawn import SeedJob, record_seeded
+from hub_ext.backends.templates import ClasshubTemplates
+from hub_ext.backends.templates_spawn import SeedJob, record_seeded
 from hub_ext.core.capacity import CapacitySnapshot
 from hub_ext.core.profiles import Profile, Room, Selection, pod_settings, room_in_cluster
 from hub_ext.core.scheduling import api_error_message, unschedulable_message

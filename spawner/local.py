@@ -18,14 +18,16 @@ from tornado import web
 from traitlets import Bool, Float, Instance, Int, List, Unicode, Union, default
 
 from hub_ext import store
-from hub_ext.backends.local import accounts, processes, templates_spawn
+from hub_ext.backends import templates_spawn
+from hub_ext.backends.local import accounts, processes
 from hub_ext.backends.local.gpu_pool import GPUPool
-from hub_ext.backends.local.seeding import HomeError
-from hub_ext.backends.local.templates import ClasshubTemplates
+from hub_ext.backends.seeding import HomeError
+from hub_ext.backends.templates import ClasshubTemplates
 from hub_ext.core.devices import AssignmentError, DevicesUnavailable, cuda_visible_devices
 from hub_ext.core.profiles import Profile, Room, Selection, propose_profiles, room_on_machine
 from hub_ext.core.resources import format_quantity
 from hub_ext.core.seeding import TemplateRefused
+from spawner.pressure import reclaim_notice
 from spawner.profiles import ProfilesMixin
 
 
@@ -176,8 +178,6 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
         try:  # no await between the look and the assignment: decided in one step of the loop
             self.gpu_uuids = pool.assign(self.owner_key, profile.gpu_resource, profile.gpu_count)
         except AssignmentError as e:
-            from culler.pressure import reclaim_notice
-
             notice = ""
             if isinstance(e, DevicesUnavailable) and e.capacity >= e.requested:
                 notice = await reclaim_notice(self.classhub_db_url, self.user.name, profile)

@@ -15,8 +15,8 @@ from tornado import web
 from traitlets import Bool, Dict, HasTraits, List, Unicode, default
 
 from hub_ext import store
-from hub_ext.backends.local import templates_spawn
-from hub_ext.backends.local.templates_spawn import SeedJob
+from hub_ext.backends import templates_spawn
+from hub_ext.backends.templates_spawn import SeedJob
 from hub_ext.core import roles
 from hub_ext.core.profiles import (
     Catalog,
@@ -31,6 +31,7 @@ from hub_ext.core.profiles import (
     viewer_from_hub,
 )
 from spawner import form, quota
+from spawner.pressure import reclaim_notice
 
 
 class ProfilesMixin(HasTraits):
@@ -221,9 +222,7 @@ class ProfilesMixin(HasTraits):
             selection = dataclasses.replace(selection, image=self._template_image)
         offer = self.offer(selection.profile, await self.capacity_view())
         if not offer.available:
-            from culler.pressure import reclaim_notice  # the culler frees idle holders (issue 8)
-
-            notice = ""
+            notice = ""  # the culler frees idle holders (issue 8)
             if offer.fits_when_empty != 0:  # reclaiming frees nothing a profile that never fits needs
                 notice = await reclaim_notice(self.classhub_db_url, self.user.name, selection.profile)
             raise web.HTTPError(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import pickle
+from dataclasses import replace
 from decimal import ROUND_UP, Decimal, localcontext
 from fractions import Fraction
 
@@ -16,25 +17,38 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hub_ext.core.resources import (
+    AMD_GPU,
     CPU,
+    HABANA_GAUDI,
+    INTEL_GPU_I915,
+    INTEL_GPU_XE,
     MAX_QUANTITY,
     MEMORY,
     NVIDIA_GPU,
     NVIDIA_GPU_SHARED,
+    VENDOR_GPU_RESOURCES,
     ZERO,
     MigProfile,
     ResourceVector,
     canonical_quantity,
     container_requests,
     format_quantity,
+    gpu_kind,
+    gpu_taint_key,
+    gpu_tolerations,
     human_quantity,
     is_gpu_resource,
+    is_known_resource,
     is_mig_resource,
     mig_resource_name,
+    parse_mig,
+    parse_mig_profile,
     parse_mig_resource,
     parse_quantity,
+    parse_single_mig_product,
     pod_requests,
     pod_spec_requests,
+    single_mig_product,
     sum_vectors,
     validate_resource_name,
 )
@@ -298,7 +312,7 @@ def test_resource_name_must_be_a_string():
 
 def test_mig_resource_names_round_trip():
     assert parse_mig_resource(MIG_1G) == MigProfile(1, 18)
-    assert parse_mig_resource("nvidia.com/mig-7g.141gb") == (7, 141)
+    assert parse_mig_resource("nvidia.com/mig-7g.141gb") == MigProfile(7, 141)
     assert mig_resource_name(3, 71) == MIG_3G
     assert str(MigProfile(2, 35)) == "2g.35gb"
     for compute, memory in [
@@ -310,10 +324,7 @@ def test_mig_resource_names_round_trip():
         (7, 80),
         (4, 71),
     ]:
-        assert parse_mig_resource(mig_resource_name(compute, memory)) == (
-            compute,
-            memory,
-        )
+        assert parse_mig_resource(mig_resource_name(compute, memory)) == MigProfile(compute, memory)
 
 
 @pytest.mark.parametrize(
@@ -323,9 +334,22 @@ def test_mig_resource_names_round_trip():
         "nvidia.com/mig-0g.5gb",
         "nvidia.com/mig-1g.18GB",
         "amd.com/mig-1g.5gb",
-        "nvidia.com/mig-1g.18gb.me",
         "nvidia.com/mig-g.18gb",
         "cpu",
+        # attributes are written as the device plugin writes them, or not at all
+        "nvidia.com/mig-1g.10gb+me",  # "+" is not allowed in a resource name
+        "nvidia.com/mig-1g.10gb.",
+        "nvidia.com/mig-1g.10gb..me",
+        "nvidia.com/mig-1g.10gb.1me",
+        "nvidia.com/mig-1g.10gb.me.",
+        "nvidia.com/mig-1g.10gb.me,gfx",
+        "nvidia.com/mig-1g.10gb.me-",
+        "nvidia.com/mig-1g.10gb.me+gfx",
+        "nvidia.com/mig-1g.10gb-",
+        "nvidia.com/mig-0c.1g.10gb",
+        "nvidia.com/mig-1c.10gb",
+        "nvidia.com/mig-1g.10gb." + "a" * 60,  # longer than a resource name may be
+        "NVIDIA.com/mig-1g.10gb",
     ],
 )
 def test_not_mig_resources(name):
@@ -350,14 +374,226 @@ def test_mig_resource_name_refuses_nonsense():
         (NVIDIA_GPU_SHARED, True),
         (MIG_1G, True),
         (MIG_3G, True),
+        ("nvidia.com/mig-1g.10gb.me", True),
+        ("nvidia.com/mig-1g.24gb.me.all", True),
+        ("nvidia.com/mig-1g.24gb-me", True),
+        ("nvidia.com/mig-1c.2g.20gb", True),
+        ("nvidia.com/mig-1g.18gb.shared", True),
+        ("amd.com/gpu", True),
+        ("gpu.intel.com/i915", True),
+        ("gpu.intel.com/xe", True),
+        ("habana.ai/gaudi", True),
         (CPU, False),
         (MEMORY, False),
         ("nvidia.com/gpu.foo", False),
+        ("nvidia.com/gpus", False),
+        ("nvidia.com/GPU", False),
         ("example.com/gpu", False),
+        ("gpu.intel.com/millicores", False),  # a share of an Intel GPU's time, not a device
+        ("amd.com/GPU", False),
+        (None, False),
     ],
 )
 def test_is_gpu_resource(name, is_gpu):
     assert is_gpu_resource(name) is is_gpu
+
+
+# --------------------------------------------------------------------------- the GPU grammar
+
+ME = "nvidia.com/mig-1g.10gb.me"
+
+
+@pytest.mark.parametrize(
+    ("name", "profile", "nvidia_spelling"),
+    [
+        # what NVIDIA's device plugin advertises: its MIG profile with "+" written "."
+        (ME, MigProfile(1, 10, ("me",)), "1g.10gb+me"),
+        ("nvidia.com/mig-1g.18gb.me", MigProfile(1, 18, ("me",)), "1g.18gb+me"),
+        ("nvidia.com/mig-1g.20gb", MigProfile(1, 20), "1g.20gb"),
+        ("nvidia.com/mig-1g.20gb.me", MigProfile(1, 20, ("me",)), "1g.20gb+me"),
+        ("nvidia.com/mig-1g.24gb.me.all", MigProfile(1, 24, ("me.all",)), "1g.24gb+me.all"),
+        ("nvidia.com/mig-2g.48gb.gfx", MigProfile(2, 48, ("gfx",)), "2g.48gb+gfx"),
+        ("nvidia.com/mig-1g.24gb-me", MigProfile(1, 24, ("-me",)), "1g.24gb-me"),
+        # nvidia-smi's compute instances (local mode) and time-sliced slices (renameByDefault)
+        ("nvidia.com/mig-1c.2g.20gb", MigProfile(2, 20, compute_slices=1), "1c.2g.20gb"),
+        ("nvidia.com/mig-1g.18gb.shared", MigProfile(1, 18, shared=True), "1g.18gb"),
+        ("nvidia.com/mig-1g.10gb.me.shared", MigProfile(1, 10, ("me",), shared=True), "1g.10gb+me"),
+    ],
+)
+def test_mig_resources_with_attributes_are_mig_resources_and_gpus(name, profile, nvidia_spelling):
+    assert is_mig_resource(name) and is_gpu_resource(name)
+    assert parse_mig(name) == parse_mig_resource(name) == profile
+    assert str(profile) == nvidia_spelling
+    assert profile.resource_name == name
+    assert parse_mig_profile(nvidia_spelling) == replace(profile, shared=False)
+    assert gpu_taint_key(name) == NVIDIA_GPU
+
+
+def test_mig_resource_names_keep_the_attributes():
+    assert mig_resource_name(1, 10, ["me"]) == ME
+    assert mig_resource_name(1, 10, "me") == ME  # one attribute, not the letters m and e
+    assert mig_resource_name(1, 24, ["-me"]) == "nvidia.com/mig-1g.24gb-me"
+    assert mig_resource_name(2, 20, compute_slices=1) == "nvidia.com/mig-1c.2g.20gb"
+    assert mig_resource_name(3, 40, compute_slices=3) == "nvidia.com/mig-3g.40gb"
+    assert mig_resource_name(1, 18, shared=True) == "nvidia.com/mig-1g.18gb.shared"
+    assert MigProfile(1, 10, ("me",)).label == "1g.10gb.me"
+    assert MigProfile(3, 40, compute_slices=3) == MigProfile(3, 40)
+
+
+@pytest.mark.parametrize(
+    ("text", "profile"),
+    [
+        ("1g.18gb", MigProfile(1, 18)),
+        ("1g.10gb+me", MigProfile(1, 10, ("me",))),
+        ("1g.10gb.me", MigProfile(1, 10, ("me",))),  # as resource names and node labels write it
+        ("1g.24gb+me.all", MigProfile(1, 24, ("me.all",))),
+        ("1g.24gb-me", MigProfile(1, 24, ("-me",))),
+        ("1g.10gb+me,gfx", MigProfile(1, 10, ("me", "gfx"))),
+        ("1c.2g.20gb", MigProfile(2, 20, compute_slices=1)),
+    ],
+)
+def test_mig_profiles_as_nvidia_smi_writes_them(text, profile):
+    assert parse_mig_profile(text) == profile
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "1g", "1g.18", "1g.18GB", "0g.5gb", "1g.5gb+", "1g.5gb+2me", "1g.5gb+me,me", "1g.5gb+me-gfx",
+     "1g.5gb*me", " 1g.5gb", "nvidia.com/mig-1g.5gb", "1g.5gb.shared", None, 7],
+)
+def test_not_mig_profiles(text):
+    with pytest.raises(ValueError, match="MIG"):
+        parse_mig_profile(text)
+
+
+def test_mig_profile_refuses_nonsense_attributes():
+    with pytest.raises(ValueError, match="mix"):
+        MigProfile(1, 10, ("me", "-gfx"))
+    with pytest.raises(ValueError, match="not like me"):
+        MigProfile(1, 10, ("m e",))
+    with pytest.raises(ValueError, match="repeat"):
+        MigProfile(1, 10, ("me", "me"))
+    with pytest.raises(ValueError, match="sharing suffix"):
+        MigProfile(1, 10, ("shared",))
+    with pytest.raises(TypeError):
+        MigProfile(1, 10, shared="yes")
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "taint"),
+    [
+        (NVIDIA_GPU, "gpu", NVIDIA_GPU),
+        (NVIDIA_GPU_SHARED, "shared", NVIDIA_GPU),
+        (MIG_1G, "mig", NVIDIA_GPU),
+        (ME, "mig", NVIDIA_GPU),
+        ("nvidia.com/mig-1g.18gb.shared", "shared", NVIDIA_GPU),
+        (AMD_GPU, "gpu", AMD_GPU),
+        (INTEL_GPU_I915, "gpu", INTEL_GPU_I915),
+        (INTEL_GPU_XE, "gpu", INTEL_GPU_XE),
+        (HABANA_GAUDI, "gpu", HABANA_GAUDI),
+        (CPU, None, None),
+        ("nvidia.com/gpus", None, None),
+        ("example.com/fpga", None, None),
+    ],
+)
+def test_gpu_kind_and_the_taint_its_nodes_carry(name, kind, taint):
+    assert gpu_kind(name) == kind
+    assert gpu_taint_key(name) == taint
+
+
+def keys(tolerations):
+    assert all(t["operator"] == "Exists" and t["effect"] == "NoSchedule" for t in tolerations)
+    return [t["key"] for t in tolerations]
+
+
+def test_gpu_tolerations_one_function_for_every_pod():
+    assert keys(gpu_tolerations([NVIDIA_GPU])) == [NVIDIA_GPU]
+    # NVIDIA's taint, and one keyed by the resource as ExtendedResourceToleration adds
+    assert keys(gpu_tolerations(ME)) == [NVIDIA_GPU, ME]
+    assert keys(gpu_tolerations([CPU, MEMORY, ME, NVIDIA_GPU])) == [NVIDIA_GPU, ME]
+    assert keys(gpu_tolerations({"cpu": "4", AMD_GPU: "1"})) == [AMD_GPU]  # not nvidia.com/gpu
+    assert keys(gpu_tolerations([AMD_GPU, MIG_1G, AMD_GPU])) == [AMD_GPU, NVIDIA_GPU, MIG_1G]
+    assert gpu_tolerations(None) == gpu_tolerations([]) == gpu_tolerations([CPU]) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "known"),
+    [
+        (CPU, True), (MEMORY, True), ("ephemeral-storage", True), ("pods", True),
+        ("hugepages-2Mi", True), (ME, True), ("nvidia.com/mig-1g.24gb.me.all", True),
+        ("nvidia.com/mig-1g.24gb-me", True), (NVIDIA_GPU_SHARED, True), (AMD_GPU, True),
+        ("example.com/fpga", True),  # another vendor's extended resource, as written
+        ("gpus", False), ("nvidia.com/gpus", False), ("nvidia.com/GPU", False),
+        ("nvidia.com/mig-1g.10gb+me", False), ("nvidia.com/mig-1g", False),
+    ],
+)
+def test_is_known_resource(name, known):
+    assert is_known_resource(name) is known
+
+
+def test_single_strategy_product_labels():
+    profile = MigProfile(1, 10, ("me",))
+    assert single_mig_product("NVIDIA-A100-SXM4-80GB", profile) == "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb.me"
+    label = "NVIDIA-A100-SXM4-80GB-MIG-1g.10gb.me"
+    assert parse_single_mig_product(label) == ("NVIDIA-A100-SXM4-80GB", profile)
+    assert parse_single_mig_product("NVIDIA-H200-MIG-1g.18gb-SHARED") == ("NVIDIA-H200", MigProfile(1, 18))
+    for label in ("NVIDIA-H200", "NVIDIA-H200-MIG-junk", "-MIG-1g.18gb", ""):
+        assert parse_single_mig_product(label) is None
+
+
+# Names as the grammar writes them: each part drawn from what NVIDIA's tools may print.
+attributes = st.from_regex(r"[A-Za-z][A-Za-z0-9]{0,4}(\.[A-Za-z0-9]{1,4}){0,2}", fullmatch=True)
+mig_profiles = st.builds(
+    MigProfile,
+    compute=st.integers(1, 8),
+    memory_gb=st.integers(1, 999),
+    attributes=st.one_of(
+        st.just(()),
+        st.sampled_from([("me",), ("me.all",), ("gfx",), ("-me",)]),
+        st.lists(attributes, min_size=1, max_size=3, unique=True).map(tuple),
+        st.lists(attributes, min_size=1, max_size=2, unique=True).map(lambda a: tuple("-" + x for x in a)),
+    ),
+    compute_slices=st.none() | st.integers(1, 8),
+    shared=st.booleans(),
+).filter(lambda p: len(p.resource_name) <= len("nvidia.com/") + 63)
+
+
+@st.composite
+def grammar_names(draw):
+    return draw(st.one_of(
+        st.sampled_from(sorted({NVIDIA_GPU, NVIDIA_GPU_SHARED, *VENDOR_GPU_RESOURCES})),
+        mig_profiles.map(lambda p: p.resource_name),
+    ))
+
+
+@settings(max_examples=300, deadline=None)
+@given(mig_profiles)
+def test_every_mig_name_the_grammar_writes_parses_back_to_itself(profile):
+    name = profile.resource_name
+    validate_resource_name(name)  # a name Kubernetes accepts
+    assert is_mig_resource(name) and is_gpu_resource(name) and is_known_resource(name)
+    parsed = parse_mig(name)
+    assert parsed.resource_name == name
+    if len(profile.attributes) <= 1:  # "+me,gfx" has no resource spelling of its own: ".me.gfx"
+        assert parsed == profile
+        assert parse_mig_profile(str(profile)) == replace(profile, shared=False)
+        assert parse_mig_profile(profile.label) == replace(profile, shared=False)
+
+
+@settings(max_examples=200, deadline=None)
+@given(grammar_names())
+def test_every_gpu_name_is_a_gpu_with_a_taint_and_its_tolerations(name):
+    assert is_gpu_resource(name) and gpu_kind(name) in ("gpu", "mig", "shared")
+    assert keys(gpu_tolerations([name, CPU]))[0] == gpu_taint_key(name)
+    assert name in keys(gpu_tolerations([name]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="nvidia.com/mig-0123456789cgb.+-meashrdxl", max_size=40))
+def test_anything_the_grammar_accepts_it_writes_back_the_same(name):
+    if is_mig_resource(name):
+        assert parse_mig(name).resource_name == name
+        assert validate_resource_name(name) == name
 
 
 # --------------------------------------------------------------------------- ResourceVector

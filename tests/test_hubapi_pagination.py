@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from hub_ext import store
-from hub_ext.service.hubapi import HubAPI
+from hub_ext.hubapi import HubAPI
 from hub_ext.service.reconcile import reconcile_once, running_server_keys
 from tests.hubproc import HubSession, api, hub_with_config, start_server
 

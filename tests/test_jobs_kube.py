@@ -107,6 +107,29 @@ def test_the_schemas_do_refuse_a_broken_object():
         jsonschema.validate(group, PODGROUP)
 
 
+@pytest.mark.parametrize(
+    ("resource", "keys"),
+    [
+        # NVIDIA's taint, and the resource's own as ExtendedResourceToleration adds it
+        ("nvidia.com/mig-1g.10gb.me", ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb.me"]),
+        # the vendor's taint; nvidia.com/gpu always, as admission may place any job there
+        ("amd.com/gpu", ["nvidia.com/gpu", "amd.com/gpu"]),
+        ("nvidia.com/gpu", ["nvidia.com/gpu"]),
+    ],
+)
+def test_the_replicas_tolerate_the_taints_of_the_gpus_they_ask_for(resource, keys):
+    job = replace(launch({"worker": 2}, ["a", "b"]), requests={"worker": {resource: "1", "cpu": "4"}},
+                  pods={"worker": {"tolerations": [
+                      {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+                      {"key": "lab", "operator": "Exists", "effect": "NoSchedule"}]}})
+    obj = kube.pytorch_job(job, namespace="classhub", image="img")
+    jsonschema.validate(obj, PYTORCHJOB)
+    for spec in obj["spec"]["pytorchReplicaSpecs"].values():
+        tolerations = spec["template"]["spec"]["tolerations"]
+        assert [t["key"] for t in tolerations] == [*keys, "lab"]  # each once, the profile's kept
+        assert all(t["operator"] == "Exists" and t["effect"] == "NoSchedule" for t in tolerations)
+
+
 def test_max_restarts_becomes_the_backoff_limit():
     job = replace(launch({"worker": 2}, ["a", "b"]), max_restarts=2)
     obj = kube.pytorch_job(job, namespace="classhub", image="img")

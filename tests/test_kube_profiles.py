@@ -36,13 +36,22 @@ NODES = [
     {"name": "l40s-0", "allocatable": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu.shared": "4"},
      "labels": {"nvidia.com/gpu.product": "NVIDIA-L40S",
                 "nvidia.com/gpu.sharing-strategy": "time-slicing"}, "taints": GPU_TAINT},
+    # MIG slices with media extensions (1g.10gb+me), as the device plugin advertises them
+    {"name": "h100-me-0",
+     "allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/mig-1g.10gb.me": "2"},
+     "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/mig.strategy": "mixed"},
+     "taints": GPU_TAINT},
+    # another vendor's GPUs, tainted with their resource name (ExtendedResourceToleration's key)
+    {"name": "mi300-0", "allocatable": {"cpu": "64", "memory": "512Gi", "amd.com/gpu": "2"},
+     "taints": [{"key": "amd.com/gpu", "value": "present", "effect": "NoSchedule"}]},
 ]
 
 CONFIG = f"""
-c.DemoAuthenticator.accounts = demo.DEMO_ACCOUNTS + ["bob", "carol"]
+c.DemoAuthenticator.accounts = demo.DEMO_ACCOUNTS + ["bob", "carol", "dave", "erin"]
 c.JupyterHub.load_groups = {{
     "cs101": {{"users": ["student1", "student2", "ta1"]}},
     "cs102": {{"users": ["bob", "carol"]}},
+    "cs103": {{"users": ["dave", "erin"]}},
 }}
 c.ClasshubKubeSpawner.profiles = [
     {{"slug": "cpu", "kind": "cpu", "default": True, "images": [{SCIPY!r}]}},
@@ -56,6 +65,10 @@ c.ClasshubKubeSpawner.profiles = [
     {{"slug": "b-shared", "kind": "shared", "groups": ["cs102"], "images": [{TORCH!r}],
      "tolerations": [{{"key": "course", "operator": "Equal", "value": "cs102",
                       "effect": "NoSchedule"}}]}},
+    {{"slug": "c-mig-me", "kind": "mig", "mig_profile": "1g.10gb+me", "groups": ["cs103"],
+     "images": [{TORCH!r}]}},
+    {{"slug": "c-amd", "kind": "shared", "gpu_resource": "amd.com/gpu", "groups": ["cs103"],
+     "images": [{TORCH!r}]}},
 ]
 """
 
@@ -103,6 +116,9 @@ def test_each_course_sees_its_profiles_and_live_free_counts(hub, cluster):
     b = offers(bob)
     assert list(b) == ["cpu", "b-mig-single", "b-shared"]
     assert b["b-mig-single"] == "2 free now"
+    c = offers(hub.login("dave"))  # a slice with media extensions; another vendor's GPUs
+    assert list(c) == ["cpu", "c-mig-me", "c-amd"]
+    assert c["c-mig-me"] == "2 free now" and c["c-amd"] == "2 free now"
     # b-shared needs a toleration for a taint no node has: it fits the 4 shared GPUs all the same.
     assert b["b-shared"] == "4 free now"
 
@@ -129,6 +145,9 @@ EXPECTED = {
     "carol": ("b-mig-single", {"nvidia.com/gpu": "1"},
               {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-MIG-3g.40gb"},
               ["nvidia.com/gpu"], TORCH, "a100-single-0"),
+    "dave": ("c-mig-me", {"nvidia.com/mig-1g.10gb.me": "1"}, {},
+             ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb.me"], TORCH, "h100-me-0"),
+    "erin": ("c-amd", {"amd.com/gpu": "1"}, {}, ["amd.com/gpu"], TORCH, "mi300-0"),
     "teacher1": ("cpu", {}, {}, [], SCIPY, "cpu-0"),
 }
 
@@ -146,7 +165,7 @@ def test_pods_of_every_kind_are_valid_and_ask_for_the_right_things(hub, cluster)
         resources = container["resources"]
         for name, value in limits.items():
             assert parse_quantity(resources["limits"][name]) == parse_quantity(value), (user, resources)
-            if name.startswith("nvidia.com/"):
+            if "/" in name:  # an extended resource: request = limit
                 assert resources["requests"][name] == value, (user, resources)
         assert not any(k.startswith("nvidia.com/") for k in resources.get("limits", {})
                        if k not in limits), (user, resources)

@@ -1,4 +1,4 @@
-"""Seeding on a real file system (hub_ext.backends.local.seeding).
+"""Seeding on a real file system (hub_ext.backends.seeding).
 
 What a user would notice: a malicious template or upload that writes outside its folder or fills
 the disk, a symlink planted in a home that makes seeding write into /etc or another student's
@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from hub_ext.backends.local import seeding
-from hub_ext.backends.local.seeding import (
+from hub_ext.backends import seeding
+from hub_ext.backends.seeding import (
     HomeError,
     apply,
     extract_archive,

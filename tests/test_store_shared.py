@@ -2,7 +2,7 @@
 
 In the hub process a start reads the user's course roles (``templates_spawn.course_roles``) and
 releases or reserves in the ledger (``spawner.quota``), a page render reads the culler's warnings
-(``hubside.Announcement``), a refused start records a shortfall (``culler.pressure``). Each
+(``hubside.Announcement``), a refused start records a shortfall (``spawner.pressure``). Each
 module used to open its own engine: on PostgreSQL, a pool of connections each, and a migration
 check each. They all go through ``store.shared`` now.
 """
@@ -15,13 +15,12 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import select
 
-from culler import pressure
 from hub_ext import store
-from hub_ext.backends.local import templates_spawn
+from hub_ext.backends import templates_spawn
 from hub_ext.hubside import Announcement
 from hub_ext.store import engine
 from hub_ext.store.culler_models import Shortfall
-from spawner import quota
+from spawner import pressure, quota
 
 
 def test_the_hubs_classhub_code_opens_each_database_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):

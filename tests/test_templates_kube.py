@@ -2,7 +2,7 @@
 
 The fake kubelet runs each container's real command as a local process and mounts no volumes,
 so the test points the template volume's mount path and the home mount path at local folders:
-the seeding container then runs the real ``python -m hub_ext.backends.local.templates_cli``
+the seeding container then runs the real ``python -m hub_ext.backends.templates_cli``
 exactly as the pod spec says, reading the template storage the service wrote and writing the
 student's "home volume". What a user notices: the teacher publishes from their own server, the
 student's pod gets a seeding init container (a sidecar for a large template) with the template

@@ -12,7 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from hub_ext import store
-from hub_ext.backends.local.templates_spawn import course_roles, resolve
+from hub_ext.backends.templates_spawn import course_roles, resolve
 from hub_ext.store.template_models import TemplateSettings
 
 NOW = datetime(2026, 12, 2, 9, 0, tzinfo=timezone.utc)

@@ -1,4 +1,4 @@
-"""Template storage and the seeding command (hub_ext.backends.local.templates, templates_cli).
+"""Template storage and the seeding command (hub_ext.backends.templates, templates_cli).
 
 What a user notices: a published version that changes under the students' feet, a folder over the
 limits that fills the disk, a stored manifest someone edited on the volume, the Kubernetes seeding
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hub_ext.backends.local.templates import ClasshubTemplates, Stager, TemplateStorage
+from hub_ext.backends.templates import ClasshubTemplates, Stager, TemplateStorage
 from hub_ext.core.seeding import SeedLimits, TemplateRefused
 
 
@@ -35,7 +35,7 @@ def publish(storage: TemplateStorage, files: dict[str, str], location: str) -> s
 def seed(root: Path, location: str, digest: str, home: Path, version: int,
          *extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "hub_ext.backends.local.templates_cli", "seed", "--root", str(root),
+        [sys.executable, "-m", "hub_ext.backends.templates_cli", "seed", "--root", str(root),
          "--location", location, "--manifest-sha256", digest, "--home", str(home), "--course", "cs101",
          "--name", "lab", "--version", str(version), *extra],
         capture_output=True, text=True, timeout=60)

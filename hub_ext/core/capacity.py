@@ -27,12 +27,14 @@ from types import MappingProxyType
 from typing import Any
 
 from .resources import (
+    MIG_PRODUCT_MARKER,
     PODS,
     ZERO,
     MigProfile,
     ResourceVector,
     is_gpu_resource,
     is_mig_resource,
+    parse_single_mig_product,
     pod_requests,
     sum_vectors,
 )
@@ -60,7 +62,6 @@ TERMINATED_PHASES = frozenset({"Succeeded", "Failed"})
 """Pods in these phases hold no resources: the scheduler no longer counts them."""
 
 _HARD_TAINT_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
-_MIG_MARKER = "-MIG-"
 
 
 @dataclass(frozen=True)
@@ -176,27 +177,18 @@ class NodeCapacity:
             return None
         if any(is_mig_resource(name) for name in self.allocatable):
             return "mixed"
-        if _MIG_MARKER in (self.gpu_product or ""):
+        if MIG_PRODUCT_MARKER in (self.gpu_product or ""):
             return "single"
         return None
 
     @property
     def single_mig_profile(self) -> MigProfile | None:
-        """Under the MIG single strategy, the slice shape behind `nvidia.com/gpu` (from the label)."""
-        product = self.gpu_product or ""
-        if self.mig_strategy != "single" or _MIG_MARKER not in product:
+        """Under the MIG single strategy, the slice shape behind `nvidia.com/gpu` (from the label:
+        `NVIDIA-A100-SXM4-40GB-MIG-1g.5gb`, `...-MIG-1g.10gb.me`, `...-MIG-1g.5gb-SHARED`)."""
+        single = parse_single_mig_product(self.gpu_product or "")
+        if self.mig_strategy != "single" or single is None:
             return None
-        shape = product.rsplit(_MIG_MARKER, 1)[1]
-        compute, _, memory = shape.partition("g.")
-        memory = memory.removesuffix("gb")
-        if (
-            compute.isdigit()
-            and memory.isdigit()
-            and int(compute) > 0
-            and int(memory) > 0
-        ):
-            return MigProfile(int(compute), int(memory))
-        return None
+        return single[1]
 
     @property
     def gpu_resources(self) -> tuple[str, ...]:

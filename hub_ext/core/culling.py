@@ -67,6 +67,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from itertools import pairwise
 
+from .resources import gpu_kind
+
 __all__ = [
     "BUSY_GPU",
     "BUSY_KERNEL",
@@ -92,10 +94,12 @@ __all__ = [
     "active_window",
     "decide",
     "format_duration",
+    "held_gpus",
     "idle_since",
     "is_busy",
     "resolve_policy",
     "resolve_policy_key",
+    "server_kind",
 ]
 
 # Reason codes: stable strings, used as a Prometheus label; never reword them.
@@ -291,6 +295,19 @@ def is_busy(facts: ServerFacts, policy: CullPolicy) -> str | None:
     if facts.gpu_utilization is not None and facts.gpu_utilization >= policy.gpu_busy_utilization:
         return BUSY_GPU
     return None
+
+
+def held_gpus(resources: Mapping[str, int]) -> dict[str, int]:
+    """The GPU resources among what a server holds (whole, MIG, shared, other vendors'), by the
+    one grammar of `hub_ext.core.resources`: what pressure reclaim and culled GPU-hours count."""
+    return {name: units for name, units in resources.items() if units and gpu_kind(name)}
+
+
+def server_kind(resources: Mapping[str, int]) -> str:
+    """The profile kind whose idle timeout applies, from what the server holds: "gpu" (whole
+    GPUs), "mig" (MIG slices), "shared" (time-sliced/MPS replicas) or "cpu" (no GPU)."""
+    kinds = {gpu_kind(name) for name in held_gpus(resources)}
+    return next((kind for kind in ("gpu", "mig", "shared") if kind in kinds), "cpu")
 
 
 def format_duration(seconds: float) -> str:

@@ -17,12 +17,11 @@ completely or raise before changing anything); serialising concurrent callers is
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from .resources import NVIDIA_GPU, NVIDIA_GPU_SHARED, validate_resource_name
+from .resources import NVIDIA_GPU, NVIDIA_GPU_SHARED, MigProfile, is_mig_resource, parse_mig_profile
 
 __all__ = [
     "GPU",
@@ -42,10 +41,6 @@ __all__ = [
 
 GPU = "gpu"
 MIG = "mig"
-
-_MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-# "1g.18gb", "1c.2g.10gb", "1g.10gb+me", "1g.24gb+me.all": go-nvlib's MIG profile grammar.
-_MIG_PROFILE_RE = re.compile(r"(?:[1-9][0-9]*c\.)?[1-9][0-9]*g\.[1-9][0-9]*gb(?:\+[A-Za-z][A-Za-z0-9.,]*)?\Z")
 
 
 @dataclass(frozen=True)
@@ -79,13 +74,16 @@ class Device:
         elif self.kind == MIG:
             if self.shared:
                 raise ValueError(f"MIG device {self.uuid}: only whole GPUs can be shared")
-            if not self.mig_profile or not _MIG_PROFILE_RE.match(self.mig_profile):
+            try:
+                parse_mig_profile(self.mig_profile or "")
+            except ValueError:
                 raise ValueError(
                     f"MIG device {self.uuid}: profile {self.mig_profile!r} is not like 1g.18gb"
-                )
+                ) from None
             if not self.parent_uuid:
                 raise ValueError(f"MIG device {self.uuid}: parent_uuid is required")
-            validate_resource_name(self.resource_name)
+            if not is_mig_resource(self.resource_name):  # e.g. longer than a resource name may be
+                raise ValueError(f"MIG device {self.uuid}: {self.resource_name!r} is not a resource name")
         else:
             raise ValueError(f"device {self.uuid}: kind must be 'gpu' or 'mig', not {self.kind!r}")
 
@@ -94,11 +92,11 @@ class Device:
         """The Kubernetes extended resource this device counts as.
 
         MIG profiles with attributes become dotted (`1g.10gb+me` -> `nvidia.com/mig-1g.10gb.me`)
-        because `+` is not allowed in a resource name.
+        because `+` is not allowed in a resource name (`hub_ext.core.resources`' grammar).
         """
         if self.kind == MIG:
             assert self.mig_profile is not None
-            return _MIG_RESOURCE_PREFIX + self.mig_profile.replace("+", ".").replace(",", ".")
+            return parse_mig_profile(self.mig_profile).resource_name
         return NVIDIA_GPU_SHARED if self.shared else NVIDIA_GPU
 
 
@@ -121,11 +119,7 @@ def mig_profile_name(
     gpu_slices: int, memory_gb: int, compute_slices: int | None = None, attributes: Iterable[str] = ()
 ) -> str:
     """`(1, 18)` -> "1g.18gb"; a compute instance smaller than its GPU instance -> "1c.2g.20gb"."""
-    name = f"{gpu_slices}g.{memory_gb}gb"
-    if compute_slices is not None and compute_slices != gpu_slices:
-        name = f"{compute_slices}c.{name}"
-    attrs = list(attributes)
-    return name + ("+" + ",".join(attrs) if attrs else "")
+    return str(MigProfile(gpu_slices, memory_gb, tuple(attributes), compute_slices))
 
 
 # --------------------------------------------------------------------------- inventory

@@ -24,9 +24,15 @@ from hub_ext.core.resources import (
     NVIDIA_GPU_SHARED,
     ResourceVector,
     format_quantity,
-    mig_resource_name,
-    parse_mig_resource,
+    gpu_kind,
+    gpu_tolerations,
+    is_gpu_resource,
+    is_mig_resource,
+    parse_mig,
+    parse_mig_profile,
     parse_quantity,
+    parse_single_mig_product,
+    single_mig_product,
 )
 
 KINDS = ("cpu", "gpu", "mig", "shared")
@@ -34,7 +40,6 @@ MIG_STRATEGIES = ("mixed", "single")
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 _SLUG = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-_MIG_PROFILE = re.compile(r"^([1-9][0-9]*)g\.([1-9][0-9]*)gb$")
 # An OCI image reference: registry/path:tag or @digest; no spaces, quotes, shell or YAML syntax.
 _IMAGE = re.compile(
     r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
@@ -119,7 +124,8 @@ class Profile:
         if self.kind == "gpu" and self.gpu_product:
             selector[GPU_PRODUCT_LABEL] = self.gpu_product
         if self.kind == "mig" and self.mig_strategy == "single":
-            selector[GPU_PRODUCT_LABEL] = f"{self.gpu_product}-MIG-{self.mig_profile}"
+            selector[GPU_PRODUCT_LABEL] = single_mig_product(
+                self.gpu_product or "", parse_mig_profile(self.mig_profile or ""))
         elif self.kind == "mig" and self.gpu_product:
             selector[GPU_PRODUCT_LABEL] = self.gpu_product
         return selector
@@ -332,10 +338,16 @@ def parse_profile(entry: Mapping[str, Any], position: int = 0) -> Profile:
             resource = NVIDIA_GPU
         elif kind == "shared":
             resource = entry.get("gpu_resource", NVIDIA_GPU_SHARED)
+            if not is_gpu_resource(resource):
+                raise fail(f"gpu_resource {resource!r} is not a GPU resource; use e.g. "
+                           f"{NVIDIA_GPU_SHARED}, nvidia.com/mig-1g.18gb.shared or amd.com/gpu")
         elif kind == "mig":
-            match = _MIG_PROFILE.match(mig_profile or "")
-            if not match:
-                raise fail("a mig profile needs mig_profile such as '1g.18gb' or '3g.71gb'")
+            try:
+                mig = parse_mig_profile(mig_profile or "")
+            except ValueError:
+                raise fail("a mig profile needs mig_profile such as '1g.18gb', '3g.71gb' or "
+                           "'1g.10gb+me'") from None
+            mig_profile = str(mig)  # NVIDIA's spelling: "1g.10gb.me" is written "1g.10gb+me"
             if mig_strategy not in MIG_STRATEGIES:
                 raise fail(f"mig_strategy must be one of {', '.join(MIG_STRATEGIES)}")
             if mig_strategy == "single":
@@ -343,8 +355,9 @@ def parse_profile(entry: Mapping[str, Any], position: int = 0) -> Profile:
                     raise fail("mig_strategy single needs gpu_product (e.g. 'NVIDIA-H200')")
                 resource = NVIDIA_GPU
             else:
-                resource = mig_resource_name(int(match.group(1)), int(match.group(2)))
-                parse_mig_resource(resource)
+                resource = mig.resource_name
+                if not is_mig_resource(resource):
+                    raise fail(f"{resource!r} is longer than a Kubernetes resource name may be")
     except ValueError as e:
         if isinstance(e, CatalogError):
             raise
@@ -493,18 +506,6 @@ def resolve_job_roles(catalog: Catalog, viewer: Viewer, course: str,
 
 
 # ---- what a profile means for a Kubernetes pod ---------------------------------------------------
-
-
-def gpu_tolerations(resource: str | None) -> list[dict[str, str]]:
-    """Tolerations for GPU node taints, as the ExtendedResourceToleration admission plugin adds.
-
-    GPU nodes are usually tainted ``nvidia.com/gpu`` so CPU pods stay off them; a pod that asks
-    for a GPU resource must tolerate that taint and one keyed by its own resource name.
-    """
-    if not resource:
-        return []
-    keys = [NVIDIA_GPU] if resource == NVIDIA_GPU else [NVIDIA_GPU, resource]
-    return [{"key": k, "operator": "Exists", "effect": "NoSchedule"} for k in keys]
 
 
 def pod_settings(profile: Profile) -> dict[str, Any]:
@@ -670,8 +671,11 @@ def propose_profiles(resources: Mapping[str, Iterable[str | None]]) -> list[dict
         products = sorted({p for p in resources[resource] if p})
         if resource == NVIDIA_GPU:
             for product in products:
-                if "-MIG-" in product:
-                    base, _, profile = product.partition("-MIG-")
+                single = parse_single_mig_product(product)
+                if single and single_mig_product(*single) != product:
+                    continue  # time-sliced (-SHARED): no mig profile's selector names that label
+                if single:
+                    base, profile = single[0], str(single[1])
                     proposals.append({
                         "slug": _slugify(f"{base}-mig-{profile}"), "kind": "mig",
                         "display_name": f"{base} MIG {profile}", "mig_profile": profile,
@@ -685,10 +689,8 @@ def propose_profiles(resources: Mapping[str, Iterable[str | None]]) -> list[dict
         elif resource == NVIDIA_GPU_SHARED:
             proposals.append({"slug": "shared-gpu", "kind": "shared",
                               "display_name": "Shared GPU (time-sliced)"})
-        elif resource.startswith("nvidia.com/mig-"):
-            mig = resource.removeprefix("nvidia.com/mig-")
-            if not _MIG_PROFILE.match(mig):
-                continue  # e.g. media-extension slices (1g.10gb.me): admins add those by hand
+        elif gpu_kind(resource) == "mig":
+            mig = str(parse_mig(resource))  # 1g.18gb, 1g.10gb+me, 1c.2g.20gb
             proposals.append({"slug": _slugify(f"mig-{mig}"), "kind": "mig", "mig_profile": mig,
                               "display_name": f"MIG slice {mig}"
                               + (f" ({', '.join(products)})" if products else "")})

@@ -20,19 +20,27 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from decimal import Decimal
 from fractions import Fraction
 from functools import lru_cache
-from typing import Any, NamedTuple
+from typing import Any
 
 __all__ = [
+    "AMD_GPU",
     "CPU",
     "EPHEMERAL_STORAGE",
+    "HABANA_GAUDI",
+    "INTEL_GPU_I915",
+    "INTEL_GPU_XE",
     "MAX_QUANTITY",
     "MEMORY",
+    "MIG_PRODUCT_MARKER",
     "NVIDIA_GPU",
     "NVIDIA_GPU_SHARED",
+    "NVIDIA_GPU_TAINT",
     "PODS",
+    "VENDOR_GPU_RESOURCES",
     "ZERO",
     "MigProfile",
     "QuantityLike",
@@ -40,14 +48,22 @@ __all__ = [
     "canonical_quantity",
     "container_requests",
     "format_quantity",
+    "gpu_kind",
+    "gpu_taint_key",
+    "gpu_tolerations",
     "human_quantity",
     "is_gpu_resource",
+    "is_known_resource",
     "is_mig_resource",
     "mig_resource_name",
+    "parse_mig",
+    "parse_mig_profile",
     "parse_mig_resource",
     "parse_quantity",
+    "parse_single_mig_product",
     "pod_requests",
     "pod_spec_requests",
+    "single_mig_product",
     "sum_vectors",
     "validate_resource_name",
 ]
@@ -62,9 +78,6 @@ NVIDIA_GPU = "nvidia.com/gpu"
 """Whole GPUs, and MIG slices under the MIG *single* strategy (the product label then says -MIG-)."""
 NVIDIA_GPU_SHARED = "nvidia.com/gpu.shared"
 """Time-sliced or MPS replicas when the device plugin runs with renameByDefault."""
-
-_MIG_PREFIX = "nvidia.com/mig-"
-_MIG_RE = re.compile(r"nvidia\.com/mig-([1-9][0-9]*)g\.([1-9][0-9]*)gb\Z")
 
 # k8s IsQualifiedName: optional DNS-1123 subdomain prefix and '/', then a name of at most 63
 # characters made of alphanumerics, '-', '_' and '.', starting and ending alphanumeric.
@@ -117,49 +130,299 @@ def validate_resource_name(name: str) -> str:
     return name
 
 
-class MigProfile(NamedTuple):
-    """A MIG slice shape: `compute` GPU instances (the `<g>g`) and `memory_gb` of memory."""
+# --------------------------------------------------------------------------- GPU resource names
+#
+# The one grammar of GPU and accelerator resource names (docs/architecture.md, rule 4): device
+# discovery, profiles, quotas, GPU-hours, capacity, culling and the tolerations of notebook and job
+# pods all ask these functions, so a name is a GPU everywhere or nowhere. The names are the ones
+# the device plugins advertise:
+#
+#   nvidia.com/gpu                       whole GPUs (and MIG slices under the MIG *single* strategy)
+#   nvidia.com/gpu.shared                time-sliced/MPS replicas (device plugin renameByDefault)
+#   nvidia.com/mig-<g>g.<mem>gb          MIG slices, *mixed* strategy: nvidia.com/mig-1g.18gb
+#   nvidia.com/mig-<g>g.<mem>gb.<attr>   with attributes; NVIDIA's "+" becomes "." as the device
+#                                        plugin writes it: mig-1g.10gb.me (1g.10gb+me),
+#                                        mig-1g.24gb.me.all (+me.all), mig-2g.48gb.gfx (+gfx)
+#   nvidia.com/mig-<g>g.<mem>gb-<attr>   without an attribute: mig-1g.24gb-me (1g.24gb-me)
+#   nvidia.com/mig-<c>c.<g>g.<mem>gb     a compute instance smaller than its GPU instance
+#                                        (nvidia-smi's 1c.2g.20gb; local mode only)
+#   nvidia.com/mig-....shared            a time-sliced MIG slice (renameByDefault)
+#   amd.com/gpu, gpu.intel.com/i915, gpu.intel.com/xe, habana.ai/gaudi: other vendors' devices
+#
+# Nothing else under nvidia.com/ is a GPU (`nvidia.com/gpus` is a typo, not a resource).
+
+AMD_GPU = "amd.com/gpu"
+INTEL_GPU_I915 = "gpu.intel.com/i915"
+INTEL_GPU_XE = "gpu.intel.com/xe"
+HABANA_GAUDI = "habana.ai/gaudi"
+VENDOR_GPU_RESOURCES = frozenset({AMD_GPU, INTEL_GPU_I915, INTEL_GPU_XE, HABANA_GAUDI})
+"""Other vendors' device-plugin resources that hand out one accelerator each."""
+NVIDIA_GPU_TAINT = NVIDIA_GPU
+"""The taint key NVIDIA GPU nodes carry (GPU Operator and cloud node pools): `nvidia.com/gpu`."""
+MIG_PRODUCT_MARKER = "-MIG-"
+"""MIG single strategy: GPU feature discovery labels the product `<model>-MIG-<profile>`."""
+
+_MIG_PREFIX = "nvidia.com/mig-"
+_SHARED_SUFFIX = ".shared"
+_SHARED_PRODUCT_SUFFIX = "-SHARED"
+# NVIDIA's attribute grammar (go-nvlib): a letter, then letters and digits, dot-separated parts.
+_ATTRIBUTE = r"[A-Za-z][A-Za-z0-9]*(?:\.[A-Za-z0-9]+)*"
+_ATTRIBUTE_RE = re.compile(rf"-?{_ATTRIBUTE}\Z")
+_MIG_SHAPE = r"(?:(?P<c>[1-9][0-9]*)c\.)?(?P<g>[1-9][0-9]*)g\.(?P<gb>[1-9][0-9]*)gb"
+# A resource name has at most one attribute part: a "," would not be a valid resource name.
+_MIG_RESOURCE_RE = re.compile(rf"nvidia\.com/mig-{_MIG_SHAPE}(?:(?P<sign>[.-])(?P<attrs>{_ATTRIBUTE}))?\Z")
+# A profile as nvidia-smi and NVML write it (1g.10gb+me, 1g.24gb-me, 1g.10gb+me,gfx), or dotted.
+_MIG_PROFILE_RE = re.compile(
+    rf"{_MIG_SHAPE}(?:(?P<sign>[+.-])(?P<attrs>{_ATTRIBUTE}(?:,{_ATTRIBUTE})*))?\Z"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    """A MIG slice shape: `compute` GPU-instance slices (the `<g>g`), `memory_gb`, `attributes`.
+
+    `attributes` are NVIDIA's profile attributes as written after the `+` (`("me",)`,
+    `("me.all",)`, `("gfx",)`), or after the `-` with a leading "-" (`("-me",)`: a slice
+    without media extensions). `compute_slices` is the `<c>c` of a compute instance smaller than
+    its GPU instance (`1c.2g.20gb`; None otherwise). `shared`: the time-sliced resource
+    (`....shared`). `str()` is NVIDIA's profile spelling (`1g.10gb+me`), `label` the dotted one of
+    resource names and node labels (`1g.10gb.me`), `resource_name` the Kubernetes resource.
+    """
 
     compute: int
     memory_gb: int
+    attributes: tuple[str, ...] = ()
+    compute_slices: int | None = None
+    shared: bool = False
+
+    def __post_init__(self) -> None:
+        counts = (self.compute, self.memory_gb)
+        for value in counts if self.compute_slices is None else (*counts, self.compute_slices):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"MIG compute and memory must be integers, got {value!r}")
+            if value < 1:
+                raise ValueError(f"MIG compute and memory must be positive, got {value!r}")
+        if self.compute_slices == self.compute:  # 3c.3g.40gb is 3g.40gb, as NVIDIA writes it
+            object.__setattr__(self, "compute_slices", None)
+        attributes = (self.attributes,) if isinstance(self.attributes, str) else tuple(self.attributes)
+        object.__setattr__(self, "attributes", attributes)
+        for attribute in attributes:
+            if not isinstance(attribute, str) or not _ATTRIBUTE_RE.match(attribute):
+                raise ValueError(
+                    f"MIG attribute {attribute!r} is not like me, me.all, gfx or -me "
+                    "(a letter, then letters, digits and dots)"
+                )
+        if len(set(attributes)) != len(attributes):
+            raise ValueError(f"MIG attributes {attributes!r} repeat one")
+        if len({a.startswith("-") for a in attributes}) > 1:
+            raise ValueError(f"MIG attributes {attributes!r} mix + and - attributes")
+        if not isinstance(self.shared, bool):
+            raise TypeError(f"shared must be True or False, not {self.shared!r}")
+        if self.label.endswith(_SHARED_SUFFIX):  # would read back as the sharing suffix
+            raise ValueError(
+                f"MIG attributes {attributes!r}: 'shared' is the sharing suffix, not an attribute"
+            )
+
+    def _shape(self) -> str:
+        shape = f"{self.compute}g.{self.memory_gb}gb"
+        return shape if self.compute_slices is None else f"{self.compute_slices}c.{shape}"
 
     def __str__(self) -> str:
-        return f"{self.compute}g.{self.memory_gb}gb"
+        """NVIDIA's profile spelling, as nvidia-smi prints it: `1g.18gb`, `1g.10gb+me`, `1g.24gb-me`."""
+        if not self.attributes:
+            return self._shape()
+        if self.attributes[0].startswith("-"):
+            return self._shape() + "-" + ",".join(a[1:] for a in self.attributes)
+        return self._shape() + "+" + ",".join(self.attributes)
+
+    @property
+    def label(self) -> str:
+        """The spelling of resource names and GPU feature discovery labels: `1g.10gb.me`."""
+        return str(self).replace("+", ".").replace(",", ".")
+
+    @property
+    def resource_name(self) -> str:
+        """The resource the device plugin advertises: `nvidia.com/mig-1g.10gb.me`."""
+        return _MIG_PREFIX + self.label + (_SHARED_SUFFIX if self.shared else "")
+
+
+def _mig_from_match(m: re.Match[str], shared: bool = False) -> MigProfile:
+    attrs: tuple[str, ...] = ()
+    if m.group("attrs"):
+        parts = m.group("attrs").split(",")
+        attrs = tuple("-" + a for a in parts) if m.group("sign") == "-" else tuple(parts)
+    c = m.group("c")
+    return MigProfile(int(m.group("g")), int(m.group("gb")), attrs, int(c) if c else None, shared)
+
+
+@lru_cache(maxsize=4096)
+def _parse_mig(name: str) -> MigProfile | None:
+    """The MIG profile behind a resource name, or None (cached: names repeat in every loop)."""
+    if not name.startswith(_MIG_PREFIX):
+        return None
+    shared = name.endswith(_SHARED_SUFFIX)
+    m = _MIG_RESOURCE_RE.match(name.removesuffix(_SHARED_SUFFIX) if shared else name)
+    if m is None:
+        return None
+    try:
+        validate_resource_name(name)  # at most 63 characters after the "/"
+        return _mig_from_match(m, shared)
+    except ValueError:
+        return None
 
 
 def is_mig_resource(name: str) -> bool:
-    """True for MIG *mixed*-strategy resources such as `nvidia.com/mig-3g.71gb`."""
-    return _MIG_RE.match(name) is not None
+    """True for MIG *mixed*-strategy resources: `nvidia.com/mig-3g.71gb`, `nvidia.com/mig-1g.10gb.me`."""
+    return isinstance(name, str) and _parse_mig(name) is not None
 
 
-def parse_mig_resource(name: str) -> MigProfile:
-    """`nvidia.com/mig-3g.71gb` -> MigProfile(3, 71); ValueError for anything else."""
-    m = _MIG_RE.match(name)
-    if m is None:
-        raise ValueError(
-            f"{name!r} is not a MIG resource: expected nvidia.com/mig-<g>g.<memory>gb, "
-            "e.g. nvidia.com/mig-1g.18gb"
-        )
-    return MigProfile(int(m.group(1)), int(m.group(2)))
+def parse_mig(name: str) -> MigProfile:
+    """`nvidia.com/mig-1g.10gb.me` -> MigProfile(1, 10, ("me",)); ValueError for anything else.
+
+    `mig_resource_name(...)` and `MigProfile.resource_name` write the names this reads.
+    """
+    return _found(
+        _parse_mig(name) if isinstance(name, str) else None, name, "a MIG resource",
+        "nvidia.com/mig-<g>g.<memory>gb with an optional .<attribute>, e.g. nvidia.com/mig-1g.18gb "
+        "or nvidia.com/mig-1g.10gb.me",
+    )
 
 
-def mig_resource_name(compute: int, memory_gb: int) -> str:
-    """(3, 71) -> `nvidia.com/mig-3g.71gb`, the resource the device plugin advertises."""
-    for value in (compute, memory_gb):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"MIG compute and memory must be integers, got {value!r}")
-        if value < 1:
-            raise ValueError(f"MIG compute and memory must be positive, got {value!r}")
-    return f"{_MIG_PREFIX}{compute}g.{memory_gb}gb"
+parse_mig_resource = parse_mig
+
+
+def parse_mig_profile(text: str) -> MigProfile:
+    """A MIG profile as nvidia-smi, NVML and admins write it -> MigProfile; ValueError otherwise.
+
+    `1g.18gb`, `1c.2g.20gb`, `1g.10gb+me`, `1g.24gb+me.all`, `1g.24gb-me`, `1g.10gb+me,gfx`, and
+    the dotted spelling of resource names and node labels (`1g.10gb.me`).
+    """
+    return _found(
+        _parse_mig_profile(text) if isinstance(text, str) else None, text, "a MIG profile",
+        "<g>g.<memory>gb with an optional +<attribute>, e.g. 1g.18gb, 3g.71gb or 1g.10gb+me",
+    )
+
+
+def _found(profile: MigProfile | None, text: object, what: str, expected: str) -> MigProfile:
+    if profile is None:
+        raise ValueError(f"{text!r} is not {what}: expected {expected}")
+    return profile
+
+
+@lru_cache(maxsize=1024)
+def _parse_mig_profile(text: str) -> MigProfile | None:
+    m = _MIG_PROFILE_RE.match(text)
+    return None if m is None else _mig_from_match(m)
+
+
+def mig_resource_name(
+    compute: int,
+    memory_gb: int,
+    attributes: str | Iterable[str] = (),
+    *,
+    compute_slices: int | None = None,
+    shared: bool = False,
+) -> str:
+    """(3, 71) -> `nvidia.com/mig-3g.71gb`; (1, 10, ["me"]) -> `nvidia.com/mig-1g.10gb.me`."""
+    attrs = (attributes,) if isinstance(attributes, str) else tuple(attributes)
+    return MigProfile(compute, memory_gb, attrs, compute_slices, shared).resource_name
+
+
+def single_mig_product(product: str, profile: MigProfile) -> str:
+    """The product label of a MIG *single*-strategy node: `NVIDIA-A100-SXM4-80GB-MIG-3g.40gb`."""
+    return f"{product}{MIG_PRODUCT_MARKER}{profile.label}"
+
+
+def parse_single_mig_product(label: str) -> tuple[str, MigProfile] | None:
+    """`NVIDIA-A100-SXM4-80GB-MIG-1g.10gb.me[-SHARED]` -> ("NVIDIA-A100-SXM4-80GB", profile);
+    None for a product label that names no MIG profile."""
+    base, marker, shape = label.rpartition(MIG_PRODUCT_MARKER)
+    if not marker or not base:
+        return None
+    try:
+        return base, parse_mig_profile(shape.removesuffix(_SHARED_PRODUCT_SUFFIX))
+    except ValueError:
+        return None
 
 
 def is_gpu_resource(name: str) -> bool:
-    """True for every NVIDIA device-plugin resource that hands out (a share of) a GPU.
+    """True for every resource that hands out a GPU or a share of one: whole GPUs, MIG slices
+    (with or without attributes), shared replicas, and other vendors' GPUs and accelerators.
 
-    Quotas and the "GPU busy" culling rule treat whole GPUs, MIG slices and shared replicas
-    alike as GPU resources; CPU and memory are not.
+    Quotas, GPU-hours, capacity, admission and the culler treat them all as GPU resources; CPU
+    and memory are not.
     """
-    return name in (NVIDIA_GPU, NVIDIA_GPU_SHARED) or is_mig_resource(name)
+    return isinstance(name, str) and (
+        name in (NVIDIA_GPU, NVIDIA_GPU_SHARED) or name in VENDOR_GPU_RESOURCES or is_mig_resource(name)
+    )
+
+
+def gpu_kind(name: str) -> str | None:
+    """"gpu" (whole GPUs, any vendor), "mig" (MIG slices), "shared" (time-sliced/MPS replicas,
+    of whole GPUs or of MIG slices) or None (not a GPU resource): the culler's profile kinds."""
+    if name == NVIDIA_GPU_SHARED:
+        return "shared"
+    if name == NVIDIA_GPU or name in VENDOR_GPU_RESOURCES:
+        return "gpu"
+    mig = _parse_mig(name) if isinstance(name, str) else None
+    if mig is None:
+        return None
+    return "shared" if mig.shared else "mig"
+
+
+def gpu_taint_key(name: str) -> str | None:
+    """The taint key the nodes offering resource `name` carry, or None for a non-GPU resource.
+
+    NVIDIA's nodes are tainted `nvidia.com/gpu` whatever they offer (whole GPUs, MIG slices,
+    shared replicas); other vendors' nodes by the resource name itself, the key Kubernetes'
+    ExtendedResourceToleration admission plugin tolerates for a pod that asks for it.
+    """
+    if not is_gpu_resource(name):
+        return None
+    return NVIDIA_GPU_TAINT if name.startswith("nvidia.com/") else name
+
+
+def gpu_tolerations(resource_names: str | Iterable[str] | None) -> list[dict[str, str]]:
+    """Tolerations a pod that asks for these resources needs on GPU nodes (non-GPU names ignored).
+
+    For each GPU resource: its nodes' taint (`gpu_taint_key`) and, as the
+    ExtendedResourceToleration admission plugin adds them, one keyed by the resource name
+    (`nvidia.com/mig-1g.10gb.me`). Each key once, in first-seen order. Notebook pods (profiles)
+    and job pods both get theirs here.
+    """
+    if resource_names is None:
+        names: Iterable[str] = ()
+    elif isinstance(resource_names, str):
+        names = (resource_names,)
+    else:
+        names = resource_names
+    keys: dict[str, None] = {}
+    for name in names:
+        key = gpu_taint_key(name)
+        if key is not None:
+            keys.setdefault(key)
+            keys.setdefault(name)
+    return [{"key": key, "operator": "Exists", "effect": "NoSchedule"} for key in keys]
+
+
+_STANDARD_RESOURCES = frozenset({CPU, MEMORY, EPHEMERAL_STORAGE, "storage", PODS})
+
+
+def is_known_resource(name: str) -> bool:
+    """Whether a quota or a request may name `name`: Kubernetes' own resources (cpu, memory,
+    ephemeral-storage, storage, pods, hugepages-<size>), a GPU of this grammar, or another
+    vendor's extended resource (a prefixed name outside nvidia.com/, accepted as written).
+
+    Under `nvidia.com/` only the device plugin's names exist, so a typo such as `nvidia.com/gpus`
+    or `nvidia.com/GPU` is unknown: a ceiling on it would cap nothing.
+    """
+    if not isinstance(name, str):
+        return False
+    if "/" not in name:
+        return name in _STANDARD_RESOURCES or name.startswith("hugepages-")
+    if name.startswith("nvidia.com/"):
+        return is_gpu_resource(name)
+    return True
 
 
 # --------------------------------------------------------------------------- quantities

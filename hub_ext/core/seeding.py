@@ -3,8 +3,8 @@
 Why a pure module: "the teacher's v2 never eats my homework" is the promise students care about,
 and it must hold the same way in both run modes (local: a function call before the server starts;
 Kubernetes: the same code in a container of the user pod). The decision is a pure function of three
-manifests, so it is tested exhaustively (hypothesis) without touching a disk; the local backend
-(hub_ext/backends/local/seeding.py) only scans trees into manifests and carries out the plan.
+manifests, so it is tested exhaustively (hypothesis) without touching a disk; the seeding engine
+of both modes (hub_ext/backends/seeding.py) only scans trees into manifests and carries out the plan.
 
 Vocabulary:
 - A *template version* is a directory tree. Its :class:`Manifest` maps relative POSIX paths to

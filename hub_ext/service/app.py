@@ -24,8 +24,9 @@ from traitlets import Bool, Enum, Float, Integer, TraitError, Unicode, validate
 from traitlets.config import Application
 
 from hub_ext import __version__, store
-from hub_ext.backends.local.templates import ClasshubTemplates
+from hub_ext.backends.templates import ClasshubTemplates
 from hub_ext.envtraits import ConfigError, apply_env
+from hub_ext.hubapi import HubAPI
 from hub_ext.logs import route_module_logs
 from hub_ext.service import (
     culling,
@@ -41,7 +42,6 @@ from hub_ext.service import (
     templates,
 )
 from hub_ext.service.courses import Courses
-from hub_ext.service.hubapi import HubAPI
 
 _COURSE = r"courses/([^/]+)"
 

@@ -29,8 +29,8 @@ from hub_ext import store
 from hub_ext.core import authz, roles, roster
 from hub_ext.core.jobs import FINAL as FINAL_JOB_STATES
 from hub_ext.core.quota import Limits, Usage, parse_limits, week_window
-from hub_ext.core.resources import is_mig_resource
-from hub_ext.service.hubapi import HubAPI
+from hub_ext.core.resources import is_known_resource
+from hub_ext.hubapi import HubAPI
 from hub_ext.store import (
     AuditLog,
     Course,
@@ -56,10 +56,6 @@ T = TypeVar("T")
 #: label value and as a Prometheus label (letters, digits, '.', '_', '-'; at most 63 characters).
 COURSE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?\Z")
 
-#: Resource names a quota may cap without a vendor prefix (Kubernetes' own resources).
-_STANDARD_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage", "storage", "pods"})
-_NVIDIA_RESOURCES = frozenset({"nvidia.com/gpu", "nvidia.com/gpu.shared"})
-
 
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
@@ -80,22 +76,12 @@ def course_name_problem(name: object) -> str | None:
 def unknown_resources(names: Iterable[str]) -> list[str]:
     """Resource names a quota should not name: typos of Kubernetes or NVIDIA resources.
 
-    Names without a vendor prefix must be Kubernetes' own (cpu, memory, ...); under
-    ``nvidia.com/`` only the device plugin's names exist. Other vendors' extended resources
-    (``amd.com/gpu``) are accepted as written. Why: a ceiling on "gpus" would cap nothing and the
+    The grammar is ``hub_ext.core.resources.is_known_resource``: Kubernetes' own names, every GPU
+    resource (MIG slices with attributes such as ``nvidia.com/mig-1g.10gb.me`` included), other
+    vendors' extended resources as written. Why: a ceiling on "gpus" would cap nothing and the
     admin would believe the course is limited.
     """
-    bad = []
-    for name in names:
-        if "/" not in name:
-            ok = name in _STANDARD_RESOURCES or name.startswith("hugepages-")
-        elif name.startswith("nvidia.com/"):
-            ok = name in _NVIDIA_RESOURCES or is_mig_resource(name)
-        else:
-            ok = True
-        if not ok:
-            bad.append(name)
-    return sorted(bad)
+    return sorted(name for name in names if not is_known_resource(name))
 
 
 def parse_quota_body(body: object) -> Limits:
@@ -109,8 +95,8 @@ def parse_quota_body(body: object) -> Limits:
         raise web.HTTPError(
             400,
             "Invalid quota: unknown resource %s; use cpu, memory, ephemeral-storage, nvidia.com/gpu, "
-            "nvidia.com/gpu.shared, nvidia.com/mig-<g>g.<mem>gb (e.g. nvidia.com/mig-1g.18gb) or a "
-            "vendor's extended resource such as amd.com/gpu.",
+            "nvidia.com/gpu.shared, nvidia.com/mig-<g>g.<mem>gb (e.g. nvidia.com/mig-1g.18gb, "
+            "nvidia.com/mig-1g.10gb.me) or a vendor's extended resource such as amd.com/gpu.",
             ", ".join(map(repr, unknown)),
         )
     return limits

@@ -22,9 +22,9 @@ from tornado.ioloop import IOLoop
 
 from hub_ext import __version__
 from hub_ext.core import authz, bodies, roles
+from hub_ext.hubapi import HubAPI, HubAPIError
 from hub_ext.service import body_models, metrics, servers
 from hub_ext.service.courses import Courses, course_name_problem
-from hub_ext.service.hubapi import HubAPI, HubAPIError
 
 #: The hub's answers passed on to the caller as they are rather than as a 502: the user, group or
 #: server named does not exist (404), the hub refused the input (400), or it conflicts (409).

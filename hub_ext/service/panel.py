@@ -25,8 +25,8 @@ from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from hub_ext.core import bodies
+from hub_ext.hubapi import HubAPIError
 from hub_ext.service.apidoc import json_body, ok, op
-from hub_ext.service.hubapi import HubAPIError
 from hub_ext.service.sharing import ShareAccessHandler
 
 #: The largest file copied (bytes); a notebook with outputs is rarely over a few MB.

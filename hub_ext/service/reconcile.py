@@ -15,7 +15,7 @@ import logging
 from datetime import datetime, timedelta, timezone
 
 from hub_ext import store
-from hub_ext.service.hubapi import HubAPI
+from hub_ext.hubapi import HubAPI
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from tornado import web
 
-from hub_ext.service.hubapi import HubAPI, HubAPIError
+from hub_ext.hubapi import HubAPI, HubAPIError
 
 
 async def switch_profile(hub: HubAPI, name: str, options: dict[str, Any]) -> dict[str, Any]:

@@ -35,9 +35,9 @@ from tornado import web
 
 from hub_ext import store
 from hub_ext.core import authz, bodies, sharing
+from hub_ext.hubapi import HubAPI, HubAPIError
 from hub_ext.service.apidoc import json_body, ok, op
 from hub_ext.service.handlers import APIHandler
-from hub_ext.service.hubapi import HubAPI, HubAPIError
 from hub_ext.store.models import Course
 from hub_ext.store.share_models import Share, ShareAcceptance, SharingSettings, ta_access_by_course
 

@@ -53,7 +53,7 @@ from hub_ext.backends.kubernetes import client
 from hub_ext.backends.kubernetes.capacity import KubernetesBackend
 from hub_ext.core.admission import NodeState, Snapshot
 from hub_ext.core.jobs import RESERVED_ENV
-from hub_ext.core.resources import ResourceVector, sum_vectors
+from hub_ext.core.resources import NVIDIA_GPU_TAINT, ResourceVector, gpu_tolerations, sum_vectors
 
 __all__ = [
     "JOB_LABEL",
@@ -179,7 +179,9 @@ def _template(launch: Launch, role: str, image: str, scheduler: str | None,
     env = [{"name": k, "value": v} for k, v in sorted(launch.env.items()) if k not in RESERVED_ENV]
     env.append({"name": "CLASSHUB_JOB_ID", "value": launch.job_id})
     pod: Mapping[str, Any] = launch.pods.get(role, {})
-    tolerations = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    # The taints of the GPUs the replica asks for, as a notebook's (one function for both); and
+    # nvidia.com/gpu always: admission places any job on nodes with only that taint.
+    tolerations = gpu_tolerations([NVIDIA_GPU_TAINT, *launch.requests.get(role, {})])
     tolerations += [dict(t) for t in pod.get("tolerations", ()) if t not in tolerations]
     spec: dict[str, Any] = {
         "restartPolicy": "Never",

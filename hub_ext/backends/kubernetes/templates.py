@@ -2,7 +2,7 @@
 
 Why a container of the user pod (not the hub): the student's home is a volume only the pod
 mounts. The container runs the same engine as the local mode
-(``python -m hub_ext.backends.local.templates_cli seed``) with the template volume (a
+(``python -m hub_ext.backends.templates_cli seed``) with the template volume (a
 ReadWriteMany PVC, :attr:`ClasshubTemplates.volume_claim`) mounted read-only and the home
 volume read-write:
 
@@ -28,8 +28,8 @@ import contextlib
 import secrets
 from typing import Any
 
-from hub_ext.backends.local.templates import ClasshubTemplates
-from hub_ext.backends.local.templates_spawn import SeedJob
+from hub_ext.backends.templates import ClasshubTemplates
+from hub_ext.backends.templates_spawn import SeedJob
 
 __all__ = ["SEED_CONTAINER", "TEMPLATE_VOLUME", "PublishFailed", "publish_with_pod", "publisher_pod",
            "seed_command", "seed_pod_parts"]
@@ -40,7 +40,7 @@ TEMPLATE_VOLUME = "classhub-templates"
 
 def seed_command(job: SeedJob, settings: ClasshubTemplates, home: str, *, sidecar: bool) -> list[str]:
     """The argv of the seeding container (every value comes from the store, not from the user)."""
-    argv = [settings.seed_python, "-m", "hub_ext.backends.local.templates_cli", "seed",
+    argv = [settings.seed_python, "-m", "hub_ext.backends.templates_cli", "seed",
             "--root", settings.mount_path, "--location", job.location,
             "--manifest-sha256", job.manifest_sha256, "--home", home,
             "--course", job.course, "--name", job.name, "--version", str(job.version),
@@ -110,7 +110,7 @@ def publisher_pod(name: str, settings: ClasshubTemplates, *, url: str, token: st
             "containers": [{
                 "name": "publish",
                 "image": settings.publisher_image,
-                "command": [settings.seed_python, "-m", "hub_ext.backends.local.templates_cli", "install",
+                "command": [settings.seed_python, "-m", "hub_ext.backends.templates_cli", "install",
                             "--url", url, "--root", settings.mount_path, "--location", location,
                             "--manifest-sha256", digest, "--max-files", str(settings.max_files),
                             "--max-bytes", str(settings.max_bytes)],

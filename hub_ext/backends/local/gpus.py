@@ -100,8 +100,9 @@ def discover_nvml(nvml: Any | None = None) -> list[Device] | None:
     """Devices from NVML, or None when NVML is not usable here (then nvidia-smi is asked).
 
     `nvml` is the `pynvml` module (imported when not given). MIG profiles are named from the
-    slice's memory size and GPU instance slice count (`nvmlDeviceGetAttributes`), the way NVIDIA's
-    go-nvlib names them; media-extension (+me) variants are not told apart this way.
+    slice's memory size and GPU instance slice count (`nvmlDeviceGetAttributes`) and, for the
+    attributes (+me, +me.all, +gfx, -me), from its GPU instance's profile id, the way NVIDIA's
+    go-nvlib names them; where NVML does not say (older drivers, no permission), none are added.
     """
     if nvml is None:
         try:
@@ -185,6 +186,7 @@ def _mig_devices(nvml: Any, handle: Any, gpu: Device) -> list[Device]:
             attrs.gpuInstanceSliceCount,
             mig_memory_gb(attrs.memorySizeMB, total_bytes),
             compute_slices=attrs.computeInstanceSliceCount,
+            attributes=_mig_attributes(nvml, handle, mig),
         )
         slices.append(
             Device(
@@ -197,6 +199,25 @@ def _mig_devices(nvml: Any, handle: Any, gpu: Device) -> list[Device]:
             )
         )
     return slices
+
+
+# NVML_GPU_INSTANCE_PROFILE_* ids (nvml.h) of slices with attributes, as go-nvlib's NewMigProfile
+# names them: 1/2-slice REV1 "+me", GFX "+gfx", NO_ME "-me", ALL_ME "+me.all".
+_GI_PROFILE_ATTRIBUTES: dict[int, tuple[str, ...]] = {
+    7: ("me",), 8: ("me",), 10: ("gfx",), 11: ("gfx",), 12: ("gfx",),
+    13: ("-me",), 14: ("-me",), 15: ("me.all",), 16: ("me.all",),
+}
+
+
+def _mig_attributes(nvml: Any, parent: Any, mig: Any) -> tuple[str, ...]:
+    """The attributes of a MIG slice's profile, from its GPU instance's profile id; () when NVML
+    cannot tell (an old driver or pynvml without these calls, or no permission to ask)."""
+    try:
+        instance = nvml.nvmlDeviceGetGpuInstanceById(parent, nvml.nvmlDeviceGetGpuInstanceId(mig))
+        return _GI_PROFILE_ATTRIBUTES.get(int(nvml.nvmlGpuInstanceGetInfo(instance).profileId), ())
+    except Exception as exc:  # NVMLError, AttributeError of old bindings: the plain profile then
+        log.debug("MIG profile attributes not known (%s)", exc)
+        return ()
 
 
 def _unique(devices: list[Device]) -> list[Device]:

@@ -17,7 +17,7 @@ from tornado import web
 
 from hub_ext.core import authz, roles
 from hub_ext.core.profiles import Catalog, CatalogError, OptionsError, Viewer, resolve_job_roles
-from hub_ext.service.hubapi import HubAPI
+from hub_ext.hubapi import HubAPI
 
 __all__ = ["resolve_profiles"]
 

@@ -24,9 +24,9 @@ from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from hub_ext.core import authz, bodies, roster
+from hub_ext.hubapi import HubAPIError
 from hub_ext.service.arguments import MAX_OFFSET, int_argument
 from hub_ext.service.handlers import APIHandler
-from hub_ext.service.hubapi import HubAPIError
 from hub_ext.store.models import AuditLog
 
 #: Most entries one page of the audit log holds.

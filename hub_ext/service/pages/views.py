@@ -17,8 +17,8 @@ from tornado import web
 from hub_ext.core import authz
 from hub_ext.core import templates as template_rules
 from hub_ext.core.jobs import ADMITTED, PREEMPTED, QUEUED, RUNNING
+from hub_ext.hubapi import HubAPIError
 from hub_ext.service.handlers import SecurityHeaders
-from hub_ext.service.hubapi import HubAPIError
 from hub_ext.service.jobs.records import as_json as job_json
 from hub_ext.service.pages.render import STATIC, PageHandler
 from hub_ext.store.models import Course

@@ -4,7 +4,7 @@
 merged into the OpenAPI document by hub_ext.service.openapi.document().
 
 Thin handlers (docs/architecture.md, rule 3): who may do what is decided by hub_ext.core.templates, files are
-checked and stored by hub_ext.backends.local.templates (the seeding engine's limits), versions
+checked and stored by hub_ext.backends.templates (the seeding engine's limits), versions
 and the audit log are in the store. Seeding itself happens in the spawner, when the server
 starts with a ``template`` option: starting from a template and re-seeding are both "start my
 server with this template", so one code path seeds in both run modes.

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import select
 from tornado import web
 
-from hub_ext.backends.local.templates import (
+from hub_ext.backends.templates import (
     ClasshubTemplates,
 )
 from hub_ext.core import templates as rules

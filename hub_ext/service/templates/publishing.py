@@ -24,7 +24,7 @@ from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from hub_ext import store
-from hub_ext.backends.local.templates import (
+from hub_ext.backends.templates import (
     FILES,
     ClasshubTemplates,
     Stager,
@@ -34,8 +34,8 @@ from hub_ext.backends.local.templates import (
 from hub_ext.core import bodies
 from hub_ext.core import templates as rules
 from hub_ext.core.seeding import TemplateRefused
+from hub_ext.hubapi import HubAPIError
 from hub_ext.service.handlers import APIHandler
-from hub_ext.service.hubapi import HubAPIError
 from hub_ext.service.templates.base import (
     _FETCH_PARALLEL,
     _IMAGE,

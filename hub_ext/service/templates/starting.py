@@ -11,7 +11,7 @@ from tornado import web
 
 from hub_ext.core import authz
 from hub_ext.core import templates as rules
-from hub_ext.service.hubapi import HubAPIError
+from hub_ext.hubapi import HubAPIError
 from hub_ext.service.templates.base import TemplatesBase, _now, _sentence
 from hub_ext.store.models import AuditLog
 from hub_ext.store.template_models import (

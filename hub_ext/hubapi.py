@@ -2,10 +2,12 @@
 
 The service asks the hub (the source of truth for users, groups and servers) instead of keeping
 copies, and starts or stops servers through the hub so every hub rule still applies. The culler
-uses the same client. Lists are read page by page (`pages`): the hub caps a page at
-``api_page_max_limit`` (200 by default), so a list read without following ``_pagination.next``
-silently stops at the first page. Reads and idempotent writes are retried with backoff when the
-hub answers 429 or 5xx (a hub restarting, a busy proxy).
+uses the same client: it stands beside both, not in the service (docs/architecture.md, rule 2).
+
+Lists are read page by page (`pages`): the hub caps a page at ``api_page_max_limit`` (200 by
+default), so a list read without following ``_pagination.next`` silently stops at the first page.
+Reads and idempotent writes are retried with backoff when the hub answers 429 or 5xx (a hub
+restarting, a busy proxy).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ publisher pod and the user pods' seeding containers mount). The layout is::
     <root>/.staging/<random>/                               uploads being checked
 
 Names users choose never reach a path here: folders are named by database ids and numbers; the
-files inside come from :func:`hub_ext.backends.local.seeding.extract_archive` or from the contents
+files inside come from :func:`hub_ext.backends.seeding.extract_archive` or from the contents
 API through :class:`Stager`, both of which refuse ``..``, absolute names and links.
 
 A version folder is moved into place whole (``rename`` of the checked staging folder) and never
@@ -30,7 +30,7 @@ from typing import Any
 from traitlets import Float, Integer, TraitError, Unicode, default, validate
 from traitlets.config import Configurable
 
-from hub_ext.backends.local.seeding import extract_archive, scan_template
+from hub_ext.backends.seeding import extract_archive, scan_template
 from hub_ext.core.seeding import Manifest, SeedLimits, TemplateRefused, check_path
 from hub_ext.envtraits import apply_env
 
@@ -124,7 +124,7 @@ class ClasshubTemplates(Configurable):
     )
     seed_python = Unicode(
         "python3", config=True,
-        help="Kubernetes: the Python of ``seed_image`` (runs ``-m hub_ext.backends.local.templates_cli``).",
+        help="Kubernetes: the Python of ``seed_image`` (runs ``-m hub_ext.backends.templates_cli``).",
     ).tag(env="CLASSHUB_TEMPLATES_PYTHON")
 
     @validate("max_bytes", "max_files", "max_depth")

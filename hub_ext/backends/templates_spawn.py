@@ -6,7 +6,7 @@ template's course, or an admin; the version must exist) or, without one, applies
 ``on_start`` re-seed rule (hub_ext.core.templates.version_on_start). The result is a
 :class:`SeedJob` of plain values. The local spawner then calls :func:`seed_local` before the
 server process starts; the Kubernetes spawner runs the same engine in a container of the pod
-(``python -m hub_ext.backends.local.templates_cli seed ...``, see
+(``python -m hub_ext.backends.templates_cli seed ...``, see
 hub_ext.backends.kubernetes.templates).
 """
 
@@ -22,8 +22,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hub_ext import store
-from hub_ext.backends.local.seeding import SeedResult, read_marker, seed_home
-from hub_ext.backends.local.templates import TemplateStorage
+from hub_ext.backends.seeding import SeedResult, read_marker, seed_home
+from hub_ext.backends.templates import TemplateStorage
 from hub_ext.core import templates as rules
 from hub_ext.core.authz import Caller
 from hub_ext.core.seeding import SeedLimits

@@ -1,4 +1,4 @@
-"""``python -m hub_ext.backends.local.templates_cli seed|install ...``: templates in containers.
+"""``python -m hub_ext.backends.templates_cli seed|install ...``: templates in containers.
 
 ``install`` runs in the short-lived publisher pod on Kubernetes (see
 hub_ext.backends.kubernetes.templates.publish_with_pod); ``seed`` in the user pod:
@@ -22,14 +22,14 @@ import sys
 import time
 import urllib.request
 
-from hub_ext.backends.local.seeding import HomeError
-from hub_ext.backends.local.templates import TemplateStorage
-from hub_ext.backends.local.templates_spawn import SeedJob, seed_local
+from hub_ext.backends.seeding import HomeError
+from hub_ext.backends.templates import TemplateStorage
+from hub_ext.backends.templates_spawn import SeedJob, seed_local
 from hub_ext.core.seeding import SeedLimits, TemplateRefused
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m hub_ext.backends.local.templates_cli")
+    parser = argparse.ArgumentParser(prog="python -m hub_ext.backends.templates_cli")
     sub = parser.add_subparsers(dest="command", required=True)
     seed = sub.add_parser("seed", help="seed (or re-seed) a home from a stored template version")
     seed.add_argument("--root", required=True, help="the template storage (mount of the template volume)")

@@ -1,10 +1,13 @@
 """Capacity pressure: a spawn refused for lack of a device asks the culler to reclaim one.
 
 The spawner (in the hub process) calls `reclaim_notice` on the refusal path: it writes a
-`Shortfall` row (the store is the only channel between the hub and the culler service, and it
-survives restarts) and returns the sentence the refused user reads. The culler checks for open
+`Shortfall` row and returns the sentence the refused user reads. The culler checks for open
 shortfalls every ``pressure_check_interval`` seconds and then runs a cycle at once, freeing the
 longest-idle servers holding that device past their reclaim threshold (hub_ext.core.culling).
+
+The store is the only channel between the hub and the culler service (it survives restarts):
+this end of it is the spawner's, and the spawner imports nothing of the culler
+(docs/architecture.md, rule 2).
 """
 
 from __future__ import annotations
