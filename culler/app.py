@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -495,6 +496,9 @@ def _main_resource(f: ServerFacts) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     app = ClasshubCuller.instance()
-    app.initialize(argv)
+    try:
+        app.initialize(argv)
+    except store.SchemaError as e:  # a schema behind: one line naming `classhub upgrade-db`
+        sys.exit(f"classhub culler: {e}")
     route_module_logs(app)
     app.start()

@@ -11,14 +11,11 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from hub_ext.core.culling import CullPolicy, PolicyKey, ServerFacts
+from hub_ext.core.culling import CullPolicy, PolicyKey, ServerFacts, held_gpus, server_kind
 from hub_ext.core.resources import ResourceVector
 
 #: Profile kinds: the culler's timeouts are per kind (see ClasshubCuller.idle_timeouts).
 KINDS = ("gpu", "mig", "shared", "cpu")
-GPU_WHOLE = "nvidia.com/gpu"
-GPU_SHARED = "nvidia.com/gpu.shared"
-MIG_PREFIX = "nvidia.com/mig-"
 
 
 def parse_time(value: str | None) -> datetime | None:
@@ -28,20 +25,14 @@ def parse_time(value: str | None) -> datetime | None:
 
 
 def device_units(resources: Mapping[str, Any]) -> dict[str, int]:
-    """GPU-like device counts (nvidia.com/...) of a Kubernetes resource map from the ledger."""
+    """The GPU devices (whole, MIG, shared, other vendors') of a Kubernetes resource map from
+    the ledger, by the one resource grammar (`hub_ext.core.culling.held_gpus`)."""
     vector = ResourceVector.from_k8s(dict(resources))
-    return {name: int(amount) for name, amount in vector.items() if name.startswith("nvidia.com/")}
+    return held_gpus({name: int(amount) for name, amount in vector.items()})
 
 
-def kind_of(devices: Mapping[str, int]) -> str:
-    """The profile kind of a server from the devices it holds: gpu, mig, shared or cpu."""
-    if devices.get(GPU_WHOLE):
-        return "gpu"
-    if any(name.startswith(MIG_PREFIX) for name in devices):
-        return "mig"
-    if devices.get(GPU_SHARED):
-        return "shared"
-    return "cpu"
+#: The profile kind of a server from the devices it holds: gpu, mig, shared or cpu.
+kind_of = server_kind
 
 
 def running_servers(users: Iterable[dict[str, Any]]) -> list[tuple[dict[str, Any], str, dict[str, Any]]]:

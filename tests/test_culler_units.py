@@ -31,6 +31,8 @@ NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
     ({"cpu": "1", "nvidia.com/gpu": "2"}, "gpu"),
     ({"nvidia.com/mig-1g.18gb": "1"}, "mig"),
     ({"nvidia.com/gpu.shared": "1"}, "shared"),
+    ({"nvidia.com/mig-1g.10gb.me": "1"}, "mig"),  # a MIG slice with attributes is a GPU
+    ({"amd.com/gpu": "1"}, "gpu"),  # another vendor's GPU was a CPU server here
 ])
 def test_kind_from_the_devices_a_server_holds(resources, kind):
     assert F.kind_of(F.device_units(resources)) == kind

@@ -236,3 +236,26 @@ def test_concurrent_upgrades_upgrade_once(database_url: str) -> None:  # noqa: F
     assert sorted(d.before for d in done) == [OLD] + [HEAD] * 3
     assert len([d for d in done if d.backup]) == (1 if is_sqlite(database_url) else 0)
     assert revision_of(database_url) == HEAD
+
+
+@pytest.mark.parametrize("module, name", [("hub_ext.service", "service"), ("culler", "culler")])
+def test_the_service_and_the_culler_stop_with_the_sentence_on_a_schema_behind(
+        tmp_path: Path, module: str, name: str) -> None:
+    """As the hub starts them (its managed services), with the database it hands them: one last
+    line naming the command, not a traceback, and a non-zero exit (the hub logs it)."""
+    url = f"sqlite:///{tmp_path / 'classhub.sqlite'}"
+    build_at(url, OLD)
+    env = {"PATH": os.environ["PATH"], "CLASSHUB_DB_URL": url, "JUPYTERHUB_API_TOKEN": "t" * 32,
+           "JUPYTERHUB_API_URL": "http://127.0.0.1:9/hub/api", "JUPYTERHUB_SERVICE_NAME": "classhub",
+           "JUPYTERHUB_SERVICE_URL": "http://127.0.0.1:9", "JUPYTERHUB_SERVICE_PREFIX": "/services/x/",
+           "JUPYTERHUB_CLIENT_ID": "service-classhub", "JUPYTERHUB_HOST": "",
+           "JUPYTERHUB_OAUTH_CALLBACK_URL": "/services/x/oauth_callback"}
+    python = Path(CLASSHUB[0]).parent / "python"
+    result = subprocess.run([str(python), "-m", module], env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode != 0
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"classhub {name}: The classhub database") and "classhub upgrade-db" in last, (
+        result.stderr[-2000:])
+    assert "Traceback" not in result.stderr
+    assert revision_of(url) == OLD

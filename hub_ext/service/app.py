@@ -266,4 +266,7 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as e:
         sys.exit(f"classhub service: {e}")
     route_module_logs(app)
-    app.start()
+    try:
+        app.start()
+    except store.SchemaError as e:  # a schema behind: one line naming `classhub upgrade-db`
+        sys.exit(f"classhub service: {e}")
