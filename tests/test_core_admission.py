@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, time, timedelta, timezone
 
+import pytest
+
 from hub_ext.core.admission import (
     BEHIND_RESERVATION,
     BORROWING_LIMIT,
@@ -368,6 +370,21 @@ def test_the_capacity_snapshot_feeds_the_cycle_with_notebooks_counted():
     assert snap.nodes[0].free[G] == 2 and snap.nodes[0].gpu_product == "NVIDIA-H200"
     q = QueueSnapshot.of([job("four", 1, 4), job("two", 1, 2, t=1)])
     assert names(admission_cycle(snap, q)) == ["two"]
+
+
+@pytest.mark.parametrize(("taint", "schedulable"), [
+    ("nvidia.com/gpu", True), ("amd.com/gpu", True), ("habana.ai/gaudi", True),
+    ("nvidia.com/mig-1g.10gb.me", True),  # a GPU resource's own name (ExtendedResourceToleration)
+    ("dedicated", False),  # any other hard taint keeps jobs off: their pods do not tolerate it
+])
+def test_only_gpu_taints_leave_a_node_to_jobs(taint, schedulable):
+    """Job pods tolerate every GPU taint key, so a node with only GPU taints is a job node."""
+    nodes = [{"metadata": {"name": "n"}, "spec": {"taints": [
+                  {"key": taint, "value": "present", "effect": "NoSchedule"}]},
+              "status": {"allocatable": {"cpu": "8", "memory": "32Gi"},
+                         "conditions": [{"type": "Ready", "status": "True"}]}}]
+    snap = Snapshot.from_capacity(CapacitySnapshot.from_k8s(nodes, []), NOW)
+    assert snap.nodes[0].schedulable is schedulable
 
 
 def test_the_same_input_gives_the_same_decisions_whatever_the_input_order():

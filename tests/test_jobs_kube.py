@@ -107,14 +107,28 @@ def test_the_schemas_do_refuse_a_broken_object():
         jsonschema.validate(group, PODGROUP)
 
 
+ALL_GPU_TAINTS = ["amd.com/gpu", "gpu.intel.com/i915", "gpu.intel.com/xe", "habana.ai/gaudi",
+                  "nvidia.com/gpu"]
+
+
+def test_every_extended_resource_a_replica_asks_for_has_a_limit():
+    """The API server refuses a device plugin's resource requested without an equal limit."""
+    job = replace(launch({"worker": 1}, ["a"]), requests={"worker": {
+        "amd.com/gpu": "1", "example.com/fpga": "2", "cpu": "4", "memory": "8Gi"}})
+    obj = kube.pytorch_job(job, namespace="classhub", image="img")
+    spec = next(iter(obj["spec"]["pytorchReplicaSpecs"].values()))
+    resources = spec["template"]["spec"]["containers"][0]["resources"]
+    assert resources["limits"] == {"amd.com/gpu": "1", "example.com/fpga": "2", "memory": "8Gi"}
+
+
 @pytest.mark.parametrize(
     ("resource", "keys"),
     [
-        # NVIDIA's taint, and the resource's own as ExtendedResourceToleration adds it
-        ("nvidia.com/mig-1g.10gb.me", ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb.me"]),
-        # the vendor's taint; nvidia.com/gpu always, as admission may place any job there
-        ("amd.com/gpu", ["nvidia.com/gpu", "amd.com/gpu"]),
-        ("nvidia.com/gpu", ["nvidia.com/gpu"]),
+        # every GPU taint key always (admission may place any job on a node with only GPU
+        # taints), then the resource's own as ExtendedResourceToleration adds it
+        ("nvidia.com/mig-1g.10gb.me", [*ALL_GPU_TAINTS, "nvidia.com/mig-1g.10gb.me"]),
+        ("amd.com/gpu", ALL_GPU_TAINTS),
+        ("nvidia.com/gpu", ALL_GPU_TAINTS),
     ],
 )
 def test_the_replicas_tolerate_the_taints_of_the_gpus_they_ask_for(resource, keys):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pwd
 import signal
 import stat
 import subprocess
@@ -24,7 +23,8 @@ import psutil
 import pytest
 
 from hub_ext.backends.local import accounts
-from tests.hubproc import HubSession, api, hub_with_config, wait_for
+from tests.hubproc import HubSession, LocalHub, api, wait_for
+from tests.system_accounts import require_root, system_users_hub
 
 #: hub users of this module only (other modules' accounts may come and go meanwhile)
 MALLORY, VICTIM = "mallory", "victim"
@@ -38,33 +38,14 @@ ENV = {"CLASSHUB_JOB_INTERVAL": "0.5", "CLASSHUB_JOB_GRACE": "2", "CLASSHUB_USE_
        "CLASSHUB_GPU_DISCOVERY_COMMAND": '["true"]'}
 
 
-def _require_root() -> None:
-    if os.geteuid() != 0:
-        if os.environ.get("CI"):
-            pytest.fail("CI must run the suite as root: --system-users needs it")
-        pytest.skip("--system-users needs root (CI runs this as root)")
-
-
 @pytest.fixture(scope="module")
 def hub(hub_root):
-    _require_root()
-    names = [PREFIX + accounts.safe_name(u) for u in (MALLORY, VICTIM)]
-    existed = {n for n in names if _exists(n)}
-    hub = hub_with_config(hub_root, "system-attacks", CONFIG, env=ENV,
-                          extra_args=["--system-users", "--create-system-users"])
-    yield hub
-    hub.stop()
-    for name in names:  # remove only the accounts this module created
-        if name not in existed and _exists(name):
-            subprocess.run(["userdel", name], check=False)
-
-
-def _exists(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        return False
-    return True
+    data = hub_root / "system-attacks"
+    data.mkdir()
+    (data / "jupyterhub_config.py").write_text(CONFIG)
+    hub = LocalHub(data_dir=data, env=ENV, extra_args=["--system-users", "--create-system-users"])
+    with system_users_hub(hub, [PREFIX + accounts.safe_name(u) for u in (MALLORY, VICTIM)]) as started:
+        yield started
 
 
 class Student:
@@ -285,6 +266,6 @@ def test_a_pid_the_student_writes_is_never_signalled_and_never_ends_a_job(hub, s
 
 def test_a_root_hub_without_system_users_says_it_is_unsafe_for_a_shared_machine(demo_hub):
     """The default mode runs every server as the hub's account; as root it warns."""
-    _require_root()
+    require_root()
     banner = demo_hub.log_path.read_text(errors="replace")
     assert "WARNING: running as root without --system-users" in banner

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import pwd
 import re
-import subprocess
 import time
 
 import pytest
@@ -14,36 +12,16 @@ import requests
 import websocket
 
 from tests.hubproc import HubSession, LocalHub, start_server, wait_for
+from tests.system_accounts import system_users_hub
 
 ACCOUNTS = ["jupyter-student1", "jupyter-student2"]
 
 
-def _require_root() -> None:
-    if os.geteuid() != 0:
-        if os.environ.get("CI"):
-            pytest.fail("CI must run the suite as root: --system-users needs it")
-        pytest.skip("--system-users needs root (CI runs this as root)")
-
-
 @pytest.fixture(scope="module")
 def system_hub(hub_root):
-    _require_root()
-    existed = {name for name in ACCOUNTS if _account_exists(name)}
-    hub = LocalHub(data_dir=hub_root / "system",
-                   extra_args=["--system-users", "--create-system-users"]).start()
-    yield hub
-    hub.stop()
-    for name in ACCOUNTS:  # remove only the accounts this test created
-        if name not in existed and _account_exists(name):
-            subprocess.run(["userdel", name], check=False)
-
-
-def _account_exists(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        return False
-    return True
+    hub = LocalHub(data_dir=hub_root / "system", extra_args=["--system-users", "--create-system-users"])
+    with system_users_hub(hub, ACCOUNTS) as started:
+        yield started
 
 
 def terminal_run(hub: LocalHub, user: str, token: str, command: str) -> str:

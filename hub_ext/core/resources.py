@@ -30,6 +30,7 @@ __all__ = [
     "AMD_GPU",
     "CPU",
     "EPHEMERAL_STORAGE",
+    "GPU_TAINT_KEYS",
     "HABANA_GAUDI",
     "INTEL_GPU_I915",
     "INTEL_GPU_XE",
@@ -52,7 +53,9 @@ __all__ = [
     "gpu_taint_key",
     "gpu_tolerations",
     "human_quantity",
+    "is_extended_resource",
     "is_gpu_resource",
+    "is_gpu_taint",
     "is_known_resource",
     "is_mig_resource",
     "mig_resource_name",
@@ -406,6 +409,21 @@ def gpu_tolerations(resource_names: str | Iterable[str] | None) -> list[dict[str
 
 
 _STANDARD_RESOURCES = frozenset({CPU, MEMORY, EPHEMERAL_STORAGE, "storage", PODS})
+
+#: The taint keys GPU nodes carry: NVIDIA's, and each other vendor's resource name.
+GPU_TAINT_KEYS = frozenset({NVIDIA_GPU_TAINT, *VENDOR_GPU_RESOURCES})
+
+
+def is_gpu_taint(key: str) -> bool:
+    """Whether a node taint keyed `key` only keeps pods without GPUs off a GPU node (a GPU
+    taint key, or a GPU resource's own name, ExtendedResourceToleration's key)."""
+    return key in GPU_TAINT_KEYS or gpu_kind(key) is not None
+
+
+def is_extended_resource(name: str) -> bool:
+    """A device plugin's resource (a prefixed name outside ``kubernetes.io/``): Kubernetes does
+    not overcommit these, so a container that requests one must set the same limit."""
+    return "/" in name and not name.startswith("kubernetes.io/") and not name.startswith("hugepages-")
 
 
 def is_known_resource(name: str) -> bool:

@@ -53,7 +53,13 @@ from hub_ext.backends.kubernetes import client
 from hub_ext.backends.kubernetes.capacity import KubernetesBackend
 from hub_ext.core.admission import NodeState, Snapshot
 from hub_ext.core.jobs import RESERVED_ENV
-from hub_ext.core.resources import NVIDIA_GPU_TAINT, ResourceVector, gpu_tolerations, sum_vectors
+from hub_ext.core.resources import (
+    GPU_TAINT_KEYS,
+    ResourceVector,
+    gpu_tolerations,
+    is_extended_resource,
+    sum_vectors,
+)
 
 __all__ = [
     "JOB_LABEL",
@@ -165,7 +171,9 @@ def _resources(request: Mapping[str, str], profile_limits: Mapping[str, str] | N
     """Requests, and limits for what must not be shared (GPUs and memory), as for notebooks; a
     role that named a profile gets that profile's CPU and memory limits, as its notebook would."""
     requests = dict(request)
-    limits = {k: v for k, v in requests.items() if k == "memory" or k.startswith("nvidia.com/")}
+    # every device plugin's resource needs a limit equal to its request (the API server refuses
+    # "Limit must be set for non overcommitable resources"), not only NVIDIA's
+    limits = {k: v for k, v in requests.items() if k == "memory" or is_extended_resource(k)}
     limits.update(profile_limits or {})
     out: dict[str, dict[str, str]] = {"requests": requests}
     if limits:
@@ -180,8 +188,8 @@ def _template(launch: Launch, role: str, image: str, scheduler: str | None,
     env.append({"name": "CLASSHUB_JOB_ID", "value": launch.job_id})
     pod: Mapping[str, Any] = launch.pods.get(role, {})
     # The taints of the GPUs the replica asks for, as a notebook's (one function for both); and
-    # nvidia.com/gpu always: admission places any job on nodes with only that taint.
-    tolerations = gpu_tolerations([NVIDIA_GPU_TAINT, *launch.requests.get(role, {})])
+    # every GPU taint key always: admission places any job on nodes with only GPU taints.
+    tolerations = gpu_tolerations([*sorted(GPU_TAINT_KEYS), *launch.requests.get(role, {})])
     tolerations += [dict(t) for t in pod.get("tolerations", ()) if t not in tolerations]
     spec: dict[str, Any] = {
         "restartPolicy": "Never",

@@ -27,7 +27,7 @@ from types import MappingProxyType
 from hub_ext.core.capacity import GPU_PRODUCT_LABEL, CapacitySnapshot
 from hub_ext.core.jobs import Job
 from hub_ext.core.quota import Limits, Usage
-from hub_ext.core.resources import PODS, ZERO, ResourceVector, sum_vectors
+from hub_ext.core.resources import PODS, ZERO, ResourceVector, is_gpu_taint, sum_vectors
 
 _NANO = 10**9
 
@@ -244,8 +244,10 @@ class Snapshot:
                 allocatable=node.allocatable,
                 free=node.free,
                 gpu_product=node.labels.get(GPU_PRODUCT_LABEL) or None,
+                # GPU taints do not count: job pods tolerate every GPU taint key (placement is
+                # admission's, by node affinity); any other hard taint keeps jobs off the node
                 schedulable=node.schedulable and not any(t.is_hard for t in node.taints
-                                                          if not t.key.startswith("nvidia.com/gpu")),
+                                                          if not is_gpu_taint(t.key)),
             )
             for node in capacity.nodes
         )
