@@ -214,8 +214,9 @@ def api(hub: LocalHub, method: str, path: str, token: str | None = None,
     headers = kwargs.pop("headers", {})
     if token:
         headers["Authorization"] = f"token {token}"
+    kwargs.setdefault("timeout", 30)
     return requests.request(method, f"{hub.url}/services/classhub/api/{path.lstrip('/')}",
-                            headers=headers, timeout=30, allow_redirects=False, **kwargs)
+                            headers=headers, allow_redirects=False, **kwargs)
 
 
 def start_server(hub: LocalHub, username: str, token: str, timeout: float = 60) -> dict:

@@ -94,7 +94,7 @@ def quota_hub(request, hub_root):
 
 
 def user_server(hub, token, name):
-    model = requests.get(f"{hub.url}/hub/api/users/{name}", timeout=10,
+    model = requests.get(f"{hub.url}/hub/api/users/{name}", timeout=60,
                          headers={"Authorization": f"token {token}"}).json()
     return model["servers"].get("")
 
@@ -226,7 +226,7 @@ def servers_of(hub: LocalHub, headers: dict, names: list[str]) -> dict[str, dict
     """The hub's server model of each of ``names`` that has one."""
     found = {}
     for name in names:
-        model = requests.get(f"{hub.url}/hub/api/users/{name}", headers=headers, timeout=10).json()
+        model = requests.get(f"{hub.url}/hub/api/users/{name}", headers=headers, timeout=60).json()
         if model["servers"].get(""):
             found[name] = model["servers"][""]
     return found

@@ -106,14 +106,20 @@ def big_roster() -> tuple[bytes, dict[int, str], set[str]]:
     return ("\r\n".join(lines) + "\r\n").encode("utf-8"), bad, set(good)
 
 
+#: How long a 500-user roster request may take before the test gives up on it.
+SLOW = 180
+
+
 def test_roster_of_500_with_bad_rows_imports_the_rest_and_reports_lines(hub, admin, token):
     make_course(hub, token, "big500", teacher="prof")
     teacher = HubSession(hub, "prof").new_token()
     data, bad, good = big_roster()
     assert len(good) + len(bad) == 500
 
+    # 500 hub users and a group in one request: seconds alone, far longer on a busy CI machine;
+    # this test is about what the import does, not how fast (bench/ measures speed)
     r = api(hub, "POST", "courses/big500/roster", teacher, data=data,
-            headers={"Content-Type": "text/csv"})
+            headers={"Content-Type": "text/csv"}, timeout=SLOW)
     assert r.status_code == 200, r.text
     result = r.json()
     assert {e["line"]: e["code"] for e in result["errors"]} == bad
@@ -127,7 +133,8 @@ def test_roster_of_500_with_bad_rows_imports_the_rest_and_reports_lines(hub, adm
     assert group_users(admin, "big500") == good | {"prof"}
 
     # the same file again, as a browser form upload: nothing changes, the same lines are reported
-    r = api(hub, "POST", "courses/big500/roster", teacher, files={"file": ("roster.csv", data)})
+    r = api(hub, "POST", "courses/big500/roster", teacher, files={"file": ("roster.csv", data)},
+            timeout=SLOW)
     assert r.status_code == 200, r.text
     again = r.json()
     assert again["imported"] == 0 and again["unchanged"] == len(good) and again["removed"] == 0
@@ -137,7 +144,8 @@ def test_roster_of_500_with_bad_rows_imports_the_rest_and_reports_lines(hub, adm
     # a shorter list with remove_missing: the others leave the course and the hub group;
     # the teacher is staff and stays
     short = "username\ns000\ns001\nmüller\n".encode()
-    r = api(hub, "POST", "courses/big500/roster?remove_missing=true", teacher, data=short)
+    r = api(hub, "POST", "courses/big500/roster?remove_missing=true", teacher, data=short,
+            timeout=SLOW)
     assert r.status_code == 200, r.text
     assert r.json()["removed"] == len(good) - 3 and r.json()["unchanged"] == 3
     assert group_users(admin, "big500") == {"s000", "s001", "müller", "prof"}
