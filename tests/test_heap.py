@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tests.hubproc import wait_for
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -64,7 +66,13 @@ def test_a_hub_told_not_to_freeze_does_not():
 def test_a_running_hub_froze_its_heap_once_started(demo_hub):
     # `classhub local` (its own hook, see hub_ext.cli): once the hub runs, in the hub's log
     assert demo_hub.log_path is not None
-    log = demo_hub.log_path.read_text(errors="replace")
+    # the hub answers before its start() has returned and frozen: wait for the line (a shared
+    # hub may have been started by this very test)
+    def frozen_log() -> str | None:
+        text = demo_hub.log_path.read_text(errors="replace")
+        return text if "froze the hub's startup heap" in text else None
+
+    log = wait_for(frozen_log, 60, "the heap freeze line")
     started = log.index("JupyterHub is now running")
     frozen = log.index("froze the hub's startup heap")
     assert frozen > started, "the heap was frozen before the hub had started"
