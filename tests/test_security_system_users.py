@@ -246,7 +246,9 @@ def test_a_pid_the_student_writes_is_never_signalled_and_never_ends_a_job(hub, s
                 print("denied")
         """)
         assert planted.returncode == 0 and planted.stdout.strip() == "denied", planted
-        # A bogus pid made the old service take the job for ended while it ran on.
+        # A bogus pid made the old service take the job for ended while it ran on. Not a wait
+        # but an observation window: 3 s are 6 admission cycles (CLASSHUB_JOB_INTERVAL=0.5),
+        # each of which would have ended the job under the old code; it must stay running.
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:
             assert state(hub, mallory, job["id"])["state"] == "running"
