@@ -25,6 +25,7 @@ from hub_ext.core import authz, bodies, roles
 from hub_ext.hubapi import HubAPI, HubAPIError
 from hub_ext.service import body_models, metrics, servers
 from hub_ext.service.courses import Courses, course_name_problem
+from hub_ext.service.declare import needs
 
 #: The hub's answers passed on to the caller as they are rather than as a 502: the user, group or
 #: server named does not exist (404), the hub refused the input (400), or it conflicts (409).
@@ -456,13 +457,13 @@ class CoursesHandler(APIHandler):
 class CourseHandler(APIHandler):
     """``/api/courses/<course>``: GET one course (members, admins); DELETE it (admins)."""
 
+    @needs(authz.READ_COURSE, course="course")
     async def get(self, course: str) -> None:
-        await self.authorize(authz.READ_COURSE, course=course)
         self.write_json(await self.courses.get(course))
 
+    @needs(authz.DELETE_COURSE, course="course")
     async def delete(self, course: str) -> None:
-        caller = await self.authorize(authz.DELETE_COURSE, course=course)
-        await self.courses.delete(caller.name, course)
+        await self.courses.delete(self.caller.name, course)
         self.set_status(204)
         self.finish()
 
