@@ -7,7 +7,7 @@ CHP_VERSION := 4.6.3
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test test-unit lint install clean labextension flake-check
+.PHONY: run test test-unit lint install clean labextension types flake-check
 
 $(VENV)/bin/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "classhub needs Python 3.10+; set PYTHON=/path/to/python3.10+")'
@@ -27,6 +27,14 @@ $(LABEXT_OUT): $(LABEXT_SRC) | $(VENV)/bin/python
 		sh -c 'jlpm install && jlpm build:prod'
 
 labextension: $(LABEXT_OUT)
+
+# The panel's TypeScript types of the service's API (labextension/src/api-types.ts), generated
+# from the OpenAPI document, whose request bodies are the handlers' pydantic models. Run it after
+# changing a model or the document, and commit the file: tests/test_service_openapi.py fails
+# while it is stale.
+types: $(STAMP)
+	cd labextension && PATH="$(abspath $(VENV))/bin:$$PATH" PYTHON="$(abspath $(VENV))/bin/python" \
+		sh -c 'jlpm install && jlpm gen:types'
 
 $(STAMP): $(VENV)/bin/python setup.cfg pyproject.toml $(LABEXT_OUT)
 	$(VENV)/bin/pip install -q -e '.[test]'

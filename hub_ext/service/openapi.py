@@ -1,21 +1,41 @@
 """The OpenAPI 3 description of the classhub service, served at ``/api/openapi.json``.
 
-Why written out by hand and not generated: the document is the contract for the JupyterLab
-extension, scripts and the Grafana setup, and it says *who* may call each endpoint, which no
-handler signature shows. tests/test_service_openapi.py checks that every route of the app is
-described here with exactly the methods its handler implements, and that nothing here is missing
-from the app, so the two cannot drift apart.
+Generated from the code where the code says it, written by hand where it cannot:
+
+- **Generated**: which paths and methods exist (the app's `ROUTES` and the methods each handler
+  class implements), the path parameters (the groups of each route pattern), and every JSON request
+  body a handler method declares with ``@takes(Model)`` (hub_ext.service.declare): its schema is
+  the pydantic model's own JSON schema, under ``components/schemas/<Model name>``. A model changed
+  is a document changed, and the JupyterLab extension's TypeScript types follow it (``make types``;
+  tests/test_service_openapi.py fails while they are stale).
+- **Hand-written** (`PATHS` here and each route module's ``OPENAPI_PATHS``): what no signature
+  shows: a summary, *who* may call it, the answers and their schemas, query parameters, and the
+  bodies that are not JSON models yet (a roster CSV). A method's declared model always wins over a
+  hand-written body; a method with no hand-written entry gets its docstring's first line and its
+  declared authz action.
 
 Paths are relative to the server URL ``/services/classhub`` (the service prefix behind the proxy).
+``python -m hub_ext.service.openapi`` prints the document (what ``jlpm gen:types`` reads).
 """
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+import json
+import re
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
+
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+from tornado import web
 
 from hub_ext import __version__
 from hub_ext.service import culling, handlers, invitations, jobs, panel, sharing, templates
 from hub_ext.service.apidoc import BODY_ERRORS, ERRORS, JSON, json_body, ok, op, ref
+from hub_ext.service.declare import PUBLIC, action_of, body_of
 
 _ADMIN = "hub admins"
 _MEMBERS = "members of the course (student, TA, teacher) and hub admins"
@@ -229,13 +249,149 @@ def _error(description: str) -> dict[str, Any]:
     return {"description": description, "content": {JSON: {"schema": ref("Error")}}}
 
 
-def document() -> dict[str, Any]:
-    """The OpenAPI document (a fresh dict each call)."""
-    paths = {**PATHS, **templates.OPENAPI_PATHS, **sharing.OPENAPI_PATHS, **culling.OPENAPI_PATHS,
-             **invitations.OPENAPI_PATHS, **panel.OPENAPI_PATHS, **jobs.OPENAPI_PATHS}
-    paths = {path: {method: _with_common_errors(path, method, operation)
-                    for method, operation in ops.items()}
-             for path, ops in paths.items()}
+METHODS = ("get", "post", "put", "patch", "delete")
+_GROUP = re.compile(r"\((?!\?)(?:[^()\\]|\\.)*\)")
+_PLACEHOLDER = re.compile(r"\{([^}]+)\}")
+
+
+def implemented(handler: type) -> list[str]:
+    """The HTTP methods (lower case) a handler class implements itself, not tornado's 405 stubs."""
+    return [m for m in METHODS if getattr(handler, m) is not getattr(web.RequestHandler, m)]
+
+
+def _hand_written() -> dict[str, dict[str, Any]]:
+    """Every hand-written path entry: `PATHS` and each route module's ``OPENAPI_PATHS`` (a module
+    whose operations are all generated may have none)."""
+    paths = dict(PATHS)
+    for module in (templates, sharing, culling, invitations, panel, jobs):
+        paths.update(getattr(module, "OPENAPI_PATHS", {}))
+    return paths
+
+
+def _template(pattern: str, handler: type, hand: dict[str, Any]) -> str:
+    """The OpenAPI path of a route: the hand-written path it matches (its placeholder names are the
+    public ones), else the pattern with each group named after the handler's argument."""
+    shape = "/" + _GROUP.sub("{}", pattern)
+    for path in hand:
+        if _PLACEHOLDER.sub("{}", path) == shape:
+            return path
+    method = getattr(handler, implemented(handler)[0])
+    names = iter(list(inspect.signature(inspect.unwrap(method)).parameters)[1:])
+    return "/" + _GROUP.sub(lambda _: "{" + next(names, "value") + "}", pattern)
+
+
+Routes = list[tuple[str, type]]
+
+
+def _app_routes() -> Routes:
+    from hub_ext.service.app import ROUTES  # the app imports this module for OpenAPIHandler
+
+    return ROUTES
+
+
+def operations(routes: Routes | None = None) -> Iterator[tuple[str, str, Callable[..., Any]]]:
+    """(OpenAPI path, method, handler method) of every operation of ``routes`` (default: those the
+    service's app serves), in the order of the routes."""
+    hand = _hand_written()
+    for pattern, handler in _app_routes() if routes is None else routes:
+        path = _template(pattern, handler, hand)
+        for method in implemented(handler):
+            yield path, method, getattr(handler, method)
+
+
+def _first_line(function: Callable[..., Any]) -> str:
+    doc = inspect.getdoc(inspect.unwrap(function)) or ""
+    return doc.strip().splitlines()[0].rstrip(".") if doc.strip() else ""
+
+
+def _generated_operation(function: Callable[..., Any]) -> dict[str, Any]:
+    """An operation nobody described by hand: its docstring and its declared action."""
+    action = action_of(function)
+    who = ("anyone, no login" if action == PUBLIC else
+           f"whoever hub_ext.core.authz allows the action {action!r}" if action else
+           "see the handler")
+    operation = op(_first_line(function) or function.__qualname__, who,
+                   {"200": {"description": "Done"}}, public=action == PUBLIC)
+    return operation
+
+
+def _path_parameters(path: str, parameters: dict[str, Any]) -> list[dict[str, Any]]:
+    """One parameter per placeholder of ``path``: the component of that name when there is one."""
+    out = []
+    for name in _PLACEHOLDER.findall(path):
+        if parameters.get(name, {}).get("in") == "path":
+            out.append({"$ref": f"#/components/parameters/{name}"})
+        else:
+            out.append({"name": name, "in": "path", "required": True, "schema": {"type": "string"}})
+    return out
+
+
+def _other_parameters(operation: dict[str, Any], parameters: dict[str, Any]) -> list[dict[str, Any]]:
+    """The hand-written parameters of ``operation`` that are not in its path (a query's)."""
+    def where(p: dict[str, Any]) -> str | None:
+        if "$ref" in p:
+            return parameters.get(p["$ref"].rsplit("/", 1)[1], {}).get("in")
+        return p.get("in")
+    return [p for p in operation.get("parameters", []) if where(p) != "path"]
+
+
+def body_models(routes: Routes | None = None) -> dict[tuple[str, str], type[BaseModel]]:
+    """(path, method) -> the pydantic model its handler method declared with ``@takes``."""
+    return {(path, method): model for path, method, function in operations(routes)
+            if (model := body_of(function)) is not None}
+
+
+def _model_schemas(models: list[type[BaseModel]]) -> tuple[dict[type[BaseModel], Any], dict[str, Any]]:
+    """The ``$ref`` of each of ``models``, and the JSON schemas of them and of every model they nest
+    by name (pydantic names two models of one name apart by their module)."""
+    if not models:
+        return {}, {}
+    refs, top = models_json_schema([(m, "validation") for m in models],
+                                   ref_template="#/components/schemas/{model}")
+    return {model: refs[(model, "validation")] for model in models}, top.get("$defs", {})
+
+
+def _parameters() -> dict[str, Any]:
+    return {
+        "course": {"name": "course", "in": "path", "required": True, "schema": {"type": "string"}},
+        "user": {"name": "user", "in": "path", "required": True, "schema": {"type": "string"}},
+        "template": {"name": "template", "in": "path", "required": True,
+                     "schema": {"type": "string"}},
+        "version": {"name": "version", "in": "path", "required": True, "schema": {"type": "string"}},
+        "upload": {"name": "upload", "in": "path", "required": True, "schema": {"type": "string"}},
+        "share": {"name": "share", "in": "path", "required": True, "schema": {"type": "integer"},
+                  "description": "a share's id (from POST /api/shares)"},
+        "viewer": {"name": "viewer", "in": "query", "required": True, "schema": {"type": "string"},
+                   "description": "the hub user who opens the server"},
+        "server": {"name": "server", "in": "query", "required": False,
+                   "schema": {"type": "string", "default": ""},
+                   "description": "the server's name (empty: the default server)"},
+        **getattr(jobs, "OPENAPI_PARAMETERS", {}),
+        "remove_missing": {"name": "remove_missing", "in": "query", "required": False,
+                           "schema": {"type": "boolean", "default": False},
+                           "description": "remove students and TAs not in the file"},
+    }
+
+
+def document(routes: Routes | None = None) -> dict[str, Any]:
+    """The OpenAPI document of ``routes`` (default: the service's app), a fresh dict each call."""
+    hand = _hand_written()
+    parameters = _parameters()
+    found = [(path, method, function, body_of(function)) for path, method, function in operations(routes)]
+    models = list(dict.fromkeys(model for *_, model in found if model is not None))
+    refs, generated = _model_schemas(models)
+    paths: dict[str, dict[str, Any]] = {}
+    for path, method, function, model in found:
+        operation = dict(hand.get(path, {}).get(method) or _generated_operation(function))
+        params = _path_parameters(path, parameters) + _other_parameters(operation, parameters)
+        operation.pop("parameters", None)
+        if params:
+            operation["parameters"] = params
+        if model is not None:  # the declared model wins over any hand-written body
+            operation["requestBody"] = json_body(refs[model])
+        paths.setdefault(path, {})[method] = _with_common_errors(path, method, operation)
+    # a generated schema replaces a hand-written one of the same name: the model is the truth
+    schemas = {**SCHEMAS, **generated}
     return {
         "openapi": "3.1.0",
         "info": {
@@ -256,25 +412,7 @@ def document() -> dict[str, Any]:
                 "hubOAuth": {"type": "apiKey", "in": "cookie", "name": "service-classhub",
                              "description": "set by the hub's OAuth login (browsers)"},
             },
-            "parameters": {
-                "course": {"name": "course", "in": "path", "required": True, "schema": {"type": "string"}},
-                "user": {"name": "user", "in": "path", "required": True, "schema": {"type": "string"}},
-                "template": {"name": "template", "in": "path", "required": True,
-                             "schema": {"type": "string"}},
-                "version": {"name": "version", "in": "path", "required": True, "schema": {"type": "string"}},
-                "upload": {"name": "upload", "in": "path", "required": True, "schema": {"type": "string"}},
-                "share": {"name": "share", "in": "path", "required": True, "schema": {"type": "integer"},
-                          "description": "a share's id (from POST /api/shares)"},
-                "viewer": {"name": "viewer", "in": "query", "required": True, "schema": {"type": "string"},
-                           "description": "the hub user who opens the server"},
-                "server": {"name": "server", "in": "query", "required": False,
-                           "schema": {"type": "string", "default": ""},
-                           "description": "the server's name (empty: the default server)"},
-                **jobs.OPENAPI_PARAMETERS,
-                "remove_missing": {"name": "remove_missing", "in": "query", "required": False,
-                                   "schema": {"type": "boolean", "default": False},
-                                   "description": "remove students and TAs not in the file"},
-            },
+            "parameters": parameters,
             "responses": {
                 "BadRequest": _error("Invalid input; the message says what to change"),
                 "Unauthorized": _error("Not logged in, or an unknown token"),
@@ -288,7 +426,7 @@ def document() -> dict[str, Any]:
                 "BadGateway": _error("The hub (or the caller's server) failed or refused classhub's "
                                      "request; try again, or tell an admin"),
             },
-            "schemas": SCHEMAS,
+            "schemas": dict(sorted(schemas.items())),
         },
     }
 
@@ -298,3 +436,30 @@ class OpenAPIHandler(handlers.APIHandler):
 
     def get(self) -> None:
         self.write_json(document())
+
+
+def types_digest(doc: dict[str, Any] | None = None) -> str:
+    """The sha256 of what the TypeScript types are made of (paths and components, not the version):
+    labextension/src/api-types.ts names it in its first line, so a test sees it is stale."""
+    doc = document() if doc is None else doc
+    part = {"paths": doc["paths"], "components": doc["components"]}
+    return hashlib.sha256(json.dumps(part, sort_keys=True).encode()).hexdigest()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the document as JSON; ``--digest``: only its `types_digest`; ``--with-digest``:
+    ``{"digest": ..., "document": ...}`` (what ``jlpm gen:types`` reads, one start for both)."""
+    args = sys.argv[1:] if argv is None else argv
+    if args not in ([], ["--digest"], ["--with-digest"]):
+        sys.exit("usage: python -m hub_ext.service.openapi [--digest | --with-digest]")
+    doc = document()
+    if args == ["--digest"]:
+        print(types_digest(doc))
+        return
+    out = {"digest": types_digest(doc), "document": doc} if args else doc
+    json.dump(out, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -5,6 +5,8 @@
  * panel shows (bars, countdowns, banners, the share request) is decided in one place.
  */
 
+import type { JobAnswer, JobSubmission, ShareRequest } from './service';
+
 /** Who is looking at this server, as the server extension (hub_ext.singleuser.panel) says. */
 export interface IViewer {
   name: string;
@@ -60,22 +62,14 @@ export interface ITemplate {
   description?: string;
 }
 
-export interface IJobReplica {
-  role: string;
-  index: number;
-  rank?: number;
-  state: string;
-}
+/** One replica of a job, as the service describes it (the generated types). */
+export type IJobReplica = NonNullable<JobAnswer['replicas']>[number];
 
-export interface IJob {
-  id: string;
-  name: string;
-  course: string;
-  state: string;
-  reason?: string | null;
-  queue_position?: number | null;
-  replicas?: IJobReplica[];
-}
+/**
+ * A job, as the service answers it (the generated types); the service always sends these four
+ * fields (hub_ext.service.jobs.records.as_json), which the document does not mark required.
+ */
+export type IJob = JobAnswer & Required<Pick<JobAnswer, 'id' | 'name' | 'course' | 'state'>>;
 
 /** Jobs that still hold or wait for resources (a "Cancel" applies to them). */
 export const ACTIVE_JOB_STATES = ['queued', 'admitted', 'running', 'preempted'];
@@ -140,9 +134,7 @@ function wholeIn(value: number, low: number, high: number): boolean {
  * The job runs in the script's folder (as ``cd lab3 && python train.py`` in a terminal would):
  * ``workdir`` is that folder relative to the home, the command ``["python", "<file name>"]``.
  */
-export function jobRequest(
-  form: IJobForm
-): { body: Record<string, unknown> } | { error: string } {
+export function jobRequest(form: IJobForm): { body: JobSubmission } | { error: string } {
   const path = (form.path || '').replace(/^\/+/, '');
   if (!/\.py$/i.test(path)) {
     return { error: 'Choose a Python script (a .py file) to submit as a job.' };
@@ -161,7 +153,7 @@ export function jobRequest(
     return { error: 'The maximum runtime must be a number of minutes (empty: the default).' };
   }
   const slash = path.lastIndexOf('/');
-  const body: Record<string, unknown> = {
+  const body: JobSubmission = {
     name: jobName(path),
     command: ['python', path.slice(slash + 1)],
     workdir: slash < 0 ? '' : path.slice(0, slash),
@@ -360,10 +352,8 @@ export interface IShareForm {
 }
 
 /** The body of ``POST /api/shares``, or a sentence saying what to change. */
-export function shareRequest(
-  form: IShareForm
-): { body: Record<string, unknown> } | { error: string } {
-  const body: Record<string, unknown> = { kind: form.kind };
+export function shareRequest(form: IShareForm): { body: ShareRequest } | { error: string } {
+  const body: ShareRequest = { kind: form.kind };
   if (form.kind !== 'read-only' && form.kind !== 'edit') {
     return { error: 'Choose read-only or editable.' };
   }

@@ -4,6 +4,7 @@
  */
 import {
   ICourseUsage,
+  IJob,
   bannerText,
   cullMessage,
   describeJob,
@@ -155,7 +156,7 @@ describe('describeShare', () => {
 
 describe('describeJob', () => {
   it('says where a queued job stands', () => {
-    const job = { id: 'j1', name: 'resnet', course: 'demo101', state: 'queued', queue_position: 2 };
+    const job: IJob = { id: 'j1', name: 'resnet', course: 'demo101', state: 'queued', queue_position: 2 };
     expect(describeJob(job)).toBe('resnet (demo101): queued, 2nd in the queue');
     expect(describeJob({ ...job, queue_position: 11 })).toBe('resnet (demo101): queued, 11th in the queue');
     expect(describeJob({ ...job, state: 'running', queue_position: null })).toBe('resnet (demo101): running');
@@ -163,7 +164,7 @@ describe('describeJob', () => {
 });
 
 describe('waitingText', () => {
-  const job = {
+  const job: IJob = {
     id: 'j1',
     name: 'train',
     course: 'demo101',
@@ -184,8 +185,10 @@ describe('waitingText', () => {
     expect(waitingText({ ...job, reason: '' })).toBeNull();
   });
   it('knows which jobs are still active', () => {
-    expect(['queued', 'admitted', 'running', 'preempted'].every(state => isActiveJob({ state }))).toBe(true);
-    expect(['succeeded', 'failed', 'cancelled'].some(state => isActiveJob({ state }))).toBe(false);
+    const active = ['queued', 'admitted', 'running', 'preempted'] as const;
+    expect(active.every(state => isActiveJob({ state }))).toBe(true);
+    const ended = ['succeeded', 'failed', 'cancelled'] as const;
+    expect(ended.some(state => isActiveJob({ state }))).toBe(false);
   });
 });
 
