@@ -1,8 +1,10 @@
 """Helpers that write the OpenAPI description of classhub's operations.
 
-Each route module describes its own operations with these (its ``OPENAPI_PATHS``), and
-hub_ext.service.openapi assembles the document; the helpers import nothing of the service, so
-the route modules and the document never import each other in a circle.
+Each route module describes its own operations with these (its ``OPENAPI_PATHS``): what no
+signature shows (a summary, who may call it, the answers, query parameters). hub_ext.service.openapi
+assembles the document and generates the rest: the paths, their path parameters and every JSON body
+a method declares with ``@takes`` (the model wins over a ``body`` written here). The helpers import
+nothing of the service, so the route modules and the document never import each other in a circle.
 """
 
 from __future__ import annotations
