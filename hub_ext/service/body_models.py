@@ -16,7 +16,8 @@ hub_ext.service.handlers.APIHandler: no handler writes its own 400 for a body.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Annotated, Any, ClassVar, TypeVar
 
@@ -36,6 +37,7 @@ from pydantic import (
 
 from hub_ext.core import roles, roster, sharing
 from hub_ext.core.quota import Limits, parse_limits
+from hub_ext.core.resources import is_known_resource
 
 #: The longest timeout a setting may hold: 100 years (instants past the year 9999 do not exist).
 MAX_SECONDS = 100 * 365 * 86400
@@ -138,6 +140,34 @@ def instant(value: Any, field: str) -> datetime:
     return utc
 
 
+#: Course names: usable as a JupyterHub group name, in a ``!group=`` scope filter, as a Kubernetes
+#: label value and as a Prometheus label (letters, digits, '.', '_', '-'; at most 63 characters).
+COURSE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?\Z")
+
+
+def course_name_problem(name: object) -> str | None:
+    """Why `name` cannot be a course (a hub group) name, or None when it can."""
+    if not isinstance(name, str) or not name:
+        return "give the course a 'name', e.g. \"cs101\""
+    if not COURSE_NAME.match(name):
+        return (
+            f"course name {name!r} is not allowed: use 1-63 letters, digits, '.', '_' or '-', "
+            "starting and ending with a letter or digit (it becomes a JupyterHub group name)"
+        )
+    return None
+
+
+def unknown_resources(names: Iterable[str]) -> list[str]:
+    """Resource names a quota should not name: typos of Kubernetes or NVIDIA resources.
+
+    The grammar is ``hub_ext.core.resources.is_known_resource``: Kubernetes' own names, every GPU
+    resource (MIG slices with attributes such as ``nvidia.com/mig-1g.10gb.me`` included), other
+    vendors' extended resources as written. Why: a ceiling on "gpus" would cap nothing and the
+    admin would believe the course is limited.
+    """
+    return sorted(name for name in names if not is_known_resource(name))
+
+
 def _schema(schema: dict[str, Any]) -> WithJsonSchema:
     """The JSON schema a field documents when its validator takes any JSON and says what is wrong."""
     return WithJsonSchema(schema)
@@ -186,8 +216,6 @@ class NewCourseBody(Body):
     @field_validator("name", mode="before")
     @classmethod
     def _name(cls, v: Any) -> str:
-        from hub_ext.service.courses import course_name_problem  # courses raises BodyError
-
         problem = course_name_problem(v)
         if problem:
             raise ValueError(problem[0].upper() + problem[1:] + ".")
@@ -285,8 +313,6 @@ class QuotaBody(Body):
             limits = parse_limits(data)
         except ValueError as e:
             raise ValueError(f"Invalid quota: {e}.") from None
-        from hub_ext.service.courses import unknown_resources  # courses raises BodyError
-
         unknown = unknown_resources(limits.limited)
         if unknown:
             raise ValueError(UNKNOWN_RESOURCE.format(names=", ".join(map(repr, unknown))))

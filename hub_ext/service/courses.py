@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any, TypeVar
@@ -29,9 +28,13 @@ from hub_ext import store
 from hub_ext.core import authz, roles, roster
 from hub_ext.core.jobs import FINAL as FINAL_JOB_STATES
 from hub_ext.core.quota import Limits, Usage, week_window
-from hub_ext.core.resources import is_known_resource
 from hub_ext.hubapi import HubAPI
-from hub_ext.service.body_models import BodyError
+from hub_ext.service.body_models import (  # noqa: F401 - the name checks, named here too
+    COURSE_NAME,
+    BodyError,
+    course_name_problem,
+    unknown_resources,
+)
 from hub_ext.store import (
     AuditLog,
     Course,
@@ -53,36 +56,8 @@ from hub_ext.store.share_models import ta_access_by_course
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: Course names: usable as a JupyterHub group name, in a ``!group=`` scope filter, as a Kubernetes
-#: label value and as a Prometheus label (letters, digits, '.', '_', '-'; at most 63 characters).
-COURSE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?\Z")
-
-
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def course_name_problem(name: object) -> str | None:
-    """Why `name` cannot be a course (a hub group) name, or None when it can."""
-    if not isinstance(name, str) or not name:
-        return "give the course a 'name', e.g. \"cs101\""
-    if not COURSE_NAME.match(name):
-        return (
-            f"course name {name!r} is not allowed: use 1-63 letters, digits, '.', '_' or '-', "
-            "starting and ending with a letter or digit (it becomes a JupyterHub group name)"
-        )
-    return None
-
-
-def unknown_resources(names: Iterable[str]) -> list[str]:
-    """Resource names a quota should not name: typos of Kubernetes or NVIDIA resources.
-
-    The grammar is ``hub_ext.core.resources.is_known_resource``: Kubernetes' own names, every GPU
-    resource (MIG slices with attributes such as ``nvidia.com/mig-1g.10gb.me`` included), other
-    vendors' extended resources as written. Why: a ceiling on "gpus" would cap nothing and the
-    admin would believe the course is limited.
-    """
-    return sorted(name for name in names if not is_known_resource(name))
 
 
 def usage_json(usage: Usage) -> dict[str, Any]:
