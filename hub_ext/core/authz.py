@@ -15,7 +15,19 @@ Rules:
 - A teacher may add, re-role and remove students and TAs only; making, changing or removing a
   teacher is an admin's decision (`may_change_member`).
 - Hub services are neither admins nor course members: they list no courses and read nothing of
-  a course. A service (or any token) with the hub scope ``read:metrics`` may read the metrics.
+  a course. A service (or any token) with the hub scope ``read:metrics`` may read the metrics;
+  when the deployment turns metrics authentication off (``authenticate_metrics = False``, the
+  ``open`` fact of READ_METRICS), anyone may, even without a token.
+- Nobody without a token (`ANONYMOUS`) does anything else: a 401 saying how to log in.
+- Shares belong to users (hub_ext.core.sharing.may_share): a server's owner and hub admins share
+  it and see and revoke its shares; anyone else is told there is no such share (a 404, so share
+  ids cannot be enumerated); a share is opened by its recipients (a user, the members of a
+  group, anyone with a link's code) and the owner. Sharing with a group needs membership of it
+  (admins excepted). Changing the hub's shares needs the hub scope ``shares!user=<owner>``.
+- A server's own token (``server_token``: the server the hub made the token for) is the only
+  caller that reports who used the server or asks for a copy of a file for its viewer.
+- A server is stopped by its owner, hub admins, and the teachers of a course where the owner is
+  a student or TA (the hub checks the caller's own token too).
 - Access to classhub at all (the scope ``access:services!service=classhub``) is checked before
   this module by HubOAuth; this module decides within classhub.
 - No confused deputy: where classhub acts on the hub for the caller (creating a hub group,
@@ -40,15 +52,19 @@ from hub_ext.core.roles import ADMIN, STUDENT, TA, TEACHER
 __all__ = [
     "ACTIONS",
     "ALLOW",
+    "ANONYMOUS",
     "DIRECT",
     "HUB_SCOPES",
     "INVITE",
+    "WITHOUT_ACCESS",
     "Caller",
+    "ShareRef",
     "Verdict",
     "decide",
     "enrolment",
     "hub_scopes_for",
     "may_change_member",
+    "may_view_server",
     "visible_courses",
 ]
 
@@ -75,6 +91,21 @@ SUBMIT_JOB = "submit_job"
 READ_JOB = "read_job"
 CANCEL_JOB = "cancel_job"
 READ_COURSE_JOBS = "read_course_jobs"
+# Who asks, and what belongs to the caller alone.
+READ_ME = "read_me"
+LIST_OWN_FILES = "list_own_files"
+STOP_SERVER = "stop_server"
+READ_OWN_INVITATIONS = "read_own_invitations"
+ANSWER_INVITATION = "answer_invitation"
+# Sharing a server (hub_ext.service.sharing).
+READ_OWN_SHARES = "read_own_shares"
+SHARE_SERVER = "share_server"
+READ_SHARE = "read_share"
+REVOKE_SHARE = "revoke_share"
+OPEN_SHARE = "open_share"
+READ_SHARE_PATHS = "read_share_paths"
+REPORT_SHARE_ACCESS = "report_share_access"
+COPY_SHARED_FILE = "copy_shared_file"
 
 #: Scope that lets a token read the metrics (as for JupyterHub's own /hub/metrics).
 METRICS_SCOPE = "read:metrics"
@@ -89,7 +120,13 @@ HUB_SCOPES: Mapping[str, tuple[tuple[str, str | None], ...]] = MappingProxyType(
     EDIT_MEMBERS: (("groups", "group"), ("admin:users", None)),
     IMPORT_ROSTER: (("groups", "group"), ("admin:users", None)),
     CONTROL_SERVER: (("servers", "user"),),
+    SHARE_SERVER: (("shares", "user"),),
+    REVOKE_SHARE: (("shares", "user"),),
 })
+
+#: Actions a token that does not grant access to classhub may still do (the hub's own scope
+#: decides): reading the metrics, as for JupyterHub's /hub/metrics.
+WITHOUT_ACCESS = frozenset({READ_METRICS})
 
 
 @dataclass(frozen=True)
@@ -124,6 +161,11 @@ class Caller:
     courses: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     scopes: frozenset[str] = frozenset()
     access: bool = True
+    #: The caller's hub groups, as the hub answers now (filled where a rule needs them: sharing).
+    groups: frozenset[str] = frozenset()
+    #: The server (its name, "" for the default one) this token was made for by the hub at
+    #: spawn, when the caller is a single-user server's own token; None otherwise.
+    server_token: str | None = None
 
     @property
     def is_user(self) -> bool:
@@ -148,6 +190,19 @@ class Caller:
         """
         base = scope.split("!", 1)[0]
         return base in self.scopes or scope in self.scopes
+
+
+#: Whoever sends no token at all: allowed nothing but what a deployment opened (`decide`).
+ANONYMOUS = Caller(name="", kind="anonymous", access=False)
+
+
+@dataclass(frozen=True)
+class ShareRef:
+    """What the sharing rules look at in a share (or a request to make one)."""
+
+    owner: str
+    target_kind: str = "user"  # user, group or link
+    target: str | None = None
 
 
 _MEMBERS = frozenset({STUDENT, TA, TEACHER})
@@ -206,7 +261,38 @@ ACTIONS = (
     READ_OWN_USAGE,
     READ_METRICS,
     CONTROL_SERVER,
+    READ_ME,
+    LIST_OWN_FILES,
+    STOP_SERVER,
+    READ_OWN_INVITATIONS,
+    ANSWER_INVITATION,
+    READ_OWN_SHARES,
+    SHARE_SERVER,
+    READ_SHARE,
+    REVOKE_SHARE,
+    OPEN_SHARE,
+    READ_SHARE_PATHS,
+    REPORT_SHARE_ACCESS,
+    COPY_SHARED_FILE,
 )
+
+#: Actions about the caller's own things: users only, a service is told to use a user's token.
+_USERS_ONLY = {
+    READ_OWN_USAGE: "usage is kept per user",
+    LIST_OWN_FILES: "files are in users' servers",
+    READ_OWN_INVITATIONS: "invitations are for users",
+    ANSWER_INVITATION: "invitations are for users",
+    READ_OWN_SHARES: "shares belong to users",
+    SHARE_SERVER: "shares belong to users",
+    READ_SHARE: "shares belong to users",
+    REVOKE_SHARE: "shares belong to users",
+    OPEN_SHARE: "shares belong to users",
+    READ_SHARE_PATHS: "shares belong to users",
+}
+
+#: The one answer for a share that does not exist and for one that is not the caller's: the two
+#: must not be told apart, or share ids (and their owners) could be enumerated.
+NO_SHARE = "No such share among yours; GET /api/shares lists them."
 
 
 def _deny(message: str) -> Verdict:
@@ -232,21 +318,50 @@ def _missing_scopes(caller: Caller, action: str, course: str | None, user: str |
     )
 
 
-def decide(caller: Caller, action: str, *, course: str | None = None, user: str | None = None) -> Verdict:
+def decide(caller: Caller, action: str, *, course: str | None = None, user: str | None = None,
+           share: ShareRef | None = None, server: str | None = None,
+           user_courses: Mapping[str, str] | None = None, open: bool = False) -> Verdict:
     """May `caller` do `action` (on `course`, about `user`)?
 
-    `course` is required for course actions, `user` for READ_USER_QUOTA/SET_USER_QUOTA and
-    CONTROL_SERVER. A course the caller does not belong to is refused the same way whether or not
-    it exists, so the answer does not reveal which courses exist; only admins get 404s.
+    `course` is required for course actions, `user` for READ_USER_QUOTA/SET_USER_QUOTA,
+    CONTROL_SERVER and STOP_SERVER (the server's owner; `user_courses`: the owner's course
+    roles, for STOP_SERVER), `share` for the share actions, `server` (a server's name) for
+    REPORT_SHARE_ACCESS and COPY_SHARED_FILE. `open`: the deployment opened READ_METRICS to
+    everyone. A course the caller does not belong to is refused the same way whether or not it
+    exists, so the answer does not reveal which courses exist; only admins get 404s.
     """
-    if action == LIST_COURSES:
-        return ALLOW  # the list itself is filtered by visible_courses
-    if action == READ_OWN_USAGE:
-        if caller.is_user:
+    if caller.kind == ANONYMOUS.kind:
+        if action == READ_METRICS and open:
             return ALLOW
-        return _deny(f"{caller.name} is a hub service; usage is kept per user. Ask with a user's token.")
+        if action == READ_METRICS:
+            return Verdict(False, 401, "Send 'Authorization: token <token>' with a token that has "
+                                       "the scope 'read:metrics'.")
+        return Verdict(False, 401, "Log in first, or send 'Authorization: token <token>'.")
+    if action in (LIST_COURSES, READ_ME):
+        return ALLOW  # the list itself is filtered by visible_courses; anyone may ask who they are
+    if action in _USERS_ONLY and not (caller.is_user and caller.access):
+        return _deny(f"{caller.name} is a hub service; {_USERS_ONLY[action]}. Ask with a user's token.")
+    if action in (READ_OWN_USAGE, LIST_OWN_FILES, READ_OWN_INVITATIONS, ANSWER_INVITATION,
+                  READ_OWN_SHARES, READ_SHARE_PATHS):
+        return ALLOW  # each answers about the caller's own things only
+    if action in (SHARE_SERVER, READ_SHARE, REVOKE_SHARE, OPEN_SHARE):
+        return _decide_share(caller, action, share)
+    if action in (REPORT_SHARE_ACCESS, COPY_SHARED_FILE):
+        if caller.is_user and caller.server_token is not None and caller.server_token == server:
+            return ALLOW
+        what = "reports access to itself" if action == REPORT_SHARE_ACCESS else "asks for a copy of its files"
+        return _deny(f"Only a server {what}, with its own token.")
+    if action == STOP_SERVER:
+        if user is None:
+            raise ValueError("STOP_SERVER needs the server's owner")
+        owner_roles = user_courses or {}
+        if caller.is_admin or (caller.is_user and caller.access and caller.name == user) or any(
+                caller.role_in(c) == TEACHER and r in (STUDENT, TA) for c, r in owner_roles.items()):
+            return ALLOW
+        return _deny(f"You can stop your own server, and as a teacher the servers of your course's "
+                     f"students and TAs; not {user}'s.")
     if action == READ_METRICS:
-        if METRICS_SCOPE in caller.scopes:  # a hub admin's full token holds it
+        if open or METRICS_SCOPE in caller.scopes:  # a hub admin's full token holds it
             return ALLOW
         return _deny(
             "Reading the metrics needs a hub admin or a token with the scope 'read:metrics' "
@@ -288,6 +403,44 @@ def decide(caller: Caller, action: str, *, course: str | None = None, user: str 
         whom = "a hub service" if not caller.is_user else f"not a member of {course}"
         return _deny(f"You are {whom}; only {who} can {what}.")
     return _deny(f"You are a {_role_word(role)} of {course}; only {who} can {what}.")
+
+
+def _decide_share(caller: Caller, action: str, share: ShareRef | None) -> Verdict:
+    """The sharing rules (see the module doc); the caller is a user with classhub access."""
+    if share is None:
+        raise ValueError(f"{action} needs the share")
+    owns = caller.is_admin or caller.name == share.owner
+    if action == OPEN_SHARE:
+        recipient = (share.target_kind == "link"
+                     or (share.target_kind == "user" and share.target == caller.name)
+                     or (share.target_kind == "group" and share.target in caller.groups))
+        return ALLOW if recipient or caller.name == share.owner else Verdict(False, 404, NO_SHARE)
+    if action in (READ_SHARE, REVOKE_SHARE) and not owns:
+        return Verdict(False, 404, NO_SHARE)
+    if action == SHARE_SERVER and not owns:
+        return _deny(f"Only {share.owner} (or a hub admin) can share or revoke shares of "
+                     f"{share.owner}'s server.")
+    if action in HUB_SCOPES:  # no confused deputy (README, "Security model", rule 2)
+        missing = _missing_scopes(caller, action, None, share.owner)
+        if not missing:
+            return missing
+    if (action == SHARE_SERVER and share.target_kind == "group" and not caller.is_admin
+            and share.target not in caller.groups):
+        return _deny(f"You can share with groups you belong to; you are not in {share.target}.")
+    return ALLOW
+
+
+def may_view_server(viewer: Caller, owner: str, server: str) -> Verdict:
+    """Whether `viewer` (whom a viewer token belongs to, as the hub says) is someone else than
+    `owner` whose token may open `owner`'s `server`: ``access:servers`` unfiltered, or filtered
+    to that server or to that user (a share grants ``access:servers!server=<owner>/<server>``).
+    A server reports use of itself and copies a file only for such a viewer."""
+    scopes = viewer.scopes
+    base = "access:servers"
+    may_open = bool({base, f"{base}!server={owner}/{server}", f"{base}!user={owner}"} & scopes)
+    if viewer.is_user and viewer.name != owner and may_open:
+        return ALLOW
+    return _deny("viewer_token is not a token of someone else that may open this server")
 
 
 def may_change_member(caller: Caller, course: str, current: str | None, new: str | None) -> Verdict:

@@ -8,15 +8,25 @@ within ``[minimum, maximum]``, or a 400 whose message names the argument and the
 (``offset must be a whole number from 0 to 4611686018427387904; 'abc' is not.``).
 
 The bounds every handler uses are named here, so the OpenAPI document and the handlers agree.
+Flags (``?remove_missing=true``) and folder paths (``?path=week1``) are read here too.
+
+Every refusal of a query argument goes through `refuse`, the one hand-written 400 of the
+service besides APIHandler's for bodies: a query argument is no JSON body, so no body model
+(hub_ext.service.body_models) reads it.
 """
 
 from __future__ import annotations
 
 import re
+from typing import NoReturn
 
 from tornado import web
 
-__all__ = ["MAX_LOG_OFFSET", "MAX_OFFSET", "int_argument", "whole_number"]
+__all__ = ["MAX_LOG_OFFSET", "MAX_OFFSET", "flag_argument", "folder_argument", "int_argument",
+           "refuse", "whole_number"]
+
+#: How a flag may be written in a query, and what each way means.
+_FLAGS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
 
 #: The largest offset into a list (a page's start): beyond any row count, and far inside the
 #: signed 64-bit range databases take for OFFSET (2**63 overflows).
@@ -47,6 +57,32 @@ def int_argument(handler: web.RequestHandler, name: str, default: int, *, minimu
     number = whole_number(raw, minimum, maximum)
     if number is None:
         shown = raw if len(raw) <= 24 else raw[:21] + "..."
-        raise web.HTTPError(400, "%s must be a whole number from %d to %d; %r is not.",
-                            name, minimum, maximum, shown)
+        refuse(name, f"{name} must be a whole number from {minimum} to {maximum}; {shown!r} is not.")
     return number
+
+
+def flag_argument(handler: web.RequestHandler, name: str, default: bool = False) -> bool:
+    """The query argument ``name`` as a flag: true/false, 1/0 or yes/no (any case)."""
+    raw = handler.get_query_argument(name, None)
+    if raw is None:
+        return default
+    if raw.lower() not in _FLAGS:
+        refuse(name, f"{name} must be true or false.")
+    return _FLAGS[raw.lower()]
+
+
+def folder_argument(handler: web.RequestHandler, name: str, where: str) -> str:
+    """The query argument ``name`` as a folder path inside ``where`` ("" for its root), without
+    empty, ``.`` or ``..`` parts."""
+    path = handler.get_query_argument(name, "").strip("/")
+    if path and any(part in ("", ".", "..") for part in path.split("/")):
+        refuse(name, f"{name} must be a folder inside {where}, without '..'.")
+    return path
+
+
+def refuse(name: str, sentence: str) -> NoReturn:
+    """Answer 400 with ``sentence`` about the query (or path) argument ``name``.
+
+    Why a hand-written 400: query arguments are not a JSON body, so no body model reads them;
+    this is the one place they are refused (``name`` is for the log and the reader)."""
+    raise web.HTTPError(400, "%s", sentence)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from typing import Any, TypeVar
@@ -28,9 +27,14 @@ from tornado import web
 from hub_ext import store
 from hub_ext.core import authz, roles, roster
 from hub_ext.core.jobs import FINAL as FINAL_JOB_STATES
-from hub_ext.core.quota import Limits, Usage, parse_limits, week_window
-from hub_ext.core.resources import is_known_resource
+from hub_ext.core.quota import Limits, Usage, week_window
 from hub_ext.hubapi import HubAPI
+from hub_ext.service.body_models import (  # noqa: F401 - the name checks, named here too
+    COURSE_NAME,
+    BodyError,
+    course_name_problem,
+    unknown_resources,
+)
 from hub_ext.store import (
     AuditLog,
     Course,
@@ -52,54 +56,8 @@ from hub_ext.store.share_models import ta_access_by_course
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-#: Course names: usable as a JupyterHub group name, in a ``!group=`` scope filter, as a Kubernetes
-#: label value and as a Prometheus label (letters, digits, '.', '_', '-'; at most 63 characters).
-COURSE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?\Z")
-
-
 def utcnow() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def course_name_problem(name: object) -> str | None:
-    """Why `name` cannot be a course (a hub group) name, or None when it can."""
-    if not isinstance(name, str) or not name:
-        return "give the course a 'name', e.g. \"cs101\""
-    if not COURSE_NAME.match(name):
-        return (
-            f"course name {name!r} is not allowed: use 1-63 letters, digits, '.', '_' or '-', "
-            "starting and ending with a letter or digit (it becomes a JupyterHub group name)"
-        )
-    return None
-
-
-def unknown_resources(names: Iterable[str]) -> list[str]:
-    """Resource names a quota should not name: typos of Kubernetes or NVIDIA resources.
-
-    The grammar is ``hub_ext.core.resources.is_known_resource``: Kubernetes' own names, every GPU
-    resource (MIG slices with attributes such as ``nvidia.com/mig-1g.10gb.me`` included), other
-    vendors' extended resources as written. Why: a ceiling on "gpus" would cap nothing and the
-    admin would believe the course is limited.
-    """
-    return sorted(name for name in names if not is_known_resource(name))
-
-
-def parse_quota_body(body: object) -> Limits:
-    """Limits from a PUT body; 400 with the reason for anything the teacher must change."""
-    try:
-        limits = parse_limits(body)  # type: ignore[arg-type]
-    except ValueError as e:
-        raise web.HTTPError(400, "Invalid quota: %s.", str(e)) from None
-    unknown = unknown_resources(limits.limited)
-    if unknown:
-        raise web.HTTPError(
-            400,
-            "Invalid quota: unknown resource %s; use cpu, memory, ephemeral-storage, nvidia.com/gpu, "
-            "nvidia.com/gpu.shared, nvidia.com/mig-<g>g.<mem>gb (e.g. nvidia.com/mig-1g.18gb, "
-            "nvidia.com/mig-1g.10gb.me) or a vendor's extended resource such as amd.com/gpu.",
-            ", ".join(map(repr, unknown)),
-        )
-    return limits
 
 
 def usage_json(usage: Usage) -> dict[str, Any]:
@@ -296,14 +254,15 @@ class Courses:
         current = await self._db(self._members, name)
         return [{"username": u, "role": r} for u, r in sorted(current.items())]
 
-    async def change_members(self, caller: authz.Caller, name: str, body: object) -> dict[str, Any]:
-        """Apply {"add": [{"username", "role"}], "remove": [username, ...]} all or nothing.
+    async def change_members(self, caller: authz.Caller, name: str, adds: Mapping[str, str],
+                             removes: list[str]) -> dict[str, Any]:
+        """Add ``adds`` ({username: role}, normalized) and remove ``removes``, all or nothing
+        (the body is hub_ext.service.body_models.MemberChangeBody).
 
         New members who need consent (hub_ext.core.authz.enrolment) are invited instead of
         added; naming a hub admin is refused for the whole change. Removing someone with a
         pending invitation withdraws it.
         """
-        adds, removes = self._parse_member_change(body)
         async with self._lock(name):
             current = await self._db(self._members, name)
             for username, role in adds.items():
@@ -322,8 +281,7 @@ class Courses:
             hub_refused = await self.hub.create_users(direct)
             if hub_refused:
                 user, reason = next(iter(hub_refused.items()))
-                raise web.HTTPError(400, "The hub refused the username %r: %s. Nothing was changed.",
-                                    user, reason)
+                raise BodyError(f"The hub refused the username {user!r}: {reason}. Nothing was changed.")
             set_roles = {u: r for u, r in adds.items() if u not in invited}
             result = {
                 "added": sorted(direct),
@@ -372,46 +330,6 @@ class Courses:
                 ):
                     found.setdefault(username, []).append(course)
         return found
-
-    def _parse_member_change(self, body: object) -> tuple[dict[str, str], list[str]]:
-        if not isinstance(body, Mapping) or not set(body) <= {"add", "remove"}:
-            raise web.HTTPError(
-                400, 'The body must be {"add": [{"username": ..., "role": "student"}], "remove": '
-                '["username", ...]}.'
-            )
-        for key in ("add", "remove"):
-            if not isinstance(body.get(key, []), list):
-                raise web.HTTPError(400, '"%s" must be a list, e.g. {"%s": ["kim"]}.', key, key)
-        adds: dict[str, str] = {}
-        for i, entry in enumerate(body.get("add") or []):
-            if isinstance(entry, str):
-                entry = {"username": entry}
-            if not isinstance(entry, Mapping) or not isinstance(entry.get("username"), str):
-                raise web.HTTPError(400, 'add[%d]: write {"username": "...", "role": "student"}.', i)
-            username = self._username(entry["username"], f"add[{i}]")
-            role = entry.get("role", roles.STUDENT)
-            if role not in (roles.STUDENT, roles.TA, roles.TEACHER):
-                raise web.HTTPError(400, "add[%d]: role %r is not one of student, ta, teacher.", i, role)
-            if adds.get(username, role) != role:
-                raise web.HTTPError(400, "add[%d]: %s is listed twice with different roles.", i, username)
-            adds[username] = role
-        removes: list[str] = []
-        for i, entry in enumerate(body.get("remove") or []):
-            raw = entry.get("username") if isinstance(entry, Mapping) else entry
-            if not isinstance(raw, str):
-                raise web.HTTPError(400, "remove[%d]: give a username.", i)
-            username = self._username(raw, f"remove[{i}]")
-            if username in adds:
-                raise web.HTTPError(400, "%s is both added and removed; keep one.", username)
-            removes.append(username)
-        return adds, removes
-
-    def _username(self, raw: str, where: str) -> str:
-        username = self.normalize(raw)
-        problem = roster.username_problem(username)
-        if problem:
-            raise web.HTTPError(400, "%s: %s.", where, problem)
-        return username
 
     def _apply(self, actor: str, name: str, set_roles: Mapping[str, str], removes: Iterable[str],
                action: str, invites: Mapping[str, str] | None = None, **details: object) -> list[str]:
@@ -635,8 +553,7 @@ class Courses:
     async def course_quota(self, name: str) -> dict[str, Any]:
         return (await self._db(self._course_limits, name)).to_dict()
 
-    async def set_course_quota(self, actor: str, name: str, body: object) -> dict[str, Any]:
-        limits = parse_quota_body(body)
+    async def set_course_quota(self, actor: str, name: str, limits: Limits) -> dict[str, Any]:
         await self._db(self._set_course_quota, actor, name, limits)
         return limits.to_dict()
 
@@ -667,8 +584,8 @@ class Courses:
     async def user_quota(self, name: str, username: str) -> dict[str, Any]:
         return (await self._db(self._user_limits, name, username)).to_dict()
 
-    async def set_user_quota(self, actor: str, name: str, username: str, body: object) -> dict[str, Any]:
-        limits = parse_quota_body(body)
+    async def set_user_quota(self, actor: str, name: str, username: str, limits: Limits) -> dict[str, Any]:
+        """Set one member's limits; a BodyError (400) when they are above the course ceiling."""
         await self._db(self._set_user_quota, actor, name, username, limits)
         return limits.to_dict()
 
@@ -678,11 +595,9 @@ class Courses:
             self._require_member(session, course, username)
             try:
                 set_user_limits(session, course, username, limits, actor=actor, now=utcnow())
-            except ValueError as e:
-                raise web.HTTPError(
-                    400, "Over the course ceiling: %s. Lower the limit, or ask a hub admin to raise "
-                    "the ceiling of %s.", str(e), name,
-                ) from None
+            except ValueError as e:  # hub_ext.core's meaning check: the limits fit the ceiling
+                raise BodyError(f"Over the course ceiling: {e}. Lower the limit, or ask a hub admin "
+                                f"to raise the ceiling of {name}.") from None
 
     # ------------------------------------------------------------------ usage
 

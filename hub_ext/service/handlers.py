@@ -1,8 +1,9 @@
 """REST handlers of the classhub service. Thin: identify the caller, ask core, answer JSON.
 
-Every handler that acts on something first asks hub_ext.core.authz whether the caller may (a pure
-decision), then calls one method of hub_ext.service.courses, which owns the store transactions
-and the hub group sync.
+Every handler method declares the action it performs (``@needs``, hub_ext.service.declare), which
+hub_ext.core.authz decides before the method runs (a pure decision), and the model of its JSON
+body (``@takes``, hub_ext.service.body_models); then it calls one method of
+hub_ext.service.courses, which owns the store transactions and the hub group sync.
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ from sqlalchemy.exc import DataError
 from tornado import httputil, web
 from tornado.escape import utf8
 from tornado.ioloop import IOLoop
+from tornado.log import gen_log
 
 from hub_ext import __version__
 from hub_ext.core import authz, bodies, roles
 from hub_ext.hubapi import HubAPI, HubAPIError
-from hub_ext.service import body_models, metrics, servers
-from hub_ext.service.courses import Courses, course_name_problem
-from hub_ext.service.declare import needs
+from hub_ext.service import arguments, body_models, metrics, servers
+from hub_ext.service.courses import Courses
+from hub_ext.service.declare import PUBLIC, needs, takes
 
 #: The hub's answers passed on to the caller as they are rather than as a 502: the user, group or
 #: server named does not exist (404), the hub refused the input (400), or it conflicts (409).
@@ -43,6 +45,15 @@ DRAIN_BYTES = 64 * 1024 * 1024
 LINGER_SECONDS = 5.0
 _UNSET = object()
 _BODY_TYPES = ("application/json", "application/x-www-form-urlencoded", "multipart/form-data")
+
+#: What a handler method may raise for "what you sent cannot be used", answered 400 with its
+#: sentence (`APIHandler.send_error`): a body that does not fit its model or a meaning check
+#: (hub_ext.service.body_models.BodyError), JSON that cannot be read (hub_ext.core.bodies), and a
+#: value too long for its column (the database's DataError).
+BAD_REQUEST = (body_models.BodyError, bodies.BodyError, DataError)
+#: The sentence for a value too long or out of range for where classhub keeps it.
+TOO_LONG = ("A value is too long or out of range for where classhub keeps it; shorten it (names and "
+            "notes: at most 255 characters). Nothing was changed.")
 
 #: Sent with every classhub response (API answers, pages, errors, 404s, static files, the OAuth
 #: callback): no page may be framed by another one (clickjacking: a framed classhub page that a
@@ -196,16 +207,13 @@ class APIHandler(SecurityHeaders, HubOAuthenticated, web.RequestHandler):
             httputil.parse_body_arguments(content_type, self.request.body, self.request.body_arguments,
                                           self.request.files, self.request.headers)
         except httputil.HTTPInputError as e:
-            raise web.HTTPError(400, "The form body cannot be read: %s.", str(e)) from None
+            raise body_models.BodyError(f"The form body cannot be read: {e}.") from None
         for key, values in self.request.body_arguments.items():
             self.request.arguments.setdefault(key, []).extend(values)
 
     @staticmethod
     def _parse_json(raw: bytes) -> Any:
-        try:
-            return bodies.parse_json(raw)
-        except bodies.BodyError as e:
-            raise web.HTTPError(400, str(e)) from None
+        return bodies.parse_json(raw)  # a BodyError is a 400 (`BAD_REQUEST`)
 
     def json_body(self) -> Any:
         """The JSON request body (``null`` when empty); 400 with a sentence when it is not JSON,
@@ -216,12 +224,15 @@ class APIHandler(SecurityHeaders, HubOAuthenticated, web.RequestHandler):
         return self._parsed_body
 
     def body_as(self, model: type[body_models.B]) -> body_models.B:
-        """The JSON body as the pydantic ``model``; 400 with the sentence of the first wrong
-        field (hub_ext.service.body_models)."""
-        try:
-            return body_models.parse(model, self.json_body())
-        except body_models.BodyError as e:
-            raise web.HTTPError(400, str(e)) from None
+        """The JSON body as the pydantic ``model`` (what ``@takes`` puts in ``self.body``); a
+        400 with the sentence of the first wrong field (hub_ext.service.body_models)."""
+        return body_models.parse(model, self.json_body(), self.body_context())
+
+    def body_context(self) -> dict[str, Any]:
+        """What the body models' validators need from the running service: the hub's username
+        normalizer (``normalize``), so a body names members as the hub will."""
+        courses = self.settings.get("courses")
+        return {"normalize": courses.normalize} if courses is not None else {}
 
     def decode_argument(self, value: bytes, name: str | None = None) -> str:
         """Path and query values; a NUL in one names nothing (404 in a path, 400 in a query)."""
@@ -229,17 +240,42 @@ class APIHandler(SecurityHeaders, HubOAuthenticated, web.RequestHandler):
         if "\x00" in text:
             if name is None:
                 raise web.HTTPError(404, "No such classhub resource.")
-            raise web.HTTPError(400, "%s must not contain NUL characters.", name)
+            arguments.refuse(name, f"{name} must not contain NUL characters.")
         return text
 
-    async def authorize(self, action: str, **about: str) -> authz.Caller:
-        """Who asks (401/403 when nobody, or a token without access) and whether they may do
-        `action`; 403 with authz's sentence otherwise."""
-        caller = await self.courses.caller(self.require_user())
+    async def authorize(self, action: str, **about: Any) -> authz.Caller:
+        """Who asks and whether they may do `action` (called by ``@needs``): the answer of
+        hub_ext.core.authz.decide, as its status and sentence when it refuses.
+
+        Nobody (no token, no login) is `authz.ANONYMOUS` (browsers asking for a page are sent to
+        log in first); a token without access to classhub is refused here, unless the action is
+        one such a token may do (`authz.WITHOUT_ACCESS`: the metrics)."""
+        model = self.get_current_user() if "hub_auth" in self.settings else None
+        if model is None:
+            if self._wants_html() and self.request.method in ("GET", "HEAD"):
+                self.redirect(self.get_login_url())
+                raise web.Finish()
+            caller = authz.ANONYMOUS
+        else:
+            access = self._has_access(model)
+            if not access and action not in authz.WITHOUT_ACCESS:
+                self.require_user()  # the 403 that says which scope is missing
+            caller = await self.make_caller(model, access)
         verdict = authz.decide(caller, action, **about)
         if not verdict:
             raise web.HTTPError(verdict.status, verdict.message)
         return caller
+
+    async def make_caller(self, model: dict[str, Any], access: bool) -> authz.Caller:
+        """The authz Caller for the hub's model of whoever asks; handlers whose rules need more
+        facts (hub groups, a server's own token) add them here."""
+        return await self.courses.caller(model, access=access)
+
+    def _has_access(self, model: dict[str, Any]) -> bool:
+        try:
+            return bool(self.check_hub_user(model))
+        except UserNotAllowed:
+            return False
 
     def flush(self, include_footers: bool = False) -> asyncio.Future[None]:
         """Send what is written so far; an answer given before the request body was read says
@@ -314,12 +350,20 @@ class APIHandler(SecurityHeaders, HubOAuthenticated, web.RequestHandler):
         exc = kwargs.get("exc_info", (None, None, None))[1]
         if isinstance(exc, HubAPIError) and exc.status in HUB_PASSED:
             status_code = exc.status
-        elif isinstance(exc, DataError):  # e.g. a name longer than its PostgreSQL column
-            kwargs["exc_info"] = (web.HTTPError, web.HTTPError(
-                400, "A value is too long or out of range for where classhub keeps it; shorten "
-                "it (names and notes: at most 255 characters). Nothing was changed."), None)
+        elif isinstance(exc, BAD_REQUEST):
+            # The one place a "what you sent cannot be used" becomes a 400 (hand-written 400s
+            # elsewhere: arguments.refuse for query arguments only; docs/architecture.md).
+            sentence = TOO_LONG if isinstance(exc, DataError) else str(exc)
+            kwargs["exc_info"] = (web.HTTPError, web.HTTPError(400, "%s", sentence), None)
             status_code = 400
         super().send_error(status_code, **kwargs)
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        """A refused body is the caller's mistake: one warning line, not an error's traceback."""
+        if isinstance(value, BAD_REQUEST):
+            gen_log.warning("400 %s: %s", self._request_summary(), value)
+            return
+        super().log_exception(typ, value, tb)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         """Every error is JSON ``{"status", "message"}``; an unexpected exception is a 500 whose
@@ -363,7 +407,7 @@ class APIHandler(SecurityHeaders, HubOAuthenticated, web.RequestHandler):
 
     def require_user(self) -> dict[str, Any]:
         """The caller's hub model; 401 (or a login redirect for browsers) or 403 otherwise."""
-        model = self.get_current_user()
+        model = self.get_current_user() if "hub_auth" in self.settings else None
         if model is None:
             if self._wants_html() and self.request.method in ("GET", "HEAD"):
                 self.redirect(self.get_login_url())
@@ -385,6 +429,7 @@ class APIHandler(SecurityHeaders, HubOAuthenticated, web.RequestHandler):
 class HealthHandler(APIHandler):
     """``GET /api/health``: liveness for load balancers and ``classhub local`` (no auth)."""
 
+    @needs(PUBLIC)
     def get(self) -> None:
         self.write_json({"status": "ok", "version": __version__})
 
@@ -396,13 +441,13 @@ class MeHandler(APIHandler):
     is the highest of them, or ``admin`` for hub admins.
     """
 
+    @needs(authz.READ_ME)
     async def get(self) -> None:
-        caller = self.require_user()
-        if caller.get("kind", "user") != "user":
-            self.write_json({"name": caller["name"], "kind": caller["kind"], "admin": False,
+        if not self.caller.is_user:
+            self.write_json({"name": self.caller.name, "kind": self.caller.kind, "admin": False,
                              "groups": [], "role": None, "courses": {}})
             return
-        user = await self.hub.recent_user(caller["name"])
+        user = await self.hub.recent_user(self.caller.name)
         in_courses = await self.courses.roles_of(user["name"])
         self.write_json(
             {
@@ -423,12 +468,10 @@ class ServerProfileHandler(APIHandler):
     hub refuses the options, the server comes back with its old ones and the refusal is returned.
     """
 
+    @needs(authz.CONTROL_SERVER, user="name")
+    @takes(body_models.ProfileOptionsBody)
     async def put(self, name: str) -> None:
-        await self.authorize(authz.CONTROL_SERVER, user=name)
-        options = self.json_body() if self.request.body else {}
-        if not isinstance(options, dict):
-            raise web.HTTPError(400, "The body must be a JSON object of user_options.")
-        server = await servers.switch_profile(self.hub, name, options)
+        server = await servers.switch_profile(self.hub, name, self.body.user_options())
         self.write_json({"user_options": server.get("user_options"), "ready": server.get("ready"),
                          "url": server.get("url")})
 
@@ -436,22 +479,15 @@ class ServerProfileHandler(APIHandler):
 class CoursesHandler(APIHandler):
     """``/api/courses``: GET lists the caller's courses (all for admins); POST creates one."""
 
+    @needs(authz.LIST_COURSES)
     async def get(self) -> None:
-        caller = await self.authorize(authz.LIST_COURSES)
-        self.write_json(await self.courses.list(caller))
+        self.write_json(await self.courses.list(self.caller))
 
+    @needs(authz.CREATE_COURSE)
+    @takes(body_models.NewCourseBody)
     async def post(self) -> None:
-        caller = await self.authorize(authz.CREATE_COURSE)
-        body = self.json_body()
-        if not isinstance(body, dict) or not set(body) <= {"name", "display_name"}:
-            raise web.HTTPError(400, 'The body must be {"name": "cs101", "display_name": "..."}.')
-        problem = course_name_problem(body.get("name"))
-        if problem:
-            raise web.HTTPError(400, problem[0].upper() + problem[1:] + ".")
-        display_name = body.get("display_name") or ""
-        if not isinstance(display_name, str):
-            raise web.HTTPError(400, "display_name must be a string.")
-        self.write_json(await self.courses.create(caller.name, body["name"], display_name), 201)
+        self.write_json(await self.courses.create(self.caller.name, self.body.name,
+                                                  self.body.display_name), 201)
 
 
 class CourseHandler(APIHandler):
@@ -471,13 +507,37 @@ class CourseHandler(APIHandler):
 class MembersHandler(APIHandler):
     """``/api/courses/<course>/members``: GET (staff), PUT add/remove (teachers, admins)."""
 
+    @needs(authz.READ_MEMBERS, course="course")
     async def get(self, course: str) -> None:
-        await self.authorize(authz.READ_MEMBERS, course=course)
         self.write_json(await self.courses.members(course))
 
+    @needs(authz.EDIT_MEMBERS, course="course")
+    @takes(body_models.MemberChangeBody)
     async def put(self, course: str) -> None:
-        caller = await self.authorize(authz.EDIT_MEMBERS, course=course)
-        self.write_json(await self.courses.change_members(caller, course, self.json_body()))
+        self.write_json(await self.courses.change_members(self.caller, course, self.body.add,
+                                                          list(self.body.remove)))
+
+
+def roster_upload(handler: APIHandler, empty: str) -> bytes:
+    """The roster CSV of a request: the raw body, or the multipart field "file".
+
+    A roster is no JSON body, so no body model reads it; what is wrong with the upload is a
+    BodyError like a wrong JSON body (``empty``: the sentence for an empty one)."""
+    kind = handler.request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    if kind == "application/json":
+        raise body_models.BodyError(
+            "A roster is a CSV file (username,role); send it as the body (Content-Type text/csv) "
+            "or in the multipart field \"file\", not JSON.")
+    files = handler.request.files.get("file")
+    if files:
+        data = files[0]["body"]
+    elif kind == "multipart/form-data":
+        raise body_models.BodyError('Send the CSV in the multipart field "file".')
+    else:
+        data = handler.request.body
+    if not data:
+        raise body_models.BodyError(empty)
+    return data
 
 
 class RosterHandler(APIHandler):
@@ -488,99 +548,81 @@ class RosterHandler(APIHandler):
 
     max_body_bytes = 8 * 1024 * 1024  # a CSV of tens of thousands of students
 
+    @needs(authz.IMPORT_ROSTER, course="course")
     async def post(self, course: str) -> None:
-        caller = await self.authorize(authz.IMPORT_ROSTER, course=course)
-        if self.request.headers.get("Content-Type", "").split(";")[0].strip().lower() == "application/json":
-            raise web.HTTPError(400, "A roster is a CSV file (username,role); send it as the body "
-                                "(Content-Type text/csv) or in the multipart field \"file\", not JSON.")
-        files = self.request.files.get("file")
-        if files:
-            data = files[0]["body"]
-        elif self.request.headers.get("Content-Type", "").startswith("multipart/form-data"):
-            raise web.HTTPError(400, 'Send the CSV in the multipart field "file".')
-        else:
-            data = self.request.body
-        if not data:
-            raise web.HTTPError(400, "The roster is empty; send the CSV file as the body.")
-        flag = self.get_query_argument("remove_missing", "false").lower()
-        if flag not in ("true", "false", "1", "0", "yes", "no"):
-            raise web.HTTPError(400, "remove_missing must be true or false.")
-        remove = flag in ("true", "1", "yes")
-        self.write_json(await self.courses.import_roster(caller, course, data, remove))
+        data = roster_upload(self, "The roster is empty; send the CSV file as the body.")
+        remove = arguments.flag_argument(self, "remove_missing")
+        self.write_json(await self.courses.import_roster(self.caller, course, data, remove))
 
 
 class CourseQuotaHandler(APIHandler):
     """``/api/courses/<course>/quota``: the course ceiling; members read it, admins set it."""
 
+    @needs(authz.READ_COURSE_QUOTA, course="course")
     async def get(self, course: str) -> None:
-        await self.authorize(authz.READ_COURSE_QUOTA, course=course)
         self.write_json(await self.courses.course_quota(course))
 
+    @needs(authz.SET_COURSE_QUOTA, course="course")
+    @takes(body_models.QuotaBody)
     async def put(self, course: str) -> None:
-        caller = await self.authorize(authz.SET_COURSE_QUOTA, course=course)
-        self.write_json(await self.courses.set_course_quota(caller.name, course, self.json_body()))
+        self.write_json(await self.courses.set_course_quota(self.caller.name, course, self.body.limits))
 
 
 class UserQuotaHandler(APIHandler):
     """``/api/courses/<course>/quota/users/<user>``: one member's limits, within the ceiling."""
 
+    @needs(authz.READ_USER_QUOTA, course="course", user="user")
     async def get(self, course: str, user: str) -> None:
-        await self.authorize(authz.READ_USER_QUOTA, course=course, user=user)
         self.write_json(await self.courses.user_quota(course, user))
 
+    @needs(authz.SET_USER_QUOTA, course="course", user="user")
+    @takes(body_models.QuotaBody)
     async def put(self, course: str, user: str) -> None:
-        caller = await self.authorize(authz.SET_USER_QUOTA, course=course, user=user)
-        self.write_json(await self.courses.set_user_quota(caller.name, course, user, self.json_body()))
+        self.write_json(await self.courses.set_user_quota(self.caller.name, course, user,
+                                                          self.body.limits))
 
 
 class MyUsageHandler(APIHandler):
     """``GET /api/usage/me``: what the caller holds, with their limits in each course."""
 
+    @needs(authz.READ_OWN_USAGE)
     async def get(self) -> None:
-        caller = await self.authorize(authz.READ_OWN_USAGE)
-        self.write_json(await self.courses.my_usage(caller.name))
+        self.write_json(await self.courses.my_usage(self.caller.name))
 
 
 class CourseUsageHandler(APIHandler):
     """``GET /api/courses/<course>/usage``: the course and each user of it (teachers, TAs)."""
 
+    @needs(authz.READ_COURSE_USAGE, course="course")
     async def get(self, course: str) -> None:
-        await self.authorize(authz.READ_COURSE_USAGE, course=course)
         self.write_json(await self.courses.course_usage(course))
 
 
 class AllUsageHandler(APIHandler):
     """``GET /api/usage``: every course and user (admins)."""
 
+    @needs(authz.READ_ALL_USAGE)
     async def get(self) -> None:
-        await self.authorize(authz.READ_ALL_USAGE)
         self.write_json(await self.courses.all_usage())
+
+
+def _metrics_open(handler: APIHandler, arguments: dict[str, Any]) -> bool:
+    """Whether the deployment opened the metrics to anonymous scrapes: the documented setting
+    ``ClasshubService.authenticate_metrics = False`` (README), which authz.READ_METRICS reads."""
+    return not handler.settings.get("authenticate_metrics", True)
 
 
 class MetricsHandler(APIHandler):
     """``GET /metrics``: Prometheus text format.
 
     Protected like JupyterHub's own /hub/metrics: by default a hub admin or a token with the
-    scope ``read:metrics`` (e.g. a Prometheus hub service with that role); anonymous scrapes only
-    when the service runs with ``authenticate_metrics = False`` ($CLASSHUB_METRICS_AUTH=0).
+    scope ``read:metrics`` (e.g. a Prometheus hub service with that role), even one without
+    access to the rest of classhub; anonymous scrapes only when the service runs with
+    ``authenticate_metrics = False`` ($CLASSHUB_METRICS_AUTH=0).
     """
 
+    @needs(authz.READ_METRICS, open=_metrics_open)
     async def get(self) -> None:
-        if self.settings.get("authenticate_metrics", True):
-            model = self.get_current_user()
-            if model is None:
-                raise web.HTTPError(
-                    401, "Send 'Authorization: token <token>' with a token that has the scope "
-                    "'read:metrics'."
-                )
-            try:
-                access = bool(self.check_hub_user(model))
-            except UserNotAllowed:
-                access = False
-            caller = await self.courses.caller(model, access=access)
-            verdict = authz.decide(caller, authz.READ_METRICS)
-            if not verdict:
-                raise web.HTTPError(verdict.status, verdict.message)
         body = await asyncio.to_thread(metrics.render, self.settings["metrics_registry"])
         self.set_header("Content-Type", CONTENT_TYPE_LATEST)
         self.finish(body)
@@ -592,6 +634,7 @@ class NotFoundHandler(APIHandler):
     def prepare(self) -> None:
         self.refuse_after_body(web.HTTPError(404, "No such classhub API endpoint: %s", self.request.path))
 
+    @needs(PUBLIC)
     async def get(self) -> None:
         """Never runs: the 404 kept by `prepare` is raised once the body was read."""
 

@@ -20,46 +20,41 @@ from __future__ import annotations
 
 from typing import Any
 
-from tornado import web
-
 from hub_ext.core import authz
 from hub_ext.service import pages
 from hub_ext.service.apidoc import ok, op
+from hub_ext.service.declare import needs
 from hub_ext.service.handlers import APIHandler
 
 _COURSE = r"([^/]+)"
 
 
-class _InvitationHandler(APIHandler):
-    async def _user(self) -> str:
-        model = self.require_user()
-        if model.get("kind", "user") != "user":
-            raise web.HTTPError(403, "Invitations are for users; ask with a user's token.")
-        return model["name"]
-
-
-class MyInvitationsHandler(_InvitationHandler):
+class MyInvitationsHandler(APIHandler):
     """``GET /api/invitations``: the invitations waiting for my answer."""
 
+    @needs(authz.READ_OWN_INVITATIONS)
     async def get(self) -> None:
-        self.write_json({"invitations": await self.courses.invitations_of(await self._user())})
+        self.write_json({"invitations": await self.courses.invitations_of(self.caller.name)})
 
 
-class InvitationHandler(_InvitationHandler):
-    """``POST /api/invitations/<course>`` accepts, ``DELETE`` declines; only the invited person."""
+class InvitationHandler(APIHandler):
+    """``POST /api/invitations/<course>`` accepts, ``DELETE`` declines; only the invited person
+    (the invitation is looked up by the caller's own name)."""
 
+    @needs(authz.ANSWER_INVITATION)
     async def post(self, course: str) -> None:
-        self.write_json(await self.courses.answer_invitation(await self._user(), course, True))
+        self.write_json(await self.courses.answer_invitation(self.caller.name, course, True))
 
+    @needs(authz.ANSWER_INVITATION)
     async def delete(self, course: str) -> None:
-        self.write_json(await self.courses.answer_invitation(await self._user(), course, False))
+        self.write_json(await self.courses.answer_invitation(self.caller.name, course, False))
 
 
 class CourseInvitationsHandler(APIHandler):
     """``GET /api/courses/<course>/invitations``: unanswered invitations (teachers, TAs, admins)."""
 
+    @needs(authz.READ_MEMBERS, course="course")
     async def get(self, course: str) -> None:
-        await self.authorize(authz.READ_MEMBERS, course=course)
         self.write_json({"invitations": await self.courses.course_invitations(course)})
 
 

@@ -20,14 +20,15 @@ import posixpath
 from typing import Any
 from urllib.parse import quote
 
-from jupyterhub.services.auth import check_scopes
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
-from hub_ext.core import bodies
+from hub_ext.core import authz, bodies
 from hub_ext.hubapi import HubAPIError
 from hub_ext.service.apidoc import json_body, ok, op
-from hub_ext.service.sharing import ShareAccessHandler
+from hub_ext.service.body_models import BodyError, PanelCopyBody
+from hub_ext.service.declare import needs, takes
+from hub_ext.service.sharing import ShareAccessHandler, server_in_body
 
 #: The largest file copied (bytes); a notebook with outputs is rarely over a few MB.
 MAX_COPY_BYTES = 64 * 1024 * 1024
@@ -48,35 +49,23 @@ def copy_name(path: str, owner: str, taken: set[str]) -> str:
 class PanelCopyHandler(ShareAccessHandler):
     """``POST /api/panel/copy``: the viewer's own editable copy of a file of a server they see."""
 
+    body_model = PanelCopyBody
+
+    @needs(authz.COPY_SHARED_FILE, server=server_in_body)
+    @takes(PanelCopyBody)
     async def post(self) -> None:  # type: ignore[override]
-        owner = self.require_user()
-        body = self.json_body()
-        example = ('{"viewer_token": "<the viewer\'s token for this server>", "server": "", '
-                   '"path": "week1.ipynb"}')
-        if not isinstance(body, dict) or not set(body) <= {"viewer_token", "server", "path"} or not all(
-                isinstance(body.get(k, ""), str) for k in ("viewer_token", "server", "path")):
-            raise web.HTTPError(400, f"Send {example} with the server's own token.")
-        server, path = body.get("server", ""), body.get("path", "").strip("/")
-        if not path or any(part in ("", ".", "..") for part in path.split("/")):
-            raise web.HTTPError(400, "path must name a file inside the shared server, without '..'.")
-        if owner.get("kind", "user") != "user" or not await self._is_server_token(owner, server):
-            raise web.HTTPError(403, "Only a server asks for a copy of its files, with its own token.")
-        viewer = await self.hub_auth.user_for_token(body.get("viewer_token", ""), use_cache=False, sync=False)
-        if not viewer or viewer.get("kind", "user") != "user" or viewer["name"] == owner["name"] or \
-                not check_scopes({f"access:servers!server={owner['name']}/{server}"},
-                                 set(viewer.get("scopes") or ())):
-            raise web.HTTPError(403, "viewer_token is not a token of someone else that may open this "
-                                     "server; nothing was copied.")
-        source = await self._listening(owner["name"], server, "The shared server")
+        owner, server, path = self.caller.name, self.body.server, self.body.path
+        viewer = await self.viewer(owner, server, "copied")
+        source = await self._listening(owner, server, "The shared server")
         target = await self._listening(viewer["name"], "", "Your own server")
-        model = await self._read(source, path, body["viewer_token"])
+        model = await self._read(source, path, self.body.viewer_token)
         taken = await self._names(target)
-        name = copy_name(path, owner["name"], taken)
+        name = copy_name(path, owner, taken)
         await self._write(target, name, model)
-        await self.shares.audit(viewer["name"], "share_copied", owner=owner["name"], server=server, path=path,
+        await self.shares.audit(viewer["name"], "share_copied", owner=owner, server=server, path=path,
                                 copy=name)
         user_url = f"/user/{quote(viewer['name'], safe='')}/"
-        self.write_json({"path": name, "owner": owner["name"],
+        self.write_json({"path": name, "owner": owner,
                          "url": f"{user_url}lab/tree/{quote(name)}"}, 201)
 
     async def _listening(self, user: str, server: str, who: str) -> str:
@@ -120,8 +109,8 @@ class PanelCopyHandler(ShareAccessHandler):
                                      f"{path!r}.") from None
         except bodies.BodyError:
             raise web.HTTPError(502, f"The shared server's answer for {path!r} is not JSON.") from None
-        if model.get("type") == "directory":
-            raise web.HTTPError(400, f"{path!r} is a folder; copy a notebook or a file.")
+        if model.get("type") == "directory":  # the body's path names a folder
+            raise BodyError(f"{path!r} is a folder; copy a notebook or a file.")
         if int(model.get("size") or 0) > MAX_COPY_BYTES:
             raise web.HTTPError(413, f"{path!r} is larger than {MAX_COPY_BYTES} bytes; ask its owner "
                                      "for an editable share instead.")

@@ -19,6 +19,7 @@ user share for whoever opens it while it is valid; when it ends, those shares en
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import hmac
 import html
@@ -28,7 +29,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import quote
 
-from jupyterhub.services.auth import check_scopes
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 from tornado import web
@@ -37,6 +37,8 @@ from hub_ext import store
 from hub_ext.core import authz, bodies, sharing
 from hub_ext.hubapi import HubAPI, HubAPIError
 from hub_ext.service.apidoc import json_body, ok, op
+from hub_ext.service.body_models import BodyError, CourseSharingBody, ShareAccessBody, ShareBody
+from hub_ext.service.declare import needs, takes
 from hub_ext.service.handlers import APIHandler
 from hub_ext.store.models import Course
 from hub_ext.store.share_models import Share, ShareAcceptance, SharingSettings, ta_access_by_course
@@ -118,9 +120,10 @@ class Shares:
         except HubAPIError as e:
             await self._db(self._end, share_id, "failed")
             await self.reconcile(spec.owner, spec.server)
-            if e.status in (400, 404):
-                raise web.HTTPError(400, "The hub refused the share: %s", e.hub_message or
-                                    f"no such user, group or server ({spec.owner}/{spec.server})") from None
+            if e.status in (400, 404):  # the body named a recipient or server the hub does not have
+                raise BodyError("The hub refused the share: " + (
+                    e.hub_message or f"no such user, group or server ({spec.owner}/{spec.server})")
+                ) from None
             raise
         return await self.one(share_id, code)
 
@@ -400,100 +403,115 @@ async def expire_forever(shares: Shares, interval: float, group_every: float = 6
 def no_share(share_id: int | str | None = None) -> web.HTTPError:
     """The one answer for a share that does not exist and for one that is not the caller's: the
     two must not be told apart, or share ids (and their owners) could be enumerated."""
-    return web.HTTPError(404, "No such share among yours; GET /api/shares lists them.")
+    return web.HTTPError(404, authz.NO_SHARE)
 
 
 # -- handlers (thin) -------------------------------------------------------------------------------
 
 class _ShareHandler(APIHandler):
+    """Sharing's rules (hub_ext.core.authz) look at the caller's hub groups and admin flag as the
+    hub answers now, not as the login's cached model had them."""
+
     @property
     def shares(self) -> Shares:
         return self.settings["shares"]
 
-    async def _caller(self) -> dict[str, Any]:
-        model = self.require_user()
-        if model.get("kind", "user") != "user":
-            raise web.HTTPError(403, "Shares belong to users; ask with a user's token.")
-        return await self.hub.user(model["name"])
+    async def make_caller(self, model: dict[str, Any], access: bool) -> authz.Caller:
+        caller = await super().make_caller(model, access)
+        if not (caller.is_user and access):
+            return caller
+        user = await self.hub.user(caller.name)
+        return dataclasses.replace(caller, admin=bool(user.get("admin")),
+                                   groups=frozenset(user.get("groups") or ()))
 
-    def _require_share_scope(self, owner: str) -> None:
-        """No confused deputy: classhub changes the hub's shares of `owner`'s servers only for a
-        caller whose own token holds ``shares!user=<owner>`` (README, "Security model", rule 2)."""
-        scope = f"shares!user={owner}"
-        if not check_scopes({scope}, set(self.require_user().get("scopes") or ())):
-            raise web.HTTPError(403, f"Your token does not hold the hub scope {scope!r}, which the "
-                                     "hub itself would require; use a token with that scope (or "
-                                     "classhub's pages in the browser).")
+
+async def _requested_share(handler: SharesHandler, arguments: dict[str, Any]) -> authz.ShareRef:
+    """The share a POST /api/shares asks for (the body: 400 first when it cannot be one)."""
+    model = handler.require_user()
+    handler.spec = handler.body_as(ShareBody).spec(model["name"])
+    return authz.ShareRef(handler.spec.owner, handler.spec.target_kind, handler.spec.target)
+
+
+async def _stored_share(handler: ShareHandler | OpenShareHandler, arguments: dict[str, Any]
+                        ) -> authz.ShareRef:
+    """The share named in the path (404 when there is none), looked up for a logged-in caller
+    only: nobody learns which share ids exist without logging in."""
+    handler.require_user()
+    handler.share = await handler.shares.get(arguments["share_id"])
+    return authz.ShareRef(handler.share.owner, handler.share.target_kind, handler.share.target or None)
 
 
 class SharesHandler(_ShareHandler):
     """``GET /api/shares``: my shares (``?ended=1`` with ended ones); ``POST``: share my server."""
 
+    spec: sharing.ShareSpec
+
+    @needs(authz.READ_OWN_SHARES)
     async def get(self) -> None:
-        user = await self._caller()
-        self.write_json({"shares": await self.shares.mine(user["name"],
+        self.write_json({"shares": await self.shares.mine(self.caller.name,
                                                           self.get_argument("ended", "") == "1")})
 
+    @needs(authz.SHARE_SERVER, share=_requested_share)
+    @takes(ShareBody)
     async def post(self) -> None:
-        user = await self._caller()
-        try:
-            spec = sharing.parse_share_request(self.json_body(), user["name"])
-        except ValueError as e:
-            raise web.HTTPError(400, str(e)) from None
-        verdict = sharing.may_share(user["name"], bool(user.get("admin")), spec.owner)
-        if not verdict:
-            raise web.HTTPError(403, verdict.message)
-        self._require_share_scope(spec.owner)
-        in_group = spec.target in user.get("groups", [])
-        if spec.target_kind == "group" and not user.get("admin") and not in_group:
-            raise web.HTTPError(403, f"You can share with groups you belong to; you are not in "
-                                     f"{spec.target}.")
-        self.write_json(await self.shares.create(spec, user["name"]), 201)
+        self.write_json(await self.shares.create(self.spec, self.caller.name), 201)
 
 
 class SharedWithMeHandler(_ShareHandler):
     """``GET /api/shares/with-me``: active shares I can open (directly, through a group or a link)."""
 
+    @needs(authz.READ_OWN_SHARES)
     async def get(self) -> None:
-        user = await self._caller()
-        self.write_json({"shares": await self.shares.with_me(user["name"], user.get("groups", []))})
+        self.write_json({"shares": await self.shares.with_me(self.caller.name, sorted(self.caller.groups))})
 
 
 class ShareHandler(_ShareHandler):
-    """``GET /api/shares/<id>``: one share; ``DELETE``: revoke it now (owner or admin)."""
+    """``GET /api/shares/<id>``: one share; ``DELETE``: revoke it now (owner or admin); someone
+    else's share is a 404 like a missing one (hub_ext.core.authz)."""
 
-    async def _own(self, share_id: str) -> tuple[dict, Share]:
-        """The caller's share (any share for hub admins); someone else's is a 404 like a
-        missing one."""
-        user = await self._caller()
-        share = await self.shares.get(share_id)
-        if not sharing.may_share(user["name"], bool(user.get("admin")), share.owner):
-            raise no_share(share_id)
-        return user, share
+    share: Share
 
+    @needs(authz.READ_SHARE, share=_stored_share)
     async def get(self, share_id: str) -> None:
-        _, share = await self._own(share_id)
-        self.write_json(await self.shares.one(share.id))
+        self.write_json(await self.shares.one(self.share.id))
 
+    @needs(authz.REVOKE_SHARE, share=_stored_share)
     async def delete(self, share_id: str) -> None:
-        user, share = await self._own(share_id)
-        self._require_share_scope(share.owner)
-        self.write_json(await self.shares.revoke(share.id, user["name"]))
+        self.write_json(await self.shares.revoke(self.share.id, self.caller.name))
 
 
 class SharePathsHandler(_ShareHandler):
     """``GET /api/shares/paths?viewer=<name>&server=<name>``: asked by the owner's server (with its
     token) for the paths a viewer's one-path shares allow."""
 
+    @needs(authz.READ_SHARE_PATHS)
     async def get(self) -> None:
-        owner = self.require_user()
         viewer = self.get_argument("viewer")
         server = self.get_argument("server", "")
         try:
             groups = (await self.hub.user(viewer)).get("groups", [])
         except HubAPIError:
             groups = []
-        self.write_json({"paths": await self.shares.paths_for(owner["name"], server, viewer, groups)})
+        self.write_json({"paths": await self.shares.paths_for(self.caller.name, server, viewer, groups)})
+
+
+def server_of_token_note(note: str, owner: str) -> str | None:
+    """The server a token is for, from the note the hub gives a server's token at spawn
+    ("Server at [<base>]/user/<owner>/[<server>/]"), or None when it is no such token."""
+    marker = "/user/" + quote(owner, safe="@~") + "/"
+    at = note.rfind(marker)
+    if not note.startswith("Server at ") or at < 0:
+        return None
+    tail = note[at + len(marker):]
+    if tail == "":
+        return ""
+    return tail[:-1] if tail.endswith("/") and "/" not in tail[:-1] else None
+
+
+def server_in_body(handler: ShareAccessHandler, arguments: dict[str, Any]) -> str:
+    """The server a report or copy request is about (the body; 400 first when it is wrong)."""
+    handler.require_user()
+    return handler.body_as(handler.body_model).server
 
 
 class ShareAccessHandler(_ShareHandler):
@@ -506,37 +524,43 @@ class ShareAccessHandler(_ShareHandler):
     this server) belongs to and whether it may open this server; a name in the body is never
     believed (README, "Security model", rule 3)."""
 
+    body_model: type[ShareAccessBody] = ShareAccessBody
+
+    async def make_caller(self, model: dict[str, Any], access: bool) -> authz.Caller:
+        """The caller, with the server its token was made for (`authz.Caller.server_token`)."""
+        caller = await super().make_caller(model, access)
+        server = await self._token_server(model) if caller.is_user else None
+        return dataclasses.replace(caller, server_token=server)
+
+    @needs(authz.REPORT_SHARE_ACCESS, server=server_in_body)
+    @takes(ShareAccessBody)
     async def post(self) -> None:
-        owner = self.require_user()
-        body = self.json_body()
-        if not isinstance(body, dict) or not isinstance(body.get("viewer_token"), str) or not \
-                isinstance(body.get("server", ""), str) or not set(body) <= {"viewer_token", "server"}:
-            raise web.HTTPError(400, 'Send {"viewer_token": "<the viewer\'s token>", "server": '
-                                     '"<server name>"} with the server\'s own token.')
-        server = body.get("server", "")
-        if owner.get("kind", "user") != "user" or not await self._is_server_token(owner, server):
-            raise web.HTTPError(403, "Only a server reports access to itself, with its own token.")
-        viewer = await self.hub_auth.user_for_token(body["viewer_token"], use_cache=False, sync=False)
-        if not viewer or viewer.get("kind", "user") != "user" or viewer["name"] == owner["name"] or \
-                not check_scopes({f"access:servers!server={owner['name']}/{server}"},
-                                 set(viewer.get("scopes") or ())):
-            raise web.HTTPError(403, "viewer_token is not a token of someone else that may open "
-                                     "this server; nothing was recorded.")
-        await self.shares.audit(viewer["name"], "share_accessed", owner=owner["name"], server=server)
+        owner, server = self.caller.name, self.body.server
+        viewer = await self.viewer(owner, server, "recorded")
+        await self.shares.audit(viewer["name"], "share_accessed", owner=owner, server=server)
         self.write_json({"recorded": True}, 201)
 
-    async def _is_server_token(self, owner: dict[str, Any], server: str) -> bool:
-        """Whether the caller's token is the one the hub made for `owner`'s `server` at spawn."""
-        token_id = owner.get("token_id")
+    async def viewer(self, owner: str, server: str, nothing: str) -> dict[str, Any]:
+        """Who ``viewer_token`` (in the body) belongs to; 403 unless someone else who may open
+        `owner`'s `server` (hub_ext.core.authz.may_view_server)."""
+        model = await self.hub_auth.user_for_token(self.body.viewer_token, use_cache=False, sync=False)
+        viewer = authz.Caller(name=model["name"], kind=model.get("kind", "user"),
+                              scopes=frozenset(model.get("scopes") or ())) if model else authz.ANONYMOUS
+        verdict = authz.may_view_server(viewer, owner, server)
+        if not verdict:
+            raise web.HTTPError(verdict.status, f"{verdict.message}; nothing was {nothing}.")
+        return model
+
+    async def _token_server(self, model: dict[str, Any]) -> str | None:
+        """The server whose own token the caller sent (the hub's note on the token), or None."""
+        token_id = model.get("token_id")
         if not token_id:
-            return False
+            return None
         try:
-            token = await self.hub.get(f"users/{quote(owner['name'], safe='')}/tokens/{token_id}")
+            token = await self.hub.get(f"users/{quote(model['name'], safe='')}/tokens/{token_id}")
         except HubAPIError:
-            return False
-        where = "/user/" + quote(owner["name"], safe="@~") + "/" + (f"{server}/" if server else "")
-        note = (token or {}).get("note") or ""
-        return note.startswith("Server at ") and note.endswith(where)
+            return None
+        return server_of_token_note((token or {}).get("note") or "", model["name"])
 
 
 class OpenShareHandler(_ShareHandler):
@@ -546,15 +570,11 @@ class OpenShareHandler(_ShareHandler):
     owner allowed auto-start for this share, else a page says the owner must start it.
     """
 
+    share: Share
+
+    @needs(authz.OPEN_SHARE, share=_stored_share)
     async def get(self, share_id: str) -> None:
-        user = await self._caller()
-        share = await self.shares.get(share_id)
-        name = user["name"]
-        if share.target_kind != "link" and not (
-                (share.target_kind == "user" and share.target == name)
-                or (share.target_kind == "group" and share.target in user.get("groups", []))
-                or name == share.owner):
-            raise no_share(share_id)  # not for you: told apart from a missing share by nothing
+        share, name = self.share, self.caller.name
         if not Shares._active(share, _now()):
             ended = "expired" if share.end_reason in (None, "expired") else "been revoked"
             raise web.HTTPError(410, f"This share has {ended}; ask {share.owner} to share again.")
@@ -610,23 +630,24 @@ class OpenShareHandler(_ShareHandler):
                     f"<p>{html.escape(message)}</p><p><a href='/hub/home'>Back to the hub</a></p>")
 
 
-class CourseSharingHandler(_ShareHandler):
+class CourseSharingHandler(APIHandler):
     """``/api/courses/<course>/sharing``: GET (members) and PUT (teachers, admins) the course's
     sharing settings: ``{"ta_server_access": bool}`` (its TAs may open its students' servers
     without a share). Course roles are JupyterHub roles that classhub replaces in the running
     hub (hub_ext.hubside): a change applies at once."""
 
+    @property
+    def shares(self) -> Shares:
+        return self.settings["shares"]
+
+    @needs(authz.READ_COURSE, course="course")
     async def get(self, course: str) -> None:
-        await self.authorize(authz.READ_COURSE, course=course)
         self.write_json(await self.shares.course_settings(course))
 
+    @needs(authz.EDIT_MEMBERS, course="course")
+    @takes(CourseSharingBody)
     async def put(self, course: str) -> None:
-        caller = await self.authorize(authz.EDIT_MEMBERS, course=course)
-        body = self.json_body()
-        if not isinstance(body, dict) or set(body) != {"ta_server_access"} or not isinstance(
-                body["ta_server_access"], bool):
-            raise web.HTTPError(400, 'Send {"ta_server_access": true} or {"ta_server_access": false}.')
-        await self.shares.set_ta_access(caller.name, course, body["ta_server_access"])
+        await self.shares.set_ta_access(self.caller.name, course, self.body.ta_server_access)
         await self.courses.push_roles()
         self.write_json(await self.shares.course_settings(course))
 

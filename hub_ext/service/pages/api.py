@@ -25,8 +25,9 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from hub_ext.core import authz, bodies, roster
 from hub_ext.hubapi import HubAPIError
-from hub_ext.service.arguments import MAX_OFFSET, int_argument
-from hub_ext.service.handlers import APIHandler
+from hub_ext.service.arguments import MAX_OFFSET, flag_argument, folder_argument, int_argument, refuse
+from hub_ext.service.declare import needs
+from hub_ext.service.handlers import APIHandler, roster_upload
 from hub_ext.store.models import AuditLog
 
 #: Most entries one page of the audit log holds.
@@ -44,12 +45,10 @@ def _caller_token(handler: APIHandler) -> str:
 class FilesHandler(APIHandler):
     """``GET /api/files?path=``: list a folder of my running server (hidden files left out)."""
 
+    @needs(authz.LIST_OWN_FILES)
     async def get(self) -> None:
-        caller = await self.authorize(authz.READ_OWN_USAGE)
-        path = self.get_query_argument("path", "").strip("/")
-        if any(part in ("", ".", "..") for part in path.split("/")) and path:
-            raise web.HTTPError(400, "path must be a folder inside your server, without '..'.")
-        base = await self._server_url(caller.name)
+        path = folder_argument(self, "path", "your server")
+        base = await self._server_url(self.caller.name)
         model = await self._folder(base, path)
         items = sorted(model.get("content") or [], key=lambda m: (m.get("type") != "directory",
                                                                   m.get("name", "").lower()))
@@ -74,7 +73,7 @@ class FilesHandler(APIHandler):
             if e.code == 404:
                 raise web.HTTPError(404, f"No folder {path or '/'} in your server.") from None
             if e.code == 400:
-                raise web.HTTPError(400, f"{path!r} in your server is a file; name a folder.") from None
+                refuse("path", f"{path!r} in your server is a file; name a folder.")
             raise web.HTTPError(502, f"Your server answered {e.code} when classhub listed "
                                      f"{path!r}.") from None
         try:
@@ -105,21 +104,13 @@ class RosterPreviewHandler(APIHandler):
     Previews take the API's usual 1 MiB (some ten thousand lines); a larger roster is imported
     without one (the page says so and offers the import)."""
 
+    @needs(authz.IMPORT_ROSTER, course="course")
     async def post(self, course: str) -> None:
-        await self.authorize(authz.IMPORT_ROSTER, course=course)
-        if self.request.headers.get("Content-Type", "").split(";")[0].strip().lower() == "application/json":
-            raise web.HTTPError(400, "A roster is a CSV file (username,role); send it as the body "
-                                "(Content-Type text/csv) or in the multipart field \"file\", not JSON.")
-        files = self.request.files.get("file")
-        data = files[0]["body"] if files else self.request.body
-        if not data:
-            raise web.HTTPError(400, "The roster is empty; choose a CSV file (username,role).")
-        flag = self.get_query_argument("remove_missing", "false").lower()
-        if flag not in ("true", "false", "1", "0", "yes", "no"):
-            raise web.HTTPError(400, "remove_missing must be true or false.")
+        data = roster_upload(self, "The roster is empty; choose a CSV file (username,role).")
+        remove = flag_argument(self, "remove_missing")
         current = {m["username"]: m["role"] for m in await self.courses.members(course)}
         parsed = await asyncio.to_thread(roster.parse_roster, data, self.courses.normalize)
-        plan = roster.diff_roster(current, parsed.rows, flag in ("true", "1", "yes"))
+        plan = roster.diff_roster(current, parsed.rows, remove)
         self.write_json({
             "add": [{"line": r.line, "username": r.username, "role": r.role} for r in plan.adds],
             "change": [{"line": c.line, "username": c.username, "from": c.old, "to": c.new}
@@ -133,14 +124,18 @@ class RosterPreviewHandler(APIHandler):
         })
 
 
+async def _courses_of_owner(handler: APIHandler, arguments: dict[str, Any]) -> dict[str, str]:
+    """The server owner's course roles (a teacher of one where they are a student or TA may stop
+    the server: hub_ext.core.authz, STOP_SERVER); asked only for a logged-in caller."""
+    handler.require_user()
+    return await handler.courses.roles_of(arguments["name"])
+
+
 class StopServerHandler(APIHandler):
     """``DELETE /api/users/<user>/server``: stop the user's default server."""
 
+    @needs(authz.STOP_SERVER, user="name", user_courses=_courses_of_owner)
     async def delete(self, name: str) -> None:
-        caller = await self.courses.caller(self.require_user())
-        if not (caller.is_admin or caller.name == name or await self._teaches(caller, name)):
-            raise web.HTTPError(403, f"You can stop your own server, and as a teacher the servers "
-                                     f"of your course's students and TAs; not {name}'s.")
         headers = {"Authorization": f"token {_caller_token(self)}"}
         try:
             await self.hub.request("DELETE", f"users/{quote(name, safe='')}/server", headers=headers)
@@ -153,21 +148,12 @@ class StopServerHandler(APIHandler):
             raise
         self.write_json({"user": name, "stopped": True})
 
-    async def _teaches(self, caller: authz.Caller, name: str) -> bool:
-        for course, role in caller.courses.items():
-            if role != "teacher":
-                continue
-            members = {m["username"]: m["role"] for m in await self.courses.members(course)}
-            if members.get(name) in ("student", "ta"):
-                return True
-        return False
-
 
 class AuditHandler(APIHandler):
     """``GET /api/courses/<course>/audit``: the course's audit log, newest first, paginated."""
 
+    @needs(authz.READ_MEMBERS, course="course")
     async def get(self, course: str) -> None:
-        await self.authorize(authz.READ_MEMBERS, course=course)
         offset = int_argument(self, "offset", 0, minimum=0, maximum=MAX_OFFSET)
         limit = int_argument(self, "limit", 50, minimum=1, maximum=AUDIT_PAGE_MAX)
         await self.courses.get(course)  # 404 for a course that does not exist (admins)
