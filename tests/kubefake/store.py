@@ -448,6 +448,14 @@ def _shorten(obj: dict[str, Any], grace: int) -> None:
     obj["metadata"]["deletionGracePeriodSeconds"] = grace
 
 
+_GO_ESCAPES = str.maketrans({c: f"\\u{ord(c):04x}" for c in "<>&\u2028\u2029"})
+
+
 def encode(obj: Any) -> bytes:
-    """Compact JSON bytes."""
-    return json.dumps(obj, separators=(",", ":")).encode()
+    """JSON bytes as kube-apiserver writes them: its serializer calls Go's ``json.Encoder.Encode``
+    (``staging/src/k8s.io/apimachinery/pkg/runtime/serializer/json/json.go``), which writes compact
+    JSON, UTF-8 left as is, ``<``, ``>``, ``&``, U+2028 and U+2029 escaped (``SetEscapeHTML`` is on
+    by default), and ends every document with a newline -- also each watch event's line.
+    (Those characters only occur inside strings, so replacing them in the text is safe.)"""
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).translate(_GO_ESCAPES)
+    return (text + "\n").encode()
