@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from pathlib import Path
 
 import kubernetes
 import pytest
 import requests
+import yaml
 from kubernetes.client.rest import ApiException
 
 from tests.kubefake import FakeCluster
@@ -570,3 +572,65 @@ def test_a_method_a_served_path_has_no_route_for_is_405_or_what_the_crd_handler_
         b'"message":"create is not supported on resources of kind \\"pytorchjobs.kubeflow.org\\"",'
         b'"reason":"MethodNotAllowed","details":{"group":"kubeflow.org","kind":"pytorchjobs"},"code":405}\n'
     ))  # fmt: skip
+
+
+# ----- rbac.authorization.k8s.io/v1 (z2jh's hub Role/RoleBinding, helm-values/capacity-rbac.yaml) --
+def test_rbac_objects_as_z2jh_and_the_capacity_manifest_make_them(api_client, ns):
+    rbac = kubernetes.client.RbacAuthorizationV1Api(api_client)
+    role = {"metadata": {"name": "hub"}, "rules": [
+        {"apiGroups": [""], "resources": ["pods", "persistentvolumeclaims", "secrets", "services"],
+         "verbs": ["get", "watch", "list", "create", "delete"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "watch", "list"]},
+    ]}  # fmt: skip
+    rbac.create_namespaced_role(ns, role)
+    binding = {
+        "metadata": {"name": "hub"},
+        "subjects": [
+            {"kind": "ServiceAccount", "name": "hub", "namespace": ns},
+            {"kind": "User", "name": "u"},
+        ],
+        "roleRef": {"kind": "Role", "name": "hub", "apiGroup": "rbac.authorization.k8s.io"},
+    }
+    made = rbac.create_namespaced_role_binding(ns, binding)
+    assert made.subjects[1].api_group == "rbac.authorization.k8s.io"  # defaulted for Users/Groups
+    assert [r.metadata.name for r in rbac.list_namespaced_role(ns).items] == ["hub"]
+    manifest = Path(__file__).parents[1] / "helm-values" / "capacity-rbac.yaml"
+    create = {"ClusterRole": rbac.create_cluster_role, "ClusterRoleBinding": rbac.create_cluster_role_binding}
+    for doc in yaml.safe_load_all(manifest.read_text()):
+        create[doc["kind"]](doc)
+    assert rbac.read_cluster_role("classhub-capacity-reader").rules[0].resources == ["nodes"]
+
+
+def test_rbac_validation_and_immutable_role_ref_as_kube_apiserver(api_client, ns):
+    rbac = kubernetes.client.RbacAuthorizationV1Api(api_client)
+    binding = {
+        "metadata": {"name": "b"},
+        "subjects": [{"kind": "ServiceAccount", "name": "hub"}],
+        "roleRef": {"kind": "Role", "name": "hub", "apiGroup": "rbac.authorization.k8s.io"},
+    }
+    rbac.create_namespaced_role_binding(ns, binding)
+    changed = {**binding, "roleRef": {**binding["roleRef"], "name": "other"}}
+    with pytest.raises(ApiException) as err:
+        rbac.replace_namespaced_role_binding("b", ns, changed)
+    body = status_of(err.value)
+    assert (err.value.status, body["reason"]) == (422, "Invalid")
+    assert body["details"]["causes"] == [{
+        "reason": "FieldValueInvalid", "field": "roleRef",
+        "message": 'Invalid value: rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", Kind:"Role", '
+                   'Name:"other"}: cannot change roleRef',
+    }]  # fmt: skip
+    cluster_wide = {**binding, "roleRef": {**binding["roleRef"], "kind": "Role"}}
+    with pytest.raises(ApiException) as err:
+        rbac.create_cluster_role_binding(cluster_wide)
+    causes = {c["field"]: c["message"] for c in status_of(err.value)["details"]["causes"]}
+    assert causes == {
+        "roleRef.kind": 'Unsupported value: "Role": supported values: "ClusterRole"',
+        "subjects[0].namespace": "Required value",
+    }
+    with pytest.raises(ApiException) as err:
+        rbac.create_namespaced_role(ns, {"metadata": {"name": "r"}, "rules": [{"verbs": ["get"]}]})
+    assert status_of(err.value)["message"] == (
+        'Role.rbac.authorization.k8s.io "r" is invalid: [rules[0].apiGroups: Required value: resource rules '
+        "must supply at least one api group, rules[0].resources: Required value: resource rules must supply "
+        "at least one resource]"
+    )

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import defaults, status
+from . import defaults, rbac, status
 from .objects import deep, now_iso, random_suffix
 from .registry import Registry, ResourceType
 from .selection import FieldRequirement, Requirement, match_fields, match_labels
@@ -254,6 +254,8 @@ class Store:
             causes = validate(new, rtype, creating=False)
             if rtype.key == ("", "pods") and not causes:
                 causes = validate_pod_update(old, new)
+            if rtype.group == rbac.GROUP and rtype.plural.endswith("rolebindings"):
+                causes += rbac.check_role_ref_unchanged(old, new)
             if causes:
                 raise status.invalid(rtype.group, rtype.kind, name, causes)
         return self._store_update(rtype, old, new)
