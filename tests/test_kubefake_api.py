@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from pathlib import Path
 
 import kubernetes
 import pytest
 import requests
+import yaml
 from kubernetes.client.rest import ApiException
 
 from tests.kubefake import FakeCluster
@@ -426,3 +428,209 @@ def test_delete_collection_with_selector(v1, ns):
         v1.create_namespaced_config_map(ns, cm(name, labels))
     v1.delete_collection_namespaced_config_map(ns, label_selector="app=web")
     assert {c.metadata.name for c in v1.list_namespaced_config_map(ns).items} == {"c", "d"}
+
+
+# ----- byte-level fidelity: Status layout, trailing newlines, 404s for what is not served ----------
+# kube-apiserver writes every JSON body with Go's json.Encoder (one line, then "\n") and lays a
+# Status out in meta/v1's field order: kind, apiVersion, metadata, status, message, reason, details
+# (name, group, kind, uid, causes, retryAfterSeconds), code. The expected texts below are what
+# apierrors.NewAlreadyExists / NewNotFound and go-restful's NewGenericServerResponse(404|405)
+# encode to; a client that compares bytes (or caches by them) sees the same thing from the fake.
+NOT_SERVED = (
+    b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
+    b'"message":"the server could not find the requested resource","reason":"NotFound",'
+    b'"details":{},"code":404}\n'
+)
+# (method, path suffix, query, content type): GET, LIST, WATCH, POST, PUT, PATCH, DELETE
+VERBS = [
+    ("GET", "/x", "", None),
+    ("GET", "", "", None),
+    ("GET", "", "?watch=true&timeoutSeconds=1", None),
+    ("POST", "", "", "application/json"),
+    ("PUT", "/x", "", "application/json"),
+    ("PATCH", "/x", "", "application/merge-patch+json"),
+    ("DELETE", "/x", "", None),
+]
+VERB_IDS = ["get", "list", "watch", "create", "update", "patch", "delete"]
+
+
+def send(cluster, method: str, path: str, content_type: str | None = None, body: dict | None = None):
+    headers = {"Content-Type": content_type} if content_type else {}
+    data = json.dumps(body if body is not None else {"metadata": {"name": "x"}}).encode()
+    return requests.request(
+        method, f"{cluster.url}{path}", data=data if method in ("POST", "PUT", "PATCH") else None,
+        headers=headers, timeout=10,
+    )  # fmt: skip
+
+
+def test_already_exists_status_is_byte_for_byte_kube_apiservers(cluster, ns):
+    path = f"/api/v1/namespaces/{ns}/configmaps"
+    assert send(cluster, "POST", path, "application/json", cm("dup")).status_code == 201
+    again = send(cluster, "POST", path, "application/json", cm("dup"))
+    assert again.status_code == 409 and again.headers["Content-Type"].startswith("application/json")
+    assert again.content == (
+        b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
+        b'"message":"configmaps \\"dup\\" already exists","reason":"AlreadyExists",'
+        b'"details":{"name":"dup","kind":"configmaps"},"code":409}\n'
+    )
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "j"}, "spec": {}}
+    crd_path = f"/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs"
+    assert send(cluster, "POST", crd_path, "application/json", job).status_code == 201
+    assert send(cluster, "POST", crd_path, "application/json", job).content == (
+        b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
+        b'"message":"pytorchjobs.kubeflow.org \\"j\\" already exists","reason":"AlreadyExists",'
+        b'"details":{"name":"j","group":"kubeflow.org","kind":"pytorchjobs"},"code":409}\n'
+    )
+
+
+def test_every_json_body_ends_with_a_newline_and_escapes_like_go(cluster, ns):
+    path = f"/api/v1/namespaces/{ns}/configmaps"
+    html = {"metadata": {"name": "h"}, "data": {"k": "<b>&é"}}
+    made = send(cluster, "POST", path, "application/json", html)
+    # Go's encoder escapes <, > and & (SetEscapeHTML) and leaves other UTF-8 as it is
+    assert made.content.endswith(b"}\n") and b'"k":"\\u003cb\\u003e\\u0026\xc3\xa9"' in made.content
+    for got in (
+        requests.get(f"{cluster.url}{path}/h", timeout=10),
+        requests.get(f"{cluster.url}{path}", timeout=10),
+        requests.get(f"{cluster.url}{path}/missing", timeout=10),
+        requests.get(f"{cluster.url}/api/v1", timeout=10),
+        requests.get(f"{cluster.url}/apis", timeout=10),
+        requests.get(f"{cluster.url}/version", timeout=10),
+    ):
+        assert got.content.endswith(b"}\n") and got.content.count(b"\n") == 1, got.content[-80:]
+    watched = requests.get(f"{cluster.url}{path}?watch=true&timeoutSeconds=1", timeout=10).content
+    assert watched.endswith(b"}\n") and all(json.loads(line) for line in watched.splitlines())
+
+
+def test_delete_success_status_has_no_code_and_details_in_order(cluster, ns):
+    path = f"/api/v1/namespaces/{ns}/configmaps"
+    uid = send(cluster, "POST", path, "application/json", cm("gone")).json()["metadata"]["uid"]
+    deleted = send(cluster, "DELETE", f"{path}/gone")
+    assert deleted.status_code == 200
+    assert deleted.content == (
+        b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Success",'
+        b'"details":{"name":"gone","kind":"configmaps","uid":"' + uid.encode() + b'"}}\n'
+    )
+
+
+@pytest.mark.parametrize(("method", "suffix", "query", "ctype"), VERBS, ids=VERB_IDS)
+def test_unknown_group_is_404_page_not_found_for_every_verb(cluster, method, suffix, query, ctype):
+    """An API group nothing serves falls through kube-apiserver's delegation chain to
+    ``http.NotFound`` (v1.32, what the fake reports): text/plain, not a Status."""
+    got = send(cluster, method, f"/apis/example.org/v1/namespaces/default/widgets{suffix}{query}", ctype)
+    assert (got.status_code, got.content) == (404, b"404 page not found\n")
+    assert got.headers["Content-Type"] == "text/plain; charset=utf-8"
+    assert got.headers["X-Content-Type-Options"] == "nosniff"
+
+
+@pytest.mark.parametrize(("method", "suffix", "query", "ctype"), VERBS, ids=VERB_IDS)
+def test_unknown_kind_of_a_served_group_is_404_for_every_verb(cluster, method, suffix, query, ctype):
+    core = send(cluster, method, f"/api/v1/namespaces/default/widgets{suffix}{query}", ctype)
+    assert (core.status_code, core.content) == (404, NOT_SERVED)
+    # a kind that no CRD of a served custom group defines: the CRD handler delegates -> not found
+    crd = send(cluster, method, f"/apis/kubeflow.org/v1/namespaces/default/widgets{suffix}{query}", ctype)
+    assert (crd.status_code, crd.content) == (404, b"404 page not found\n")
+    unserved_version = f"/apis/kubeflow.org/v9/namespaces/default/pytorchjobs{suffix}{query}"
+    version = send(cluster, method, unserved_version, ctype)
+    assert (version.status_code, version.content) == (404, b"404 page not found\n")
+
+
+SUB_VERBS = [(m, q, c) for m, s, q, c in VERBS if s]
+SUB_VERBS += [("GET", "?watch=true", None), ("POST", "", "application/json")]
+SUB_IDS = ["get", "update", "patch", "delete", "watch", "create"]
+
+
+@pytest.mark.parametrize(("method", "query", "ctype"), SUB_VERBS, ids=SUB_IDS)
+def test_unserved_subresource_is_404_for_every_verb(cluster, ns, method, query, ctype):
+    core = send(cluster, method, f"/api/v1/namespaces/{ns}/pods/p/attach{query}", ctype)
+    assert (core.status_code, core.content) == (404, NOT_SERVED)
+    crd = send(cluster, method, f"/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs/j/scale{query}", ctype)
+    assert (crd.status_code, crd.content) == (404, (
+        b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
+        b'"message":"pytorchjobs.kubeflow.org \\"j\\" not found","reason":"NotFound",'
+        b'"details":{"name":"j","group":"kubeflow.org","kind":"pytorchjobs"},"code":404}\n'
+    ))  # fmt: skip
+
+
+def test_a_method_a_served_path_has_no_route_for_is_405_or_what_the_crd_handler_says(cluster, ns):
+    """404 is for paths nothing serves; a served path with the wrong method keeps kube-apiserver's
+    answers: go-restful's 405 for built-ins, the CRD handler's 400/405 for custom resources."""
+    put_collection = send(cluster, "PUT", f"/api/v1/namespaces/{ns}/configmaps", "application/json")
+    assert (put_collection.status_code, put_collection.content) == (405, (
+        b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
+        b'"message":"the server does not allow this method on the requested resource",'
+        b'"reason":"MethodNotAllowed","details":{},"code":405}\n'
+    ))  # fmt: skip
+    crd = f"/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs"
+    put_crds = send(cluster, "PUT", crd, "application/json")
+    assert (put_crds.status_code, put_crds.json()["message"]) == (400, "name must be provided")
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "s"}, "spec": {}}
+    assert send(cluster, "POST", crd, "application/json", job).status_code == 201
+    post_status = send(cluster, "POST", f"{crd}/s/status", "application/json", job)
+    assert (post_status.status_code, post_status.content) == (405, (
+        b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
+        b'"message":"create is not supported on resources of kind \\"pytorchjobs.kubeflow.org\\"",'
+        b'"reason":"MethodNotAllowed","details":{"group":"kubeflow.org","kind":"pytorchjobs"},"code":405}\n'
+    ))  # fmt: skip
+
+
+# ----- rbac.authorization.k8s.io/v1 (z2jh's hub Role/RoleBinding, helm-values/capacity-rbac.yaml) --
+def test_rbac_objects_as_z2jh_and_the_capacity_manifest_make_them(api_client, ns):
+    rbac = kubernetes.client.RbacAuthorizationV1Api(api_client)
+    role = {"metadata": {"name": "hub"}, "rules": [
+        {"apiGroups": [""], "resources": ["pods", "persistentvolumeclaims", "secrets", "services"],
+         "verbs": ["get", "watch", "list", "create", "delete"]},
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "watch", "list"]},
+    ]}  # fmt: skip
+    rbac.create_namespaced_role(ns, role)
+    binding = {
+        "metadata": {"name": "hub"},
+        "subjects": [
+            {"kind": "ServiceAccount", "name": "hub", "namespace": ns},
+            {"kind": "User", "name": "u"},
+        ],
+        "roleRef": {"kind": "Role", "name": "hub", "apiGroup": "rbac.authorization.k8s.io"},
+    }
+    made = rbac.create_namespaced_role_binding(ns, binding)
+    assert made.subjects[1].api_group == "rbac.authorization.k8s.io"  # defaulted for Users/Groups
+    assert [r.metadata.name for r in rbac.list_namespaced_role(ns).items] == ["hub"]
+    manifest = Path(__file__).parents[1] / "helm-values" / "capacity-rbac.yaml"
+    create = {"ClusterRole": rbac.create_cluster_role, "ClusterRoleBinding": rbac.create_cluster_role_binding}
+    for doc in yaml.safe_load_all(manifest.read_text()):
+        create[doc["kind"]](doc)
+    assert rbac.read_cluster_role("classhub-capacity-reader").rules[0].resources == ["nodes"]
+
+
+def test_rbac_validation_and_immutable_role_ref_as_kube_apiserver(api_client, ns):
+    rbac = kubernetes.client.RbacAuthorizationV1Api(api_client)
+    binding = {
+        "metadata": {"name": "b"},
+        "subjects": [{"kind": "ServiceAccount", "name": "hub"}],
+        "roleRef": {"kind": "Role", "name": "hub", "apiGroup": "rbac.authorization.k8s.io"},
+    }
+    rbac.create_namespaced_role_binding(ns, binding)
+    changed = {**binding, "roleRef": {**binding["roleRef"], "name": "other"}}
+    with pytest.raises(ApiException) as err:
+        rbac.replace_namespaced_role_binding("b", ns, changed)
+    body = status_of(err.value)
+    assert (err.value.status, body["reason"]) == (422, "Invalid")
+    assert body["details"]["causes"] == [{
+        "reason": "FieldValueInvalid", "field": "roleRef",
+        "message": 'Invalid value: rbac.RoleRef{APIGroup:"rbac.authorization.k8s.io", Kind:"Role", '
+                   'Name:"other"}: cannot change roleRef',
+    }]  # fmt: skip
+    cluster_wide = {**binding, "roleRef": {**binding["roleRef"], "kind": "Role"}}
+    with pytest.raises(ApiException) as err:
+        rbac.create_cluster_role_binding(cluster_wide)
+    causes = {c["field"]: c["message"] for c in status_of(err.value)["details"]["causes"]}
+    assert causes == {
+        "roleRef.kind": 'Unsupported value: "Role": supported values: "ClusterRole"',
+        "subjects[0].namespace": "Required value",
+    }
+    with pytest.raises(ApiException) as err:
+        rbac.create_namespaced_role(ns, {"metadata": {"name": "r"}, "rules": [{"verbs": ["get"]}]})
+    assert status_of(err.value)["message"] == (
+        'Role.rbac.authorization.k8s.io "r" is invalid: [rules[0].apiGroups: Required value: resource rules '
+        "must supply at least one api group, rules[0].resources: Required value: resource rules must supply "
+        "at least one resource]"
+    )

@@ -25,7 +25,7 @@ class ResourceType:
     namespaced: bool = True
     subresources: tuple[str, ...] = ()
     short_names: tuple[str, ...] = ()
-    name_rule: str = "subdomain"  # subdomain | label | dns1035
+    name_rule: str = "subdomain"  # subdomain | label | dns1035 | path
     singular: str = ""
     categories: tuple[str, ...] = ()
     custom: bool = False
@@ -123,7 +123,7 @@ class Registry:
 
 
 def default_registry() -> Registry:
-    """Core types used by classhub/KubeSpawner plus kubeflow.org/v1 PyTorchJob."""
+    """Core types used by classhub/KubeSpawner, RBAC, plus kubeflow.org/v1 PyTorchJob."""
     reg = Registry()
     core = [
         ResourceType("", "v1", "namespaces", "Namespace", False, ("status", "finalize"), ("ns",), "label"),
@@ -166,6 +166,13 @@ def default_registry() -> Registry:
         ResourceType("", "v1", "configmaps", "ConfigMap", True, (), ("cm",)),
         ResourceType("", "v1", "serviceaccounts", "ServiceAccount", True, (), ("sa",), return_deleted=True),
         ResourceType("", "v1", "endpoints", "Endpoints", True, (), ("ep",)),
+    ]
+    rbac = "rbac.authorization.k8s.io"  # z2jh's hub Role/RoleBinding, helm-values/*-rbac.yaml
+    core += [
+        ResourceType(rbac, "v1", "roles", "Role", True, name_rule="path"),
+        ResourceType(rbac, "v1", "rolebindings", "RoleBinding", True, name_rule="path"),
+        ResourceType(rbac, "v1", "clusterroles", "ClusterRole", False, name_rule="path"),
+        ResourceType(rbac, "v1", "clusterrolebindings", "ClusterRoleBinding", False, name_rule="path"),
     ]
     for rtype in core:
         reg.add(rtype)

@@ -20,7 +20,7 @@ from .admission import admit_create
 from .faults import Faults
 from .kubelet import Kubelet
 from .latency import Latencies
-from .paths import Target, parse_path
+from .paths import Target, is_go_restful, parse_path, unserved_subresource
 from .podexec import serve_exec
 from .scheduler import Scheduler
 from .selection import parse_field_selector, parse_label_selector
@@ -34,6 +34,16 @@ PATCH_TYPES = {
     "application/strategic-merge-patch+json": "strategic",
     "application/json-patch+json": "json",
     "application/apply-patch+yaml": "apply",
+}
+
+
+SUBRESOURCE_METHODS = {  # the HTTP methods each subresource's routes take (see discovery.py's verbs)
+    "status": {"GET", "PUT", "PATCH"},
+    "log": {"GET"},
+    "binding": {"POST"},
+    "eviction": {"POST"},
+    "exec": {"GET", "POST"},
+    "finalize": {"PUT"},
 }
 
 
@@ -90,6 +100,14 @@ class ApiServer:
         try:
             return await self._dispatch(request)
         except status.ApiError as err:
+            if err.plain is not None:  # Go's http.Error: text/plain, nosniff
+                return web.Response(
+                    text=err.plain,
+                    status=err.code,
+                    content_type="text/plain",
+                    charset="utf-8",
+                    headers={"X-Content-Type-Options": "nosniff"},
+                )
             return _json(err.body, err.code, err.headers)
         except (ConnectionResetError, asyncio.CancelledError):
             raise
@@ -110,52 +128,58 @@ class ApiServer:
             body, headers = fault.body()
             return _json(body, fault.status, headers)
         if target is None:
-            return self._discovery(request, path)
+            return self._unrouted(request, path)
         return await self._resource(request, target, verb)
 
-    def _discovery(self, request: web.Request, path: str) -> web.StreamResponse:
+    def _unrouted(self, request: web.Request, path: str) -> web.StreamResponse:
+        """Health checks and discovery documents; any other path is one the fake does not serve,
+        answered 404 for every verb as kube-apiserver does (see :meth:`_not_served`)."""
         reg = self.store.registry
-        if request.method != "GET":
-            raise status.method_not_allowed()
         if path in ("/healthz", "/livez", "/readyz"):
             return web.Response(text="ok")
-        if path == "/version":
-            return _json(discovery.VERSION)
-        if path == "/api":
-            return _json(discovery.api_versions(self.address))
-        if path == "/apis":
-            return _json(discovery.api_group_list(reg))
+        doc: dict[str, Any] | None = None
         parts = path.strip("/").split("/")
-        doc = None
-        if parts[0] == "api" and len(parts) == 2:
+        if path == "/version":
+            doc = discovery.VERSION
+        elif path == "/api":
+            doc = discovery.api_versions(self.address)
+        elif path == "/apis":
+            doc = discovery.api_group_list(reg)
+        elif parts[0] == "api" and len(parts) == 2:
             doc = discovery.api_resource_list(reg, "", parts[1])
         elif parts[0] == "apis" and len(parts) == 2:
             doc = discovery.api_group(reg, parts[1])
         elif parts[0] == "apis" and len(parts) == 3:
             doc = discovery.api_resource_list(reg, parts[1], parts[2])
         if doc is None:
-            raise status.ApiError(
-                404,
-                "NotFound",
-                "the server could not find the requested resource",
-                {"causes": [{"reason": "UnexpectedServerResponse", "message": "404 page not found"}]},
-            )
+            raise self._not_served(path)
+        if request.method != "GET":
+            raise status.method_not_allowed()
         return _json(doc)
+
+    def _not_served(self, path: str) -> status.ApiError:
+        """The 404 kube-apiserver gives a path nothing serves (an unknown kind, group, version or
+        subresource), whatever the verb: under a built-in group go-restful's Status with empty
+        details; a custom resource's missing subresource, the CRD handler's NotFound on the object;
+        anywhere else the end of the delegation chain's ``404 page not found``."""
+        reg = self.store.registry
+        missing_sub = unserved_subresource(reg, path)
+        if missing_sub is not None:
+            rtype, name = missing_sub
+            return status.not_found(rtype.group, rtype.plural, name)
+        if is_go_restful(reg, path):
+            return status.not_served()
+        return status.page_not_found()
 
     # ----- resources -----------------------------------------------------------------------------
     async def _resource(self, request: web.Request, t: Target, verb: str) -> web.StreamResponse:
         q = request.query
+        self._check_method(request.method, t, verb)
         if t.subresource == "log":
-            if request.method != "GET":
-                raise status.method_not_allowed()
             return await self._logs(request, t)
         if t.subresource == "exec":
-            if request.method not in ("GET", "POST"):
-                raise status.method_not_allowed()
             return await serve_exec(request, self.store, self.kubelet, t)
         if t.subresource in ("binding", "eviction"):
-            if request.method != "POST":
-                raise status.method_not_allowed()
             return await self._pod_action(request, t)
         if verb == "watch":
             return await self._watch(request, t)
@@ -176,8 +200,6 @@ class ApiServer:
                 )
             return _json(obj)
         if verb == "create":
-            if t.name:
-                raise status.method_not_allowed()
             body = await self._body(request)
             self._check_kind(t, body)
             body = admit_create(self.store, t.rtype, t.namespace, body)
@@ -192,6 +214,29 @@ class ApiServer:
             return await self._delete(request, t)
         if verb == "deletecollection":
             return await self._delete_collection(request, t)
+        raise status.method_not_allowed()
+
+    @staticmethod
+    def _check_method(method: str, t: Target, verb: str) -> None:
+        """Refuse an HTTP method the addressed (sub)resource has no handler for, as kube-apiserver
+        does: a built-in resource's go-restful routes answer 405; a custom resource's handler takes
+        every method on the object (a POST to a named path creates from the body), answers PUT or
+        PATCH on the collection 400 ``name must be provided`` and a verb its status subresource
+        lacks 405 ``NewMethodNotSupported`` (``customresource_handler.go``)."""
+        if t.legacy_watch:
+            allowed = {"GET"}
+        elif t.subresource:
+            allowed = SUBRESOURCE_METHODS.get(t.subresource, {"GET"})
+        elif t.rtype.custom:
+            allowed = {"GET", "POST", "PUT", "PATCH", "DELETE"}
+        else:
+            allowed = {"GET", "PUT", "PATCH", "DELETE"} if t.name else {"GET", "POST", "DELETE"}
+        if method in allowed:
+            if t.rtype.custom and not t.subresource and not t.name and method in ("PUT", "PATCH"):
+                raise status.bad_request("name must be provided")
+            return
+        if t.rtype.custom and method in ("POST", "DELETE"):
+            raise status.method_not_supported(t.rtype.group, t.rtype.plural, verb)
         raise status.method_not_allowed()
 
     async def _wait_fresh(self, rv_text: str | None, match: str | None) -> None:
@@ -291,7 +336,7 @@ class ApiServer:
             watcher = self.store.watch(t.rtype, t.namespace, labels, fields, since)
         except status.ApiError as err:
             await resp.prepare(request)
-            await resp.write(encode({"type": "ERROR", "object": err.body}) + b"\n")
+            await resp.write(encode({"type": "ERROR", "object": err.body}))
             await resp.write_eof()
             return resp
         initial_rv = str(self.store.rv)
@@ -315,13 +360,12 @@ class ApiServer:
                     if bookmarks:
                         await resp.write(
                             encode({"type": "BOOKMARK", "object": self._bookmark(t, str(self.store.rv))})
-                            + b"\n"
                         )
                     continue
                 if item is None:
                     break
                 kind, obj = item
-                await resp.write(encode({"type": kind, "object": obj}) + b"\n")
+                await resp.write(encode({"type": kind, "object": obj}))
             await resp.write_eof()
         except (ConnectionResetError, ConnectionError):
             pass
@@ -423,10 +467,14 @@ class ApiServer:
             opts.get("preconditions"),
         )
         if removed and not t.rtype.return_deleted:
-            details = {"name": t.name, "kind": t.rtype.plural, "uid": obj["metadata"]["uid"]}
-            if t.rtype.group:
-                details["group"] = t.rtype.group
-            return _json(status.status_body(200, "", "", details, status="Success"))
+            # the generic registry's finalizeDelete: a Success Status whose code stays 0 (left out)
+            details = {
+                "name": t.name,
+                "group": t.rtype.group,
+                "kind": t.rtype.plural,
+                "uid": obj["metadata"]["uid"],
+            }
+            return _json(status.status_body(0, "", "", details, status="Success"))
         return _json(obj)
 
     async def _delete_collection(self, request: web.Request, t: Target) -> web.StreamResponse:

@@ -2,11 +2,39 @@
 
 Shapes follow ``k8s.io/apimachinery/pkg/api/errors``: NotFound/AlreadyExists/Conflict put the
 plural resource in ``details.kind``; Invalid puts the Kind there plus ``details.causes``.
+
+Layout follows ``meta/v1`` ``Status`` as kube-apiserver's JSON serializer (Go's
+``encoding/json``) writes it: struct fields in declaration order, empty ``omitempty`` fields left
+out. ``Status``: kind, apiVersion, metadata, status, message, reason, details, code;
+``StatusDetails``: name, group, kind, uid, causes, retryAfterSeconds; ``StatusCause``: reason,
+message, field (``staging/src/k8s.io/apimachinery/pkg/apis/meta/v1/types.go``). So
+``{"kind":"Status",...,"details":{...},"code":409}``: ``code`` comes last, and a Success Status
+from a DELETE carries no ``code`` (the generic registry's ``finalizeDelete`` leaves it 0).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+DETAIL_FIELDS = ("name", "group", "kind", "uid", "causes", "retryAfterSeconds")
+CAUSE_FIELDS = ("reason", "message", "field")
+
+
+def _ordered(fields: tuple[str, ...], given: dict[str, Any], what: str) -> dict[str, Any]:
+    """``given`` in Go struct order without empty (``omitempty``) fields; an unknown key is a bug
+    in the fake (the Go struct could not carry it), so it fails loudly."""
+    unknown = set(given) - set(fields)
+    if unknown:
+        raise ValueError(f"{what} has no field(s) {sorted(unknown)}; it has {list(fields)}")
+    return {k: given[k] for k in fields if given.get(k) not in (None, "", 0, [])}
+
+
+def status_details(details: dict[str, Any]) -> dict[str, Any]:
+    """``StatusDetails`` in kube-apiserver's field order (causes too)."""
+    out = _ordered(DETAIL_FIELDS, details, "StatusDetails")
+    if "causes" in out:
+        out["causes"] = [_ordered(CAUSE_FIELDS, c, "StatusCause") for c in out["causes"]]
+    return out
 
 
 def status_body(
@@ -16,21 +44,20 @@ def status_body(
     details: dict[str, Any] | None = None,
     status: str = "Failure",
 ) -> dict[str, Any]:
-    """Build a ``meta/v1 Status`` dict."""
-    body: dict[str, Any] = {
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": status,
-        "message": message,
-        "reason": reason,
-        "code": code,
-    }
+    """Build a ``meta/v1 Status`` dict laid out as kube-apiserver sends it (see module docstring).
+
+    Empty ``message``/``reason`` and a zero ``code`` are left out, as ``omitempty`` does;
+    ``details`` is kept even when empty (a non-nil pointer: go-restful's 404/405 send ``{}``).
+    """
+    body: dict[str, Any] = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": status}
+    if message:
+        body["message"] = message
+    if reason:
+        body["reason"] = reason
     if details is not None:
-        body["details"] = details
-    if status == "Success":
-        body.pop("message")
-        body.pop("reason")
+        body["details"] = status_details(details)
+    if code:
+        body["code"] = code
     return body
 
 
@@ -49,6 +76,7 @@ class ApiError(Exception):
         self.code = code
         self.body = status_body(code, reason, message, details)
         self.headers = headers or {}
+        self.plain: str | None = None  # a text/plain answer instead of a Status (page_not_found)
 
 
 def _details(group: str, plural: str, name: str) -> dict[str, Any]:
@@ -109,8 +137,39 @@ def bad_request(message: str) -> ApiError:
 def method_not_allowed(
     message: str = "the server does not allow this method on the requested resource",
 ) -> ApiError:
-    """405 MethodNotAllowed."""
+    """405 MethodNotAllowed: go-restful's answer when a route serves the path but not the HTTP
+    method (``NewGenericServerResponse(405, ...)``, empty details)."""
     return ApiError(405, "MethodNotAllowed", message, {})
+
+
+def not_served() -> ApiError:
+    """404 from go-restful for a path under a built-in API group (``/api/...``, e.g.
+    ``/api/v1/namespaces/ns/widgets``) that no route serves, whatever the verb: the server's
+    ``serviceErrorHandler`` answers ``NewGenericServerResponse(404, ...)`` with empty details
+    (``staging/src/k8s.io/apiserver/pkg/server/handler.go``)."""
+    return ApiError(404, "NotFound", "the server could not find the requested resource", {})
+
+
+def page_not_found() -> ApiError:
+    """404 for a path no handler claims (an unknown API group, a resource of a CRD group that no
+    CRD defines): the delegation chain ends in ``notfoundhandler``, which calls ``http.NotFound``
+    -- ``404 page not found`` and a newline as text/plain, not a Status -- in the releases before
+    kubernetes/kubernetes PR #138219 (v1.32, what this fake reports, is one); after it, a JSON
+    Status without details."""
+    err = ApiError(404, "NotFound", "the server could not find the requested resource")
+    err.plain = "404 page not found\n"
+    return err
+
+
+def method_not_supported(group: str, plural: str, verb: str) -> ApiError:
+    """405 from a CRD's handler for a verb its (sub)resource has no handler for
+    (``apierrors.NewMethodNotSupported``)."""
+    return ApiError(
+        405,
+        "MethodNotAllowed",
+        f'{verb} is not supported on resources of kind "{_qualified(group, plural)}"',
+        {"group": group, "kind": plural},
+    )
 
 
 def gone(message: str) -> ApiError:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import defaults, status
+from . import defaults, rbac, status
 from .objects import deep, now_iso, random_suffix
 from .registry import Registry, ResourceType
 from .selection import FieldRequirement, Requirement, match_fields, match_labels
@@ -254,6 +254,8 @@ class Store:
             causes = validate(new, rtype, creating=False)
             if rtype.key == ("", "pods") and not causes:
                 causes = validate_pod_update(old, new)
+            if rtype.group == rbac.GROUP and rtype.plural.endswith("rolebindings"):
+                causes += rbac.check_role_ref_unchanged(old, new)
             if causes:
                 raise status.invalid(rtype.group, rtype.kind, name, causes)
         return self._store_update(rtype, old, new)
@@ -448,6 +450,14 @@ def _shorten(obj: dict[str, Any], grace: int) -> None:
     obj["metadata"]["deletionGracePeriodSeconds"] = grace
 
 
+_GO_ESCAPES = str.maketrans({c: f"\\u{ord(c):04x}" for c in "<>&\u2028\u2029"})
+
+
 def encode(obj: Any) -> bytes:
-    """Compact JSON bytes."""
-    return json.dumps(obj, separators=(",", ":")).encode()
+    """JSON bytes as kube-apiserver writes them: its serializer calls Go's ``json.Encoder.Encode``
+    (``staging/src/k8s.io/apimachinery/pkg/runtime/serializer/json/json.go``), which writes compact
+    JSON, UTF-8 left as is, ``<``, ``>``, ``&``, U+2028 and U+2029 escaped (``SetEscapeHTML`` is on
+    by default), and ends every document with a newline -- also each watch event's line.
+    (Those characters only occur inside strings, so replacing them in the text is safe.)"""
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).translate(_GO_ESCAPES)
+    return (text + "\n").encode()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from . import rbac
 from .quantity import is_quantity, parse_quantity
 from .registry import ResourceType
 
@@ -65,7 +66,12 @@ def _repr(value: Any) -> str:
 
 
 def check_name(name: str, rule: str, field: str = "metadata.name") -> list[Cause]:
-    """Validate an object name against ``rule`` (subdomain, label or dns1035)."""
+    """Validate an object name against ``rule`` (subdomain, label, dns1035 or path: RBAC objects
+    take any valid path segment, e.g. ``system:controller:x``, ``ValidatePathSegmentName``)."""
+    if rule == "path":
+        if name in (".", ".."):
+            return [_cause(field, "FieldValueInvalid", f"may not be '{name}'", name)]
+        return [_cause(field, "FieldValueInvalid", f"may not contain '{c}'", name) for c in "/%" if c in name]
     if rule == "label":
         ok, limit, msg = bool(_LABEL_RE.match(name)), 63, LABEL_MSG
     elif rule == "dns1035":
@@ -370,6 +376,11 @@ def validate(obj: dict[str, Any], rtype: ResourceType, creating: bool) -> list[C
         causes += check_pod_spec(obj.get("spec"))
     elif rtype.key == ("", "persistentvolumeclaims"):
         causes += check_pvc_spec(obj.get("spec"))
+    elif rtype.key in ((rbac.GROUP, "roles"), (rbac.GROUP, "clusterroles")):
+        causes += rbac.check_rules(obj, rtype.namespaced)
+    elif rtype.key in ((rbac.GROUP, "rolebindings"), (rbac.GROUP, "clusterrolebindings")):
+        rbac.default_subjects(obj)  # kube-apiserver defaults while decoding, before validation
+        causes += rbac.check_binding(obj, rtype.namespaced)
     return causes
 
 
