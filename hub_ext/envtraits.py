@@ -139,6 +139,7 @@ def check_sections(config: Config, classes: Iterable[type[HasTraits]]) -> None:
             except (TraitError, ValueError) as e:
                 help_text = (trait.help or "").split(". ")[0].rstrip(".").strip()
                 help_text = " ".join(help_text.split())
-                raise ConfigError(f"c.{name}.{key} = {value!r} cannot be used ({help_text}): {e}. "
+                reason = str(e).rstrip(".")
+                raise ConfigError(f"c.{name}.{key} = {value!r} cannot be used ({help_text}): {reason}. "
                                   f"Change c.{name}.{key} in jupyterhub_config.py "
                                   f"(hub.config.{name}.{key} on Zero to JupyterHub).") from None
