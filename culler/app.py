@@ -15,8 +15,9 @@ One cycle, with as few hub requests as the job allows:
 5. culls are ``DELETE /hub/api/users/<u>/server[s/<name>]``, each written to the audit log
    (action ``server_culled``) with its reason; warnings are stored for the hub page and the API.
 
-Configuration: traits of `ClasshubCuller`, set through ``configure(c, culler_config={...})`` or the
-hub's environment variable ``CLASSHUB_CULLER_CONFIG`` (JSON, ``{"ClasshubCuller": {...}}``).
+Configuration: traits of `ClasshubCuller`, set as ``c.ClasshubCuller.<name>`` in
+``jupyterhub_config.py`` (z2jh: ``hub.config.ClasshubCuller``); ``configure()`` hands the section to
+this process (hub_ext.envtraits), which refuses a value it cannot take with a sentence at start.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from urllib.parse import quote, urlencode
 from sqlalchemy import select
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from traitlets import Bool, Dict, Enum, Float, Int, Unicode, default, validate
-from traitlets.config import Application, Config
+from traitlets.config import Application
 
 from culler import facts as F
 from hub_ext import __version__, store
@@ -53,6 +54,7 @@ from hub_ext.core.culling import (
     Window,
     decide,
 )
+from hub_ext.envtraits import ConfigError, check_sections, handed_config
 from hub_ext.hubapi import HubAPI, HubAPIError
 from hub_ext.logs import route_module_logs
 from hub_ext.store import culler_models as cm
@@ -148,7 +150,7 @@ class ClasshubCuller(Application):
         "the pod (the DCGM exporter adds pod/namespace with its Kubernetes mapping on).",
     )
     gpu_pod_label = Unicode("pod", config=True, help="Label of the query's result naming the pod.")
-    db_url = Unicode(config=True, help="The classhub store (default: $CLASSHUB_DB_URL, set by configure()).")
+    db_url = Unicode(config=True, help="The classhub store; configure(c, db_url=...) sets it.")
     hub_api_url = Unicode(config=True, help="The hub's API URL (default: $JUPYTERHUB_API_URL).")
     api_token = Unicode(config=True, help="The culler's hub token (default: $JUPYTERHUB_API_TOKEN).")
     dry_run = Bool(False, config=True, help="Decide and log, but stop nothing and warn nobody.")
@@ -165,9 +167,10 @@ class ClasshubCuller(Application):
 
     @default("db_url")
     def _db_url(self) -> str:
-        url = os.environ.get("CLASSHUB_DB_URL")
+        url = os.environ.get("CLASSHUB_DB_URL")  # older hubs passed the store this way
         if not url:
-            raise ValueError("CLASSHUB_DB_URL is not set: start the culler through configure()")
+            raise ConfigError("ClasshubCuller.db_url is not set: start the culler through "
+                              "configure(c) in jupyterhub_config.py, which sets it.")
         return url
 
     @default("hub_api_url")
@@ -190,9 +193,11 @@ class ClasshubCuller(Application):
 
     def initialize(self, argv: list[str] | None = None) -> None:
         super().initialize(argv)
-        raw = os.environ.get("CLASSHUB_CULLER_CONFIG")
-        if raw:
-            self.update_config(Config(json.loads(raw)))
+        handed = handed_config()  # the hub's c.ClasshubCuller, from configure()
+        check_sections(handed, [type(self)])
+        self.update_config(handed)
+        self.update_config(self.cli_config)  # the command line wins
+        check_sections(self.config, [type(self)])
         self.sessions = store.connect(self.db_url)
         self.client = AsyncHTTPClient()  # servers' activity reports, Prometheus
         self.api = HubAPI(self.hub_api_url, self.api_token)
@@ -498,7 +503,7 @@ def main(argv: list[str] | None = None) -> None:
     app = ClasshubCuller.instance()
     try:
         app.initialize(argv)
-    except store.SchemaError as e:  # a schema behind: one line naming `classhub upgrade-db`
+    except (store.SchemaError, ConfigError) as e:  # a schema behind: one line naming `classhub upgrade-db`
         sys.exit(f"classhub culler: {e}")
     route_module_logs(app)
     app.start()

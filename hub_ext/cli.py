@@ -16,14 +16,14 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
 from traitlets.config import Config
 
 from hub_ext import __version__, demo, heap, store
-from hub_ext.config import configure
+from hub_ext.config import configure, hand_over_at_start
 
 PROXY_ENV = "CLASSHUB_PROXY_CMD"
 MIN_NODE = 18
@@ -142,6 +142,7 @@ def run_local(args: argparse.Namespace) -> None:
         demo.seed_course(sessions)  # before configure(), which makes the course roles from it
 
     c = Config()
+    older_variables(c, os.environ)
     configure(
         c,
         "local",
@@ -151,10 +152,9 @@ def run_local(args: argparse.Namespace) -> None:
         create_system_users=args.create_system_users,
         db_url=db_url,
     )
-    from hub_ext.service.jobs.settings import local_service_env
-
-    service = next(s for s in c.JupyterHub.services if s.get("name") == "classhub")
-    service["environment"].update(local_service_env(data_dir / "homes", args.system_users, dict(os.environ)))
+    # the service's jobs run where the servers run: the same homes, the same accounts
+    c.ClasshubJobs.homes_dir = str(data_dir / "homes")
+    c.ClasshubJobs.system_users = args.system_users
     c.JupyterHub.ip = args.ip
     c.JupyterHub.port = args.port
     c.JupyterHub.hub_ip = "127.0.0.1"
@@ -176,9 +176,44 @@ def run_local(args: argparse.Namespace) -> None:
     from jupyterhub.app import JupyterHub
 
     # configure() ran before this process held a hub: the freeze is hooked here (hub_ext.heap)
-    heap.freeze_after_start(JupyterHub.instance(config=c))
+    hub = JupyterHub.instance(config=c)
+    heap.freeze_after_start(hub)
+    # the services get the sections of the whole configuration, <data-dir>/jupyterhub_config.py too
+    hand_over_at_start(hub)
     config_file = args.config or extra_config_file(data_dir)
     JupyterHub.launch_instance([f"--JupyterHub.config_file={config_file}"])
+
+
+def older_variables(c: Config, environ: Mapping[str, str]) -> None:
+    """``CLASSHUB_*`` variables of this command's environment, from before the settings were
+    traits only, as the traits they name (``CLASSHUB_JOB_INTERVAL=1`` is
+    ``c.ClasshubJobs.interval = 1``): read from each trait's own ``env`` tag, never from a list
+    here, and only where the configuration does not set the trait. The documented way is
+    ``<data-dir>/jupyterhub_config.py`` (README, "Configuration")."""
+    from traitlets import TraitError
+
+    from hub_ext.backends.templates import ClasshubTemplates
+    from hub_ext.service.app import ClasshubService
+    from hub_ext.service.jobs.settings import ClasshubJobs
+
+    for cls in (ClasshubService, ClasshubJobs, ClasshubTemplates):
+        section = c[cls.__name__]
+        for name, trait in cls.class_traits(config=True, env=lambda v: v is not None).items():
+            var = trait.metadata["env"]
+            if var.startswith("CLASSHUB_") and var in environ and name not in section:
+                try:
+                    section[name] = trait.from_string(environ[var])
+                except (TraitError, ValueError) as e:
+                    raise CLIError(f"{var}={environ[var]!r} cannot be used for {cls.__name__}.{name} "
+                                   f"({e}); set c.{cls.__name__}.{name} in the data dir's "
+                                   "jupyterhub_config.py instead") from None
+    raw = environ.get("CLASSHUB_CULLER_CONFIG")  # JSON {"ClasshubCuller": {...}}
+    if raw:
+        try:
+            c.merge(Config(json.loads(raw)))
+        except (ValueError, TypeError) as e:
+            raise CLIError(f"CLASSHUB_CULLER_CONFIG is not JSON sections ({e}); set "
+                           "c.ClasshubCuller.<name> in the data dir's jupyterhub_config.py instead") from None
 
 
 def upgrade_db(args: argparse.Namespace) -> str:

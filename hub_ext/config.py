@@ -17,17 +17,26 @@ from typing import Any
 
 from hub_ext import heap
 from hub_ext.core import sharing
+from hub_ext.envtraits import CONFIG_ENV, sections_json
 
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "classhub"
-#: Environment variables of the hub passed on to the classhub service (see its traits).
-SERVICE_ENV_SETTINGS = ("CLASSHUB_RECONCILE_INTERVAL", "CLASSHUB_RECONCILE_GRACE", "CLASSHUB_METRICS_AUTH",
-                        # templates (hub_ext.backends.templates.ClasshubTemplates)
-                        "CLASSHUB_TEMPLATES_DIR", "CLASSHUB_TEMPLATE_MAX_BYTES",
-                        "CLASSHUB_TEMPLATE_MAX_FILES", "CLASSHUB_TEMPLATE_MAX_DEPTH",
-                        "CLASSHUB_TEMPLATES_PVC")
+CULLER_NAME = "classhub-culler"
 MODES = ("local", "kubernetes")
+
+#: The config sections each classhub service process loads, whole (its traitlets Application
+#: and the configurables it makes; tests/test_service_config.py checks this against them).
+#: Everything a deployer sets as ``c.<Section>.<name>`` reaches the process (README,
+#: "Configuration"); there is no list of single settings to forward.
+SERVICE_SECTIONS: dict[str, tuple[str, ...]] = {
+    SERVICE_NAME: ("ClasshubService", "ClasshubTemplates", "ClasshubJobs"),
+    CULLER_NAME: ("ClasshubCuller",),
+}
+
+#: What a Kubernetes client in the service needs to find the API server: the pod's own
+#: environment (in-cluster) or a kubeconfig, not classhub settings.
+KUBE_CLIENT_ENV = ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "POD_NAMESPACE")
 
 #: What the classhub service may do in the hub: read users and groups (``/api/me``), stop/start
 #: servers (profile switches), keep course groups and their members in sync with the course
@@ -93,9 +102,9 @@ def configure(
     if db_url is None:
         base = Path(data_dir).resolve() if data_dir is not None else Path("/srv/jupyterhub")
         db_url = f"sqlite:///{base / 'classhub.sqlite'}"
-    _add_service(c, service_url, bind_all=(mode == "kubernetes"), db_url=db_url)
+    _add_service(c, service_url, mode, db_url=db_url, ta_server_access=ta_server_access)
     _add_template_settings(c, mode, data_dir)
-    _add_course_roles(c, ta_server_access)
+    _add_course_roles(c)
     c.ClasshubLocalSpawner.classhub_db_url = db_url
     c.ClasshubKubeSpawner.classhub_db_url = db_url
     _add_roles(c)
@@ -116,8 +125,42 @@ def configure(
         c.ClasshubLocalSpawner.create_system_users = create_system_users
     else:
         c.JupyterHub.spawner_class = "classhub-kube"
+    hand_over_sections(c, _configured(c, "services"))
+    from jupyterhub.app import JupyterHub
+
+    if JupyterHub.initialized():  # inside the hub: what the rest of its configuration sets too
+        hand_over_at_start(JupyterHub.instance())
     if freeze_heap:
         heap.freeze_when_started()
+
+
+def hand_over_sections(config: Any, services: list[dict[str, Any]]) -> None:
+    """Give each classhub service in ``services`` its whole `SERVICE_SECTIONS` of ``config``
+    (one JSON variable, hub_ext.envtraits.CONFIG_ENV); the process loads them as its traitlets
+    config and refuses a value it cannot take with a sentence naming the setting."""
+    if not hasattr(config, "keys"):  # a plain object standing in for a Config: nothing to hand
+        return
+    for spec in services:
+        names = SERVICE_SECTIONS.get(spec.get("name", ""))
+        if names:
+            spec.setdefault("environment", {})[CONFIG_ENV] = sections_json(config, names)
+
+
+def hand_over_at_start(app: Any) -> None:
+    """Hand the services the sections of the hub's whole configuration when ``app`` (a
+    JupyterHub) makes its services: settings made after ``configure(c)`` in the same file, in
+    later files (``classhub local --config``, z2jh's ``hub.extraConfig``) and on the hub's
+    command line count too. Once per app."""
+    if getattr(app, "_classhub_hands_over", False):
+        return
+    app._classhub_hands_over = True
+    init_services = app.init_services
+
+    def hand_over_then_init_services(*args: Any, **kwargs: Any) -> Any:
+        hand_over_sections(app.config, app.services)
+        return init_services(*args, **kwargs)
+
+    app.init_services = hand_over_then_init_services
 
 
 def _configured(c: Any, key: str) -> list:
@@ -128,13 +171,20 @@ def _configured(c: Any, key: str) -> list:
     return list(getattr(section, key, None) or [])
 
 
-def _add_service(c: Any, service_url: str, bind_all: bool, db_url: str) -> None:
+def _add_service(c: Any, service_url: str, mode: str, db_url: str, ta_server_access: bool) -> None:
+    """The service's definition; its settings are traits of ``c.ClasshubService`` (handed over
+    whole by `hand_over_sections`). ``ta_server_access`` is the hub-wide default of the courses
+    that chose none."""
     services = [s for s in _configured(c, "services") if s.get("name") != SERVICE_NAME]
-    environment = {"CLASSHUB_DB_URL": db_url}
-    # Service settings given to the hub's environment reach the service (it gets no other env).
-    environment.update({k: v for k, v in os.environ.items() if k in SERVICE_ENV_SETTINGS})
-    if bind_all:
-        environment["CLASSHUB_BIND_IP"] = "0.0.0.0"
+    c.ClasshubService.db_url = db_url
+    c.ClasshubService.mode = mode
+    c.ClasshubService.ta_server_access = ta_server_access
+    environment: dict[str, str] = {}
+    if mode == "kubernetes":
+        if "bind_ip" not in c.ClasshubService:  # reached from pods through the hub's Service
+            c.ClasshubService.bind_ip = "0.0.0.0"
+        # the publisher pod and the jobs are created by the service, with the hub's credentials
+        environment.update({k: v for k, v in os.environ.items() if k in KUBE_CLIENT_ENV})
     services.append(
         {
             "name": SERVICE_NAME,
@@ -170,18 +220,9 @@ def _add_template_settings(c: Any, mode: str, data_dir: str | Path | None) -> No
     publishing reads a teacher's folder through their server with the teacher's credentials.
     """
     service = next(s for s in c.JupyterHub.services if s.get("name") == SERVICE_NAME)
-    service["environment"]["CLASSHUB_MODE"] = mode
     service["oauth_client_allowed_scopes"] = list(SERVICE_OAUTH_SCOPES)
-    prefixes = ("CLASSHUB_TEMPLATE", "CLASSHUB_PUBLISHER")
-    passed = {k: v for k, v in os.environ.items() if k.startswith(prefixes)}
-    if mode == "kubernetes":  # the publisher pod is created by the service, with the hub's credentials
-        passed.update({k: v for k, v in os.environ.items() if k in (
-            "KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "POD_NAMESPACE")})
-    service["environment"].update(passed)
-    if mode == "local" and data_dir is not None and not os.environ.get("CLASSHUB_TEMPLATES_DIR"):
-        templates = str(Path(data_dir).resolve() / "templates")
-        c.ClasshubTemplates.storage_dir = templates
-        service["environment"]["CLASSHUB_TEMPLATES_DIR"] = templates
+    if mode == "local" and data_dir is not None and "storage_dir" not in c.ClasshubTemplates:
+        c.ClasshubTemplates.storage_dir = str(Path(data_dir).resolve() / "templates")
 
 
 def _add_roles(c: Any) -> None:
@@ -205,13 +246,12 @@ def _add_roles(c: Any) -> None:
     c.JupyterHub.load_roles = list(existing.values())
 
 
-def _add_course_roles(c: Any, ta_server_access: bool) -> None:
+def _add_course_roles(c: Any) -> None:
     """Course roles are applied by the hub while it runs, not at its start (hub_ext.hubside).
 
     The classhub service pushes the teacher/TA roles of every course to the hub's endpoint
     ``/hub/api/classhub/course-roles`` when it starts and right after every membership change, so
     a new TA gets their powers and a removed one loses them at once, without a hub restart.
-    ``ta_server_access`` is the hub-wide default of the courses that chose none.
     """
     from hub_ext import hubside
 
@@ -223,8 +263,6 @@ def _add_course_roles(c: Any, ta_server_access: bool) -> None:
     ours = {path for path, _handler in hubside.HANDLERS}
     handlers = [h for h in handlers if h[0] not in ours] + list(hubside.HANDLERS)
     c.JupyterHub.extra_handlers = handlers
-    service = next(s for s in c.JupyterHub.services if s.get("name") == SERVICE_NAME)
-    service["environment"]["CLASSHUB_TA_SERVER_ACCESS"] = "1" if ta_server_access else "0"
 
 
 #: JupyterHub's default server-token scopes (the 'server' role), plus reading the server's shares
@@ -275,9 +313,6 @@ def _add_sharing(c: Any, service_url: str) -> None:
         existing = dict(getattr(section, "custom_scopes", None) or {})
     existing.update(sharing.CUSTOM_SCOPES)
     c.JupyterHub.custom_scopes = existing
-    service = next(s for s in c.JupyterHub.services if s.get("name") == SERVICE_NAME)
-    if os.environ.get("CLASSHUB_SHARE_INTERVAL"):
-        service["environment"]["CLASSHUB_SHARE_INTERVAL"] = os.environ["CLASSHUB_SHARE_INTERVAL"]
     spawner = c.Spawner
     # a site's own lists are extended, not replaced (a callable of the site's is left alone)
     site_token = _spawner_setting(spawner, "server_token_scopes")
@@ -302,7 +337,6 @@ def _add_sharing(c: Any, service_url: str) -> None:
 SPAWNER_SECTIONS = ("Spawner", "LocalProcessSpawner", "KubeSpawner", "ClasshubLocalSpawner",
                     "ClasshubKubeSpawner")
 
-CULLER_NAME = "classhub-culler"
 #: What the idle culler may do in the hub: list users with their servers and activity, read the
 #: spawner state (a pod's name, for GPU utilisation from Prometheus), read the proxy's routes
 #: (to reach a server directly), ask servers for their activity report, and stop servers.
@@ -316,21 +350,19 @@ def _add_culler(c: Any, db_url: str, culler_config: dict[str, Any] | None) -> No
     """The idle culler service (``python -m culler``, see culler/app.py), its role, and the
     announcement on hub pages that shows a user the culls pending for their servers.
 
-    ``culler_config``: traits of ``ClasshubCuller`` (e.g. ``{"interval": 60, "warn_before": 600}``);
-    the hub's ``CLASSHUB_CULLER_CONFIG`` (JSON ``{"ClasshubCuller": {...}}``) is merged under them.
+    Its settings are ``c.ClasshubCuller.<name>`` (handed over whole by `hand_over_sections`);
+    ``culler_config`` (e.g. ``{"interval": 60}``) is a shorthand that sets those traits.
     """
-    import json
-
     from hub_ext.hubside import Announcement
 
-    settings = json.loads(os.environ.get("CLASSHUB_CULLER_CONFIG") or "{}")
-    if culler_config:
-        settings.setdefault("ClasshubCuller", {}).update(culler_config)
+    c.ClasshubCuller.db_url = db_url
+    for key, value in (culler_config or {}).items():
+        c.ClasshubCuller[key] = value
     services = [s for s in _configured(c, "services") if s.get("name") != CULLER_NAME]
     services.append({
         "name": CULLER_NAME,
         "command": [sys.executable, "-m", "culler"],
-        "environment": {"CLASSHUB_DB_URL": db_url, "CLASSHUB_CULLER_CONFIG": json.dumps(settings)},
+        "environment": {},
     })
     c.JupyterHub.services = services
     roles_ = {r["name"]: r for r in _configured(c, "load_roles")}

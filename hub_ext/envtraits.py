@@ -1,19 +1,27 @@
-"""Traits that an environment variable may set: one documented way among others.
+"""How a classhub process gets its traits: the hub's configuration, handed over whole.
 
-classhub's processes are configured as traitlets Configurables, like JupyterHub: from a config
-file or the command line. The hub starts the service and the culler with an environment, so a
-trait may also name a variable (``.tag(env="CLASSHUB_...")``); `apply_env` reads it through the
-trait's own parser, after the config file and the command line (which win), and refuses a value
-the trait cannot take with a sentence that names the variable, at start rather than at first use.
+classhub's processes are configured as traitlets Configurables, like JupyterHub. A deployer sets
+every knob in ``jupyterhub_config.py`` (z2jh: ``hub.config``) as ``c.<Class>.<name>``; the hub
+starts the service and the culler as its managed services, and ``configure()`` hands each of them
+its whole sections (`CONFIG_ENV`, one JSON variable, no list of forwarded settings). The process
+loads them as its traitlets config (`handed_config`), under its own config file and command line,
+and refuses a value it cannot take with one sentence naming ``c.<Class>.<name>``
+(`check_sections`), at start rather than at first use (README, "Configuration").
+
+Older ``CLASSHUB_*`` variables (``.tag(env="CLASSHUB_...")``) are still read by `apply_env` where
+nothing configured the trait; they are no longer documented and nothing passes them on.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from traitlets import HasTraits, TraitError
-from traitlets.config import Configurable
+from traitlets.config import Config, Configurable
+from traitlets.config.loader import DeferredConfig, LazyConfigValue
 
 
 class ConfigError(ValueError):
@@ -45,3 +53,93 @@ def env_help(obj: HasTraits) -> dict[str, str]:
     """Variable -> trait, for documentation and ``--help-env``."""
     return {t.metadata["env"]: f"{type(obj).__name__}.{n}"
             for n, t in obj.traits(env=lambda v: v is not None).items()}
+
+
+# ---- the hub's configuration, handed to the services it starts --------------------------------
+
+#: The one variable through which the hub hands a service its configuration sections: JSON
+#: ``{"ClasshubJobs": {"image": "..."}, ...}``, made by ``configure()`` from the hub's own config
+#: (README, "Configuration"; docs/architecture.md, rule 5).
+CONFIG_ENV = "CLASSHUB_CONFIG"
+
+
+def sections_json(config: Config, names: Iterable[str]) -> str:
+    """The sections ``names`` of the hub's ``config`` as JSON, for `CONFIG_ENV`.
+
+    A value JSON cannot carry (a function, an object) is refused with a sentence naming it: a
+    service is a separate process and receives values, not objects."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in names:
+        if name not in config:
+            continue
+        section = {k: v for k, v in config[name].items() if not isinstance(v, (Config, LazyConfigValue))}
+        for key, value in section.items():
+            if isinstance(value, DeferredConfig):  # from the hub's command line: the text as given
+                section[key] = value.get_value(_TextTrait())
+                continue
+            try:
+                json.dumps(value)
+            except (TypeError, ValueError):
+                raise ConfigError(
+                    f"c.{name}.{key} = {value!r} cannot be handed to the classhub services, which "
+                    f"run in their own processes: set it to a plain value (text, number, true/false, "
+                    f"list or dict).") from None
+        if section:
+            out[name] = section
+    return json.dumps(out, sort_keys=True)
+
+
+class _TextTrait:
+    """What `DeferredConfig.get_value` needs to give back the text the command line held."""
+
+    def from_string(self, s: str) -> str:
+        return s
+
+
+def handed_config(environ: Mapping[str, str] = os.environ) -> Config:
+    """The configuration the hub handed this process (`CONFIG_ENV`), empty when none."""
+    raw = environ.get(CONFIG_ENV)
+    if not raw:
+        return Config()
+    try:
+        data = json.loads(raw)
+        if not isinstance(data, dict) or not all(isinstance(v, dict) for v in data.values()):
+            raise ValueError("not an object of sections")
+    except ValueError as e:
+        raise ConfigError(f"{CONFIG_ENV} is not the JSON configure() writes ({e}): start this "
+                          "process through the hub, or unset it.") from None
+    return Config(data)
+
+
+def check_sections(config: Config, classes: Iterable[type[HasTraits]]) -> None:
+    """Refuse, with one sentence naming the setting, what the classes' traits cannot take.
+
+    traitlets would raise a bare TraitError at first construction (or only warn, for a name no
+    trait has); a deployer should read which ``c.<Class>.<name>`` to change instead."""
+    for cls in classes:
+        name = cls.__name__
+        if name not in config:
+            continue
+        traits = cls.class_traits(config=True)
+        probe: HasTraits | None = None
+        for key, value in config[name].items():
+            if isinstance(value, (Config, LazyConfigValue)):
+                continue
+            trait = traits.get(key)
+            if trait is None:
+                known = ", ".join(sorted(traits))
+                raise ConfigError(f"c.{name}.{key} is not a setting of {name}: remove it or use one "
+                                  f"of {known}.")
+            if probe is None:
+                probe = cls.__new__(cls)
+                HasTraits.__init__(probe)
+            try:
+                raw = value.get_value(trait) if isinstance(value, DeferredConfig) else value
+                probe.set_trait(key, raw)
+            except (TraitError, ValueError) as e:
+                help_text = (trait.help or "").split(". ")[0].rstrip(".").strip()
+                help_text = " ".join(help_text.split())
+                reason = str(e).rstrip(".")
+                raise ConfigError(f"c.{name}.{key} = {value!r} cannot be used ({help_text}): {reason}. "
+                                  f"Change c.{name}.{key} in jupyterhub_config.py "
+                                  f"(hub.config.{name}.{key} on Zero to JupyterHub).") from None

@@ -12,7 +12,6 @@ holder. Timeouts are the real ones (minutes): the tests move the culler's clock 
 from __future__ import annotations
 
 import json
-import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
@@ -92,13 +91,11 @@ def hub(cluster, prometheus, tmp_path_factory):
     culler = {"interval": 1, "warn_before": 300, "reclaim_after": 300, "pressure_check_interval": 1,
               "prometheus_url": prometheus.url, "clock_file": str(data / "culler-clock"),
               "idle_timeouts": {"gpu": 600, "mig": 600, "shared": 600, "cpu": 600}}
-    hub = KubeHub(data, cluster.kubeconfig_path, start_timeout=30, extra_config=CONFIG)
+    # the culler's settings as a deployer writes them (z2jh: hub.config.ClasshubCuller)
+    settings = "".join(f"c.ClasshubCuller.{key} = {value!r}\n" for key, value in culler.items())
+    hub = KubeHub(data, cluster.kubeconfig_path, start_timeout=30, extra_config=CONFIG + settings)
     hub.clock = data / "culler-clock"
-    os.environ["CLASSHUB_CULLER_CONFIG"] = json.dumps({"ClasshubCuller": culler})
-    try:
-        hub.start()
-    finally:
-        del os.environ["CLASSHUB_CULLER_CONFIG"]
+    hub.start()
     yield hub
     hub.stop()
 

@@ -152,7 +152,8 @@ def test_profile_images_are_built_from_images():
     images = Path(__file__).resolve().parent.parent / "images"
     base = chart_values(BASE)
     hub_image = f"{base['hub']['image']['name']}:{base['hub']['image']['tag']}"
-    assert base["hub"]["extraEnv"]["CLASSHUB_PUBLISHER_IMAGE"] == hub_image  # templates' publisher pod
+    # templates' publisher pod (a trait the chart's hub.config sets, README "Configuration")
+    assert base["hub"]["config"]["ClasshubTemplates"]["publisher_image"] == hub_image
     named = {hub_image, f"{base['singleuser']['image']['name']}:{base['singleuser']['image']['tag']}"}
     for name in OVERLAYS:
         for entry in profiles_of(name):

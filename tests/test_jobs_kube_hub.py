@@ -20,14 +20,17 @@ from tests.kubehub import KubeHub, process_cluster
 
 NS = "classhub-jobs"
 NODES = [{"name": f"node-{i}", "allocatable": {"cpu": "8", "memory": "32Gi"}} for i in range(2)]
+#: An image no default names: a replica carrying it was made with the hub's setting.
+JOB_IMAGE = "registry.example.org/classhub/jobs:7"
+#: The job service's settings as a deployer writes them, in the hub's jupyterhub_config.py after
+#: configure(c) (z2jh: hub.config.ClasshubJobs): the service runs in its own process and gets
+#: them only through configure()'s hand-over (README, "Configuration").
 EXTRA = f"""
-import os
-for _service in c.JupyterHub.services:
-    if _service["name"] == "classhub":
-        _service["environment"].update({{
-            "KUBECONFIG": os.environ["KUBECONFIG"], "CLASSHUB_JOB_NAMESPACE": "{NS}",
-            "CLASSHUB_JOB_SCHEDULER": "{SCHEDULER_NAME}", "CLASSHUB_JOB_INTERVAL": "0.5",
-            "CLASSHUB_JOB_GRACE": "2"}})
+c.ClasshubJobs.namespace = "{NS}"
+c.ClasshubJobs.scheduler_name = "{SCHEDULER_NAME}"
+c.ClasshubJobs.image = "{JOB_IMAGE}"
+c.ClasshubJobs.interval = 0.5
+c.ClasshubJobs.grace = 2
 """
 PRINT_RANK = "import os; print('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], flush=True)"
 
@@ -78,6 +81,8 @@ def test_a_job_submitted_to_a_kubernetes_mode_hub_runs_as_a_pytorchjob(hub, clus
         assert pod["spec"]["containers"][0]["volumeMounts"] == [{"name": volume["name"],
                                                                   "mountPath": "/home/jovyan"}]
         assert pod["spec"]["containers"][0]["workingDir"] == "/home/jovyan/lab3"
+        assert pod["spec"]["containers"][0]["image"] == JOB_IMAGE  # c.ClasshubJobs.image
+        assert pod["spec"]["schedulerName"] == SCHEDULER_NAME  # c.ClasshubJobs.scheduler_name
     obj = cluster.get("pytorchjobs", job_id, NS)
     assert obj["metadata"]["labels"]["classhub.io/user"] == "student1"
     assert obj["spec"]["runPolicy"]["suspend"] is False

@@ -1,5 +1,7 @@
-"""The service's settings: traits from a config file, the command line or the environment, and a
-sentence at start for a value it cannot use (never a traceback at first use)."""
+"""The services' settings: traits set in the hub's jupyterhub_config.py and handed to each service
+by configure() (README, "Configuration"), the service's own config file and command line, older
+environment variables; and a sentence at start for a value a service cannot use (never a traceback
+at first use)."""
 
 from __future__ import annotations
 
@@ -9,15 +11,35 @@ import sys
 from pathlib import Path
 
 import pytest
+from traitlets.config import Config
 
-from hub_ext.envtraits import ConfigError, apply_env
+from culler.app import ClasshubCuller
+from hub_ext.config import CULLER_NAME, SERVICE_NAME, SERVICE_SECTIONS, configure
+from hub_ext.envtraits import CONFIG_ENV, ConfigError, apply_env
 from hub_ext.service.app import ClasshubService
 
 
-def service(tmp_path: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+def service(tmp_path: Path, env: dict[str, str], *args: str,
+            module: str = "hub_ext.service") -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith(("CLASSHUB_", "JUPYTERHUB_"))}
-    return subprocess.run([sys.executable, "-m", "hub_ext.service", *args], env={**base, **env},
+    return subprocess.run([sys.executable, "-m", module, *args], env={**base, **env},
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
+
+
+def hub_config(tmp_path: Path, mode: str = "kubernetes") -> Config:
+    c = Config()
+    configure(c, mode=mode, db_url=f"sqlite:///{tmp_path / 'c.sqlite'}", freeze_heap=False)
+    return c
+
+
+def handed_env(c: Config, name: str = SERVICE_NAME) -> dict[str, str]:
+    """The environment the hub starts service `name` with (what configure() wrote in its
+    definition), once the rest of the configuration is set, as the hub hands it over at start."""
+    from hub_ext.config import hand_over_sections
+
+    hand_over_sections(c, c.JupyterHub.services)
+    spec = next(s for s in c.JupyterHub.services if s["name"] == name)
+    return dict(spec["environment"])
 
 
 @pytest.mark.parametrize(("var", "value", "says"), [
@@ -35,7 +57,8 @@ def test_a_value_the_service_cannot_use_stops_it_at_start_with_a_sentence(tmp_pa
 
 def test_without_a_database_the_service_says_how_to_start_it(tmp_path):
     done = service(tmp_path, {})
-    assert done.returncode != 0 and "CLASSHUB_DB_URL is not set" in done.stderr
+    assert done.returncode != 0 and "ClasshubService.db_url is not set" in done.stderr
+    assert "configure(c)" in done.stderr
     assert "Traceback" not in done.stderr
 
 
@@ -70,3 +93,70 @@ def test_a_template_limit_that_is_not_a_number_is_refused_not_replaced(tmp_path)
                               "CLASSHUB_TEMPLATE_MAX_BYTES": "4G"})
     assert done.returncode != 0
     assert "CLASSHUB_TEMPLATE_MAX_BYTES='4G'" in done.stderr and "max_bytes" in done.stderr
+
+
+def test_every_section_a_service_loads_is_handed_to_it():
+    """configure() hands each process the sections of the configurables it makes, whole."""
+    assert SERVICE_SECTIONS[SERVICE_NAME] == tuple(
+        cls.__name__ for cls in (ClasshubService, *ClasshubService.classes))
+    assert SERVICE_SECTIONS[CULLER_NAME] == (ClasshubCuller.__name__,)
+
+
+def test_job_and_template_settings_of_the_hub_config_reach_the_service(tmp_path):
+    """Set after configure(c), as a z2jh hub.config or a site's own lines would be."""
+    c = hub_config(tmp_path)
+    c.ClasshubJobs.image = "registry.example.org/jobs:7"
+    c.ClasshubJobs.kueue_queue = "{course}-queue"
+    c.ClasshubTemplates.max_files = 99
+    c.ClasshubService.share_interval = 2.5
+    env = handed_env(c)
+    assert set(env) <= {CONFIG_ENV, "KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT",
+                        "POD_NAMESPACE"}  # no CLASSHUB_* variable per setting
+    app = ClasshubService()
+    old = dict(os.environ)
+    try:
+        os.environ.update(env)
+        app.initialize([])
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+    assert app.job_settings.image == "registry.example.org/jobs:7"
+    assert app.job_settings.kueue_queue == "{course}-queue"
+    assert app.templates.max_files == 99
+    assert app.share_interval == 2.5 and app.mode == "kubernetes" and app.bind_ip == "0.0.0.0"
+
+
+@pytest.mark.parametrize(("section", "name", "value", "says"), [
+    ("ClasshubJobs", "interval", "soon", "expected a float"),
+    ("ClasshubJobs", "job_kind", "mpijob", "pytorchjob"),
+    ("ClasshubService", "reconcile_grace", -5, "must be a number of seconds > 0"),
+    ("ClasshubTemplates", "max_bytes", "4G", "expected an int"),
+    ("ClasshubJobs", "imag", "x", "is not a setting of ClasshubJobs: remove it or use one of"),
+])
+def test_a_hub_setting_the_service_cannot_use_stops_it_with_a_sentence(tmp_path, section, name, value,
+                                                                         says):
+    c = hub_config(tmp_path)
+    c[section][name] = value
+    done = service(tmp_path, handed_env(c))
+    assert done.returncode != 0
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith(f"classhub service: c.{section}.{name}") and says in line, done.stderr
+    if "is not a setting" not in line:
+        assert f"Change c.{section}.{name} in jupyterhub_config.py" in line
+    assert "Traceback" not in done.stderr
+
+
+def test_a_culler_setting_it_cannot_use_stops_it_with_a_sentence(tmp_path):
+    c = hub_config(tmp_path)
+    c.ClasshubCuller.ask_servers = "sometimes"
+    done = service(tmp_path, handed_env(c, CULLER_NAME), module="culler")
+    assert done.returncode != 0
+    assert "classhub culler: c.ClasshubCuller.ask_servers = 'sometimes'" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_a_value_that_cannot_leave_the_hub_is_refused_when_configured(tmp_path):
+    c = hub_config(tmp_path)
+    c.ClasshubJobs.image = lambda: "x"
+    with pytest.raises(ConfigError, match=r"c\.ClasshubJobs\.image = .* set it to a plain value"):
+        handed_env(c)

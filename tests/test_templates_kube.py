@@ -12,7 +12,6 @@ PVC mounted read-only, and the student's JupyterLab shows the files with the mar
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from urllib.parse import quote
@@ -56,25 +55,13 @@ c.KubeSpawner.working_dir = "{homes}/{{username}}"
 c.ClasshubTemplates.mount_path = "{templates}"
 c.ClasshubTemplates.seed_python = {sys.executable!r}
 c.ClasshubTemplates.sidecar_threshold = 4096
+c.ClasshubTemplates.publisher_image = "quay.io/example/classhub-hub:test"
 """
-    # The service has no mount of the volume: a publisher pod writes each version. Its settings
-    # reach the service through the hub's environment (configure() passes them on).
-    service_env = {"CLASSHUB_TEMPLATES_MOUNT_PATH": str(templates),
-                   "CLASSHUB_TEMPLATES_PYTHON": sys.executable,
-                   "CLASSHUB_PUBLISHER_IMAGE": "quay.io/example/classhub-hub:test"}
-    saved = {k: os.environ.get(k) for k in [*service_env, "CLASSHUB_TEMPLATES_DIR"]}
-    os.environ.update(service_env)
-    os.environ.pop("CLASSHUB_TEMPLATES_DIR", None)
+    # The service has no mount of the volume: a publisher pod writes each version, with the
+    # hub's c.ClasshubTemplates settings (configure() hands the section to the service).
     hub = KubeHub(tmp_path_factory.mktemp("kubetemplateshub"), cluster.kubeconfig_path,
                   start_timeout=60, extra_config=config)
-    try:
-        hub.start()
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    hub.start()
     yield hub
     hub.stop()
 

@@ -44,10 +44,10 @@ STAGING = ".staging"
 class ClasshubTemplates(Configurable):
     """Template settings shared by the service (publishing) and the spawners (seeding).
 
-    Set them as ``c.ClasshubTemplates.<name>`` in jupyterhub_config.py for the spawners; the
-    classhub service, a separate process, reads the ``CLASSHUB_TEMPLATE*`` environment variables
-    that ``configure()`` passes on from the hub's environment (hub_ext.envtraits: a value a trait
-    cannot take is refused with a sentence naming the variable, not silently replaced).
+    Set them as ``c.ClasshubTemplates.<name>`` in jupyterhub_config.py: the spawners read them in
+    the hub, and ``configure()`` hands the same section to the classhub service, a separate
+    process (hub_ext.envtraits: a value a trait cannot take stops it at start with a sentence
+    naming the setting, never silently replaced).
     """
 
     def __init__(self, **kwargs: Any) -> None:
@@ -64,35 +64,35 @@ class ClasshubTemplates(Configurable):
     ).tag(env="CLASSHUB_TEMPLATES_DIR")
     max_bytes = Integer(
         SeedLimits.max_bytes, config=True,
-        help="""Largest template, in bytes of file content ($CLASSHUB_TEMPLATE_MAX_BYTES; default
+        help="""Largest template, in bytes of file content (default
         4 GiB). Publishing refuses larger folders and archives (counted as bytes actually read,
         so a compression bomb stops here); seeding refuses a stored version above it.""",
     ).tag(env="CLASSHUB_TEMPLATE_MAX_BYTES")
     max_files = Integer(
         SeedLimits.max_files, config=True,
-        help="""Most files and folders in a template ($CLASSHUB_TEMPLATE_MAX_FILES; default 20000),
+        help="""Most files and folders in a template (default 20000),
         for publishing (folders, archive members) and seeding alike.""",
     ).tag(env="CLASSHUB_TEMPLATE_MAX_FILES")
     max_depth = Integer(
         SeedLimits.max_depth, config=True,
-        help="Deepest folder nesting in a template ($CLASSHUB_TEMPLATE_MAX_DEPTH; default 64).",
+        help="Deepest folder nesting in a template (default 64).",
     ).tag(env="CLASSHUB_TEMPLATE_MAX_DEPTH")
     volume_claim = Unicode(
         "classhub-templates", config=True,
-        help="""Kubernetes: the ReadWriteMany PVC that holds the templates
-        ($CLASSHUB_TEMPLATES_PVC; default ``classhub-templates``). The publisher pod mounts it
+        help="""Kubernetes: the ReadWriteMany PVC that holds the templates (default
+        ``classhub-templates``). The publisher pod mounts it
         read-write, user pods' seeding containers read-only.""",
     ).tag(env="CLASSHUB_TEMPLATES_PVC")
     mount_path = Unicode(
         "/srv/classhub-templates", config=True,
         help="""Kubernetes: where seeding containers and the publisher pod mount the template volume
-        ($CLASSHUB_TEMPLATES_MOUNT_PATH; default /srv/classhub-templates).""",
+        (default /srv/classhub-templates).""",
     ).tag(env="CLASSHUB_TEMPLATES_MOUNT_PATH")
     publisher_image = Unicode(
         "", config=True,
         help="""Kubernetes: image of the short-lived publisher pod that writes a new version onto
-        the template volume; it needs classhub installed, e.g. the hub image
-        ($CLASSHUB_PUBLISHER_IMAGE). Not needed when ``storage_dir`` is set (the hub pod then
+        the template volume; it needs classhub installed, e.g. the hub image. Not needed when
+        ``storage_dir`` is set (the hub pod then
         mounts the volume and the service writes it itself).""",
     ).tag(env="CLASSHUB_PUBLISHER_IMAGE")
     publish_timeout = Float(
@@ -106,7 +106,7 @@ class ClasshubTemplates(Configurable):
     fetch_url = Unicode(
         config=True,
         help="""Kubernetes: the classhub service's URL as pods reach it, from which the publisher pod
-        fetches the checked upload ($CLASSHUB_TEMPLATES_FETCH_URL; default the service's own URL,
+        fetches the checked upload (default the service's own URL,
         $JUPYTERHUB_SERVICE_URL, e.g. http://hub:10101).""",
     )
     sidecar_threshold = Integer(
@@ -148,8 +148,10 @@ class ClasshubTemplates(Configurable):
 
     @property
     def writes_through_pods(self) -> bool:
-        """Kubernetes without the volume mounted in the hub pod: a publisher pod writes versions."""
-        return os.environ.get("CLASSHUB_MODE") == "kubernetes" and not self.storage_dir
+        """Kubernetes without the volume mounted in the hub pod: a publisher pod writes versions.
+        The mode is the service's (``ClasshubService.mode``, its parent here)."""
+        mode = getattr(self.parent, "mode", None) or os.environ.get("CLASSHUB_MODE")
+        return mode == "kubernetes" and not self.storage_dir
 
     @property
     def limits(self) -> SeedLimits:
@@ -157,7 +159,7 @@ class ClasshubTemplates(Configurable):
 
     def storage(self) -> TemplateStorage:
         if not self.storage_dir:
-            raise RuntimeError("ClasshubTemplates.storage_dir ($CLASSHUB_TEMPLATES_DIR) is not set")
+            raise RuntimeError("ClasshubTemplates.storage_dir is not set")
         return TemplateStorage(self.storage_dir)
 
 

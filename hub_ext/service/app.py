@@ -1,8 +1,9 @@
 """The classhub hub-managed service: a tornado app behind the hub's proxy at ``/services/classhub/``.
 
 JupyterHub starts it (``python -m hub_ext.service``) and passes its URL, prefix and token in
-``JUPYTERHUB_*`` environment variables, exactly like any managed service; ``configure()`` adds
-``CLASSHUB_DB_URL``, the classhub store shared with the spawner.
+``JUPYTERHUB_*`` environment variables, exactly like any managed service; ``configure()`` hands
+it the hub's ``c.ClasshubService``, ``c.ClasshubJobs`` and ``c.ClasshubTemplates`` sections
+(hub_ext.envtraits), including ``ClasshubService.db_url``, the store shared with the spawner.
 
 Routes live in `ROUTES` (relative to the prefix) so the OpenAPI test can compare them with the
 document; `make_app` mounts them under the prefix.
@@ -25,7 +26,7 @@ from traitlets.config import Application
 
 from hub_ext import __version__, store
 from hub_ext.backends.templates import ClasshubTemplates
-from hub_ext.envtraits import ConfigError, apply_env
+from hub_ext.envtraits import ConfigError, apply_env, check_sections, handed_config
 from hub_ext.hubapi import HubAPI
 from hub_ext.logs import route_module_logs
 from hub_ext.service import (
@@ -85,8 +86,9 @@ class ClasshubService(Application):
 
     config_file = Unicode(
         "", config=True,
-        help="A Python config file to load (``c.ClasshubService.reconcile_interval = 30``); "
-        "settings in it win over the environment ($CLASSHUB_SERVICE_CONFIG).",
+        help="A Python config file to load (``c.ClasshubService.reconcile_interval = 30``); settings "
+        "in it win over the sections the hub hands the service (set them in jupyterhub_config.py "
+        "instead where you can).",
     ).tag(env="CLASSHUB_SERVICE_CONFIG")
     service_url = Unicode(
         "http://127.0.0.1:10101", config=True,
@@ -98,43 +100,44 @@ class ClasshubService(Application):
     ).tag(env="JUPYTERHUB_SERVICE_PREFIX")
     bind_ip = Unicode(
         "", config=True,
-        help="Interface to listen on; empty means the host of service_url ($CLASSHUB_BIND_IP).",
+        help="Interface to listen on; empty means the host of service_url (configure() sets "
+        "0.0.0.0 on Kubernetes).",
     ).tag(env="CLASSHUB_BIND_IP")
     port = Integer(0, config=True, help="Port to listen on; 0 means the port of service_url.")
     db_url = Unicode(
         "", config=True,
         help="The classhub store (courses, quotas, ledger), shared with the spawner; "
-        "configure() sets $CLASSHUB_DB_URL.",
+        "configure(c, db_url=...) sets it.",
     ).tag(env="CLASSHUB_DB_URL")
     mode = Enum(
         ["local", "kubernetes"], "local", config=True,
-        help="Where servers run: processes on this machine or pods; configure() sets $CLASSHUB_MODE.",
+        help="Where servers run: processes on this machine or pods; configure(c, mode) sets it.",
     ).tag(env="CLASSHUB_MODE")
     authenticate_metrics = Bool(
         True, config=True,
         help="Require a token with the scope read:metrics for /metrics, like JupyterHub's own "
-        "authenticate_prometheus; false (CLASSHUB_METRICS_AUTH=0) for a Prometheus that scrapes "
-        "the service directly on a private network.",
+        "authenticate_prometheus; false for a Prometheus that scrapes the service directly on a "
+        "private network.",
     ).tag(env="CLASSHUB_METRICS_AUTH")
     ta_server_access = Bool(
         True, config=True,
         help="Whether TAs open their students' servers without a share in courses that chose "
-        "nothing; configure(ta_server_access=...) sets $CLASSHUB_TA_SERVER_ACCESS.",
+        "nothing; configure(c, ta_server_access=...) sets it.",
     ).tag(env="CLASSHUB_TA_SERVER_ACCESS")
     reconcile_interval = Float(
         60.0, config=True,
         help="Seconds between checks that every quota reservation belongs to a server the hub "
-        "runs, and between re-applications of the course roles ($CLASSHUB_RECONCILE_INTERVAL).",
+        "runs, and between re-applications of the course roles.",
     ).tag(env="CLASSHUB_RECONCILE_INTERVAL")
     reconcile_grace = Float(
         120.0, config=True,
         help="Age in seconds below which a reservation without a server is left alone: its "
-        "spawn may still be registering ($CLASSHUB_RECONCILE_GRACE).",
+        "spawn may still be registering.",
     ).tag(env="CLASSHUB_RECONCILE_GRACE")
     share_interval = Float(
         5.0, config=True,
         help="Seconds between checks for expired shares (broadcasts, links); expired shares are "
-        "also ended when the service starts ($CLASSHUB_SHARE_INTERVAL).",
+        "also ended when the service starts.",
     ).tag(env="CLASSHUB_SHARE_INTERVAL")
 
     @validate("reconcile_interval", "reconcile_grace", "share_interval")
@@ -143,16 +146,28 @@ class ClasshubService(Application):
             raise TraitError(f"{proposal.trait.name} must be a number of seconds > 0")
         return proposal.value
 
+    #: The configurables whose sections the hub hands this process (``configure()``).
+    classes = [ClasshubTemplates, jobs.ClasshubJobs]
+
     def initialize(self, argv: list[str] | None = None) -> None:
-        """Command line, then the config file, then the environment; refuse what cannot work."""
+        """The hub's sections, then the config file, then the command line (which wins); refuse
+        what cannot work with a sentence naming the setting (README, "Configuration")."""
         super().initialize(argv)
+        handed = handed_config()
+        check_sections(handed, [type(self), *self.classes])
+        self.update_config(handed)
+        self.update_config(self.cli_config)
         apply_env(self, {k: v for k, v in os.environ.items() if k == "CLASSHUB_SERVICE_CONFIG"})
         if self.config_file:
-            self.load_config_file(self.config_file)
-        apply_env(self)
+            try:
+                self.load_config_file(self.config_file)
+            except TraitError as e:
+                raise ConfigError(f"{self.config_file}: {e}. Change that setting in the file.") from None
+        check_sections(self.config, [type(self), *self.classes])
+        apply_env(self)  # older CLASSHUB_* variables, where nothing above set the trait
         if not self.db_url:
-            raise ConfigError("CLASSHUB_DB_URL is not set: start the service through configure(), "
-                              "or set ClasshubService.db_url.")
+            raise ConfigError("ClasshubService.db_url is not set: start the service through "
+                              "configure(c) in jupyterhub_config.py, which sets it.")
         self.templates = ClasshubTemplates(parent=self)  # its settings, checked now
         self.job_settings = jobs.ClasshubJobs(parent=self)
 

@@ -1,7 +1,8 @@
 """The job service's settings (`ClasshubJobs`) and the one object handlers and the loop share.
 
-Every knob is a trait (docs/architecture.md, rule 5), settable as ``c.ClasshubJobs.<name>`` in the
-service's config file or with its ``CLASSHUB_JOB_*`` variable (passed on by the hub).
+Every knob is a trait (docs/architecture.md, rule 5), set as ``c.ClasshubJobs.<name>`` in
+``jupyterhub_config.py`` (z2jh: ``hub.config.ClasshubJobs``); ``configure()`` hands the section to
+the classhub service (hub_ext.envtraits).
 """
 
 from __future__ import annotations
@@ -38,63 +39,62 @@ class ClasshubJobs(Configurable):
     """Distributed jobs: admission loop timing, defaults and limits, and where local jobs run."""
 
     interval = Float(3.0, config=True, help="Seconds between admission cycles (a submit, a cancel "
-                     "and a job's end also start one) ($CLASSHUB_JOB_INTERVAL).").tag(
+                     "and a job's end also start one).").tag(
         env="CLASSHUB_JOB_INTERVAL")
     grace = Float(10.0, config=True, help="Seconds a stopped job's replicas get after SIGTERM before "
-                  "SIGKILL: on cancel, max_runtime and preemption ($CLASSHUB_JOB_GRACE).").tag(
+                  "SIGKILL: on cancel, max_runtime and preemption.").tag(
         env="CLASSHUB_JOB_GRACE")
     default_max_runtime = Float(3600.0, config=True, help="max_runtime in seconds of a job that "
-                                "gives none ($CLASSHUB_JOB_DEFAULT_MAX_RUNTIME).").tag(
+                                "gives none.").tag(
         env="CLASSHUB_JOB_DEFAULT_MAX_RUNTIME")
     max_runtime_limit = Float(86400.0, config=True, help="The longest max_runtime a job may ask "
-                              "for, in seconds ($CLASSHUB_JOB_MAX_RUNTIME_LIMIT).").tag(
+                              "for, in seconds.").tag(
         env="CLASSHUB_JOB_MAX_RUNTIME_LIMIT")
     homes_dir = Unicode("", config=True, help="Local mode: the folder of the users' homes, as "
-                        "ClasshubLocalSpawner.homes_dir ($CLASSHUB_HOMES_DIR); jobs run in their "
+                        "ClasshubLocalSpawner.homes_dir; jobs run in their "
                         "owner's home there.").tag(env="CLASSHUB_HOMES_DIR")
     state_dir = Unicode("", config=True, help="Local mode: the service's own folder (made 0700) for "
                         "the jobs' logs and bookkeeping, <state_dir>/<job id>/; never inside a home, "
-                        "where its owner could plant links (default: 'jobs' beside homes_dir) "
-                        "($CLASSHUB_JOB_STATE_DIR).").tag(env="CLASSHUB_JOB_STATE_DIR")
+                        "where its owner could plant links (default: 'jobs' beside homes_dir).").tag(
+        env="CLASSHUB_JOB_STATE_DIR")
     gpu_discovery_command = _CommandList(
         Unicode(), ["nvidia-smi", "-L"], config=True,
         help="Local mode: the command listing the GPUs when NVML is not available, as "
-        "ClasshubLocalSpawner.gpu_discovery_command ($CLASSHUB_GPU_DISCOVERY_COMMAND).",
+        "ClasshubLocalSpawner.gpu_discovery_command.",
     ).tag(env="CLASSHUB_GPU_DISCOVERY_COMMAND")
-    use_nvml = Bool(True, config=True, help="Local mode: ask NVML for the GPUs first "
-                    "($CLASSHUB_USE_NVML).").tag(env="CLASSHUB_USE_NVML")
+    use_nvml = Bool(True, config=True, help="Local mode: ask NVML for the GPUs first.").tag(
+        env="CLASSHUB_USE_NVML")
     system_users = Bool(False, config=True, help="Local mode: run each job as its owner's Unix "
-                        "account, as ClasshubLocalSpawner.system_users ($CLASSHUB_SYSTEM_USERS).").tag(
+                        "account, as ClasshubLocalSpawner.system_users.").tag(
         env="CLASSHUB_SYSTEM_USERS")
     system_user_prefix = Unicode("jupyter-", config=True, help="Local mode: prefix of the users' "
-                                 "Unix accounts ($CLASSHUB_SYSTEM_USER_PREFIX).").tag(
+                                 "Unix accounts.").tag(
         env="CLASSHUB_SYSTEM_USER_PREFIX")
 
     namespace = Unicode("", config=True, help="Kubernetes mode: the namespace of the jobs' "
-                        "PyTorchJobs or TrainJobs (default: the hub's, $POD_NAMESPACE) "
-                        "($CLASSHUB_JOB_NAMESPACE).").tag(
+                        "PyTorchJobs or TrainJobs (default: the hub's, $POD_NAMESPACE).").tag(
         env="CLASSHUB_JOB_NAMESPACE")
     image = Unicode("quay.io/jupyter/pytorch-notebook:latest", config=True,
-                    help="Kubernetes mode: the image of the jobs' containers ($CLASSHUB_JOB_IMAGE).").tag(
+                    help="Kubernetes mode: the image of the jobs' containers.").tag(
         env="CLASSHUB_JOB_IMAGE")
     scheduler_name = Unicode("", config=True, help="Kubernetes mode: the gang scheduler that binds "
                              "the jobs' PodGroups (scheduler-plugins: scheduler-plugins-scheduler); "
-                             "empty: the default scheduler ($CLASSHUB_JOB_SCHEDULER).").tag(
+                             "empty: the default scheduler.").tag(
         env="CLASSHUB_JOB_SCHEDULER")
     kueue_queue = Unicode("", config=True, help="Kubernetes mode: hand admission to Kueue, with "
                           "this LocalQueue per course ({course} is replaced, e.g. {course}-queue); "
-                          "empty: classhub admits ($CLASSHUB_JOB_KUEUE_QUEUE).").tag(
+                          "empty: classhub admits.").tag(
         env="CLASSHUB_JOB_KUEUE_QUEUE")
 
     job_kind = CaselessStrEnum(
         ["pytorchjob", "trainjob"], "pytorchjob", config=True,
         help="Kubernetes mode: what a job becomes: pytorchjob (kubeflow.org/v1, the training operator) "
         "or trainjob (trainer.kubeflow.org/v1alpha1, Kubeflow Trainer v2, on the ClusterTrainingRuntime "
-        "training_runtime) ($CLASSHUB_JOB_KIND).").tag(env="CLASSHUB_JOB_KIND")
+        "training_runtime).").tag(env="CLASSHUB_JOB_KIND")
     training_runtime = Unicode("torch-distributed", config=True, help="Kubernetes mode with "
                                "job_kind=trainjob: the ClusterTrainingRuntime the TrainJobs name in "
-                               "spec.runtimeRef (torch-distributed: the one Kubeflow Trainer ships) "
-                               "($CLASSHUB_JOB_RUNTIME).").tag(env="CLASSHUB_JOB_RUNTIME")
+                               "spec.runtimeRef (torch-distributed: the one Kubeflow Trainer ships).").tag(
+        env="CLASSHUB_JOB_RUNTIME")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -145,15 +145,3 @@ class JobService:
     def limits(self, courses: set[str], now: datetime) -> dict:
         return course_limits(self.store)(courses, now)
 
-
-#: Variables of the hub's environment passed on to the service for its jobs (see the traits).
-PASSED_ENV = ("CLASSHUB_GPU_DISCOVERY_COMMAND", "CLASSHUB_USE_NVML")
-
-
-def local_service_env(homes_dir: Path, system_users: bool, environ: dict[str, str]) -> dict[str, str]:
-    """What `classhub local` adds to the service's environment so its jobs run where the
-    servers run: the homes folder, the system-users setting, and every CLASSHUB_JOB_* and GPU
-    discovery variable of the hub's own environment."""
-    env = {"CLASSHUB_HOMES_DIR": str(homes_dir), "CLASSHUB_SYSTEM_USERS": "1" if system_users else "0"}
-    env.update({k: v for k, v in environ.items() if k.startswith("CLASSHUB_JOB_") or k in PASSED_ENV})
-    return env
