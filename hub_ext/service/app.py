@@ -32,45 +32,18 @@ from hub_ext.logs import route_module_logs
 from hub_ext.service import (
     culling,
     handlers,
-    invitations,
     jobs,
     metrics,
     openapi,
     pages,
-    panel,
     reconcile,
+    routes,
     sharing,
-    templates,
 )
 from hub_ext.service.courses import Courses
 
-_COURSE = r"courses/([^/]+)"
-
-#: (path under the prefix, handler). Path groups are URL-decoded by tornado before the handler
-#: sees them, so non-ASCII user names arrive as text.
-ROUTES: list[tuple[str, type]] = [
-    ("api/health", handlers.HealthHandler),
-    ("api/openapi.json", openapi.OpenAPIHandler),
-    ("api/me", handlers.MeHandler),
-    (r"api/users/([^/]+)/server/profile", handlers.ServerProfileHandler),
-    ("api/courses", handlers.CoursesHandler),
-    (f"api/{_COURSE}", handlers.CourseHandler),
-    (f"api/{_COURSE}/members", handlers.MembersHandler),
-    (f"api/{_COURSE}/roster", handlers.RosterHandler),
-    (f"api/{_COURSE}/quota", handlers.CourseQuotaHandler),
-    (rf"api/{_COURSE}/quota/users/([^/]+)", handlers.UserQuotaHandler),
-    (f"api/{_COURSE}/usage", handlers.CourseUsageHandler),
-    ("api/usage/me", handlers.MyUsageHandler),
-    ("api/usage", handlers.AllUsageHandler),
-    ("metrics", handlers.MetricsHandler),
-    *templates.ROUTES,
-    *sharing.ROUTES,
-    *culling.ROUTES,
-    *invitations.ROUTES,
-    *jobs.ROUTES,
-    *panel.ROUTES,
-    *pages.ROUTES,
-]
+#: (path under the prefix, handler): the OpenAPI document's own route, then every other one.
+ROUTES: list[tuple[str, type]] = [openapi.OPENAPI_ROUTE, *routes.ROUTES]
 
 
 class OAuthCallbackHandler(handlers.SecurityHeaders, HubOAuthCallbackHandler):

@@ -33,7 +33,7 @@ from pydantic.json_schema import models_json_schema
 from tornado import web
 
 from hub_ext import __version__
-from hub_ext.service import culling, handlers, invitations, jobs, panel, sharing, templates
+from hub_ext.service import culling, handlers, invitations, jobs, panel, routes, sharing, templates
 from hub_ext.service.apidoc import BODY_ERRORS, ERRORS, JSON, json_body, ok, op, ref
 from hub_ext.service.declare import PUBLIC, action_of, body_of
 
@@ -284,9 +284,7 @@ Routes = list[tuple[str, type]]
 
 
 def _app_routes() -> Routes:
-    from hub_ext.service.app import ROUTES  # the app imports this module for OpenAPIHandler
-
-    return ROUTES
+    return [OPENAPI_ROUTE, *routes.ROUTES]
 
 
 def operations(routes: Routes | None = None) -> Iterator[tuple[str, str, Callable[..., Any]]]:
@@ -436,6 +434,10 @@ class OpenAPIHandler(handlers.APIHandler):
 
     def get(self) -> None:
         self.write_json(document())
+
+
+#: The document's own route (the app serves it first, then `routes.ROUTES`).
+OPENAPI_ROUTE: tuple[str, type] = ("api/openapi.json", OpenAPIHandler)
 
 
 def types_digest(doc: dict[str, Any] | None = None) -> str:
