@@ -48,6 +48,9 @@ COURSE_TABLE = {
     authz.READ_USER_QUOTA: TEACHERS,
     authz.SET_USER_QUOTA: TEACHERS,
     authz.READ_COURSE_USAGE: STAFF,
+    authz.READ_CULL_POLICY: MEMBERS,
+    authz.READ_CULL_WINDOWS: MEMBERS,
+    authz.EDIT_CULL_WINDOWS: TEACHERS,
 }
 
 
@@ -101,6 +104,22 @@ def test_global_actions(who: str) -> None:
     assert bool(decide(caller, authz.READ_ALL_USAGE)) is (who == "admin")
     assert bool(decide(caller, authz.READ_OWN_USAGE)) is (who != "service")
     assert bool(decide(caller, authz.READ_METRICS)) is (who == "admin")
+    for admins_only in (authz.READ_PERSISTENT, authz.MARK_PERSISTENT, authz.SET_CULL_POLICY):
+        verdict = decide(caller, admins_only)
+        assert bool(verdict) is (who == "admin")
+        assert verdict or verdict.message.startswith("Only hub admins can ")
+    for users_only in (authz.READ_OWN_CULL_WARNINGS, authz.OPEN_PAGES):
+        verdict = decide(caller, users_only)
+        assert bool(verdict) is (who != "service")
+        assert verdict or "grader is a hub service" in verdict.message
+
+
+def test_culling_settings_are_not_a_course_role_for_a_narrowed_admin_token() -> None:
+    """Marking servers persistent and setting a course's policy are classhub's own data: no hub
+    scope is asked of the admin's token (the API of hub_ext.service.culling)."""
+    for action in (authz.READ_PERSISTENT, authz.MARK_PERSISTENT, authz.SET_CULL_POLICY):
+        assert decide(NARROW_ADMIN, action)
+    assert decide(NARROW_ADMIN, authz.EDIT_CULL_WINDOWS, course=C)
 
 
 def test_services_are_never_admins_or_members_whatever_their_model_says() -> None:

@@ -26,6 +26,11 @@ Rules:
   (admins excepted). Changing the hub's shares needs the hub scope ``shares!user=<owner>``.
 - A server's own token (``server_token``: the server the hub made the token for) is the only
   caller that reports who used the server or asks for a copy of a file for its viewer.
+- Culling (hub_ext.service.culling): every member reads their course's culling policy and
+  no-cull windows, its teachers reserve and cancel windows; only hub admins set a course's policy
+  and mark servers persistent. Each user reads the cull warnings of their own servers.
+- classhub's pages are for users (a service uses the API); each page shows what the API would let
+  the caller do, asking this module (`OPEN_PAGES`, then the action of each part).
 - A server is stopped by its owner, hub admins, and the teachers of a course where the owner is
   a student or TA (the hub checks the caller's own token too).
 - Access to classhub at all (the scope ``access:services!service=classhub``) is checked before
@@ -106,6 +111,16 @@ OPEN_SHARE = "open_share"
 READ_SHARE_PATHS = "read_share_paths"
 REPORT_SHARE_ACCESS = "report_share_access"
 COPY_SHARED_FILE = "copy_shared_file"
+# Culling (hub_ext.service.culling).
+READ_OWN_CULL_WARNINGS = "read_own_cull_warnings"
+READ_PERSISTENT = "read_persistent"
+MARK_PERSISTENT = "mark_persistent"
+READ_CULL_POLICY = "read_cull_policy"
+SET_CULL_POLICY = "set_cull_policy"
+READ_CULL_WINDOWS = "read_cull_windows"
+EDIT_CULL_WINDOWS = "edit_cull_windows"
+#: The classhub pages (hub_ext.service.pages): for any user with classhub access.
+OPEN_PAGES = "open_pages"
 
 #: Scope that lets a token read the metrics (as for JupyterHub's own /hub/metrics).
 METRICS_SCOPE = "read:metrics"
@@ -226,6 +241,9 @@ _COURSE_RULES: Mapping[str, frozenset[str]] = MappingProxyType(
         READ_JOB: _STAFF,  # and the job's owner, see decide()
         CANCEL_JOB: _TEACHERS,  # and the job's owner, see decide()
         READ_COURSE_JOBS: _STAFF,
+        READ_CULL_POLICY: _MEMBERS,
+        READ_CULL_WINDOWS: _MEMBERS,
+        EDIT_CULL_WINDOWS: _TEACHERS,
     }
 )
 
@@ -244,6 +262,9 @@ _WHAT = {
     READ_JOB: "see this job of {c}",
     CANCEL_JOB: "cancel this job of {c}",
     READ_COURSE_JOBS: "see the job queue of {c}",
+    READ_CULL_POLICY: "see the culling policy of {c}",
+    READ_CULL_WINDOWS: "see the no-cull windows of {c}",
+    EDIT_CULL_WINDOWS: "reserve or cancel no-cull windows of {c}",
 }
 
 _WHO = {
@@ -274,7 +295,25 @@ ACTIONS = (
     READ_SHARE_PATHS,
     REPORT_SHARE_ACCESS,
     COPY_SHARED_FILE,
+    READ_OWN_CULL_WARNINGS,
+    READ_PERSISTENT,
+    MARK_PERSISTENT,
+    SET_CULL_POLICY,
+    OPEN_PAGES,
 )
+
+#: Actions for hub admins alone, about no course in particular, with the sentence for anyone else.
+_ADMINS_ONLY = {
+    CREATE_COURSE: "Only hub admins can create courses; ask an admin to create it.",
+    READ_ALL_USAGE: (
+        "Only hub admins can see the usage of every course; teachers and TAs can see their "
+        "course's usage at /api/courses/<course>/usage, everyone their own at /api/usage/me."
+    ),
+    READ_PERSISTENT: "Only hub admins can list the servers marked persistent.",
+    MARK_PERSISTENT: "Only hub admins can mark servers persistent (never culled); ask an admin.",
+    SET_CULL_POLICY: ("Only hub admins can set a course's culling policy; ask an admin (members "
+                      "read it at /api/culling/courses/<course>/policy)."),
+}
 
 #: Actions about the caller's own things: users only, a service is told to use a user's token.
 _USERS_ONLY = {
@@ -288,6 +327,8 @@ _USERS_ONLY = {
     REVOKE_SHARE: "shares belong to users",
     OPEN_SHARE: "shares belong to users",
     READ_SHARE_PATHS: "shares belong to users",
+    READ_OWN_CULL_WARNINGS: "cull warnings are about users' servers",
+    OPEN_PAGES: "classhub's pages are for users, a service uses the API",
 }
 
 #: The one answer for a share that does not exist and for one that is not the caller's: the two
@@ -342,7 +383,7 @@ def decide(caller: Caller, action: str, *, course: str | None = None, user: str 
     if action in _USERS_ONLY and not (caller.is_user and caller.access):
         return _deny(f"{caller.name} is a hub service; {_USERS_ONLY[action]}. Ask with a user's token.")
     if action in (READ_OWN_USAGE, LIST_OWN_FILES, READ_OWN_INVITATIONS, ANSWER_INVITATION,
-                  READ_OWN_SHARES, READ_SHARE_PATHS):
+                  READ_OWN_SHARES, READ_SHARE_PATHS, READ_OWN_CULL_WARNINGS, OPEN_PAGES):
         return ALLOW  # each answers about the caller's own things only
     if action in (SHARE_SERVER, READ_SHARE, REVOKE_SHARE, OPEN_SHARE):
         return _decide_share(caller, action, share)
@@ -378,13 +419,8 @@ def decide(caller: Caller, action: str, *, course: str | None = None, user: str 
         if action in _COURSE_RULES and role in _COURSE_RULES[action]:
             return ALLOW  # the course role grants it, whatever the token's hub scopes
         return _missing_scopes(caller, action, course, user)
-    if action == CREATE_COURSE:
-        return _deny("Only hub admins can create courses; ask an admin to create it.")
-    if action == READ_ALL_USAGE:
-        return _deny(
-            "Only hub admins can see the usage of every course; teachers and TAs can see their "
-            "course's usage at /api/courses/<course>/usage, everyone their own at /api/usage/me."
-        )
+    if action in _ADMINS_ONLY:
+        return _deny(_ADMINS_ONLY[action])
     if action not in _COURSE_RULES:
         raise ValueError(f"unknown action {action!r}; known: {', '.join(ACTIONS)}")
     if course is None:

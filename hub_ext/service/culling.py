@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timezone
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
-from pydantic import ValidationInfo, field_validator, model_validator
+from pydantic import ValidationInfo, WithJsonSchema, field_validator, model_validator
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 from tornado import web
 
 from hub_ext import store
-from hub_ext.core import bodies
+from hub_ext.core import authz, bodies
 from hub_ext.service import body_models, handlers
-from hub_ext.service.apidoc import json_body, ok, op
+from hub_ext.service.apidoc import ok, op
+from hub_ext.service.declare import needs, takes
 from hub_ext.store import culler_models as cm
 
 
@@ -157,35 +158,20 @@ class CullingSettings:
 
 
 class CullingHandler(handlers.APIHandler):
-    """Base: the caller as an authz Caller, and sentences for refusals."""
+    """Base: the culling settings. Who may do what is each method's ``@needs`` (the culling
+    rules of hub_ext.core.authz)."""
 
     @property
     def culling(self) -> CullingSettings:
         return self.settings["culling"]
 
-    async def caller(self):
-        return await self.courses.caller(self.require_user())
-
-    async def require_admin(self, what: str):
-        caller = await self.caller()
-        if not caller.is_admin:
-            raise web.HTTPError(403, f"Only hub admins may {what}.")
-        return caller
-
-    async def require_course_role(self, course: str, roles: tuple[str, ...], what: str):
-        caller = await self.caller()
-        if not caller.is_admin and caller.role_in(course) not in roles:
-            who = " or ".join(f"{r}s" for r in roles) if roles else "nobody"
-            raise web.HTTPError(403, f"Only hub admins and {who} of course {course} may {what}.")
-        return caller
-
 
 class MyWarningsHandler(CullingHandler):
     """``GET /api/culling/me``: culls pending for the caller's servers, and which are persistent."""
 
+    @needs(authz.READ_OWN_CULL_WARNINGS)
     async def get(self) -> None:
-        caller = await self.caller()
-        self.write_json(await self.culling.of_user(caller.name))
+        self.write_json(await self.culling.of_user(self.caller.name))
 
 
 class PersistentBody(body_models.Body):
@@ -226,7 +212,7 @@ class PolicyBody(body_models.Body):
 
     example: ClassVar[str] = ('{"kind": "gpu", "idle_timeout": 3600, "warn_before": 600} (or {"kind": '
                               '"gpu", "remove": true}); fields left out take the site default')
-    kind: str = ""
+    kind: Annotated[str, WithJsonSchema({"enum": list(cm.KINDS), "default": ""})] = ""
     remove: bool = False
     idle_timeout: float | None = None
     max_age: float | None = None
@@ -304,51 +290,55 @@ class WindowIdBody(body_models.Body):
 class PersistentHandler(CullingHandler):
     """``/api/culling/persistent``: GET lists marked servers; PUT marks or unmarks one (admins)."""
 
+    @needs(authz.READ_PERSISTENT)
     async def get(self) -> None:
-        await self.require_admin("list persistent servers")
         self.write_json({"servers": await self.culling.persistent()})
 
+    @needs(authz.MARK_PERSISTENT)
+    @takes(PersistentBody)
     async def put(self) -> None:
-        caller = await self.require_admin("mark servers persistent")
-        body = self.body_as(PersistentBody)
-        await self.culling.set_persistent(caller.name, body.user, body.server_name, body.persistent,
-                                          body.note)
+        body = self.body
+        await self.culling.set_persistent(self.caller.name, body.user, body.server_name,
+                                          body.persistent, body.note)
         self.write_json(body.model_dump())
 
 
 class CoursePolicyHandler(CullingHandler):
     """``/api/culling/courses/<course>/policy``: GET (members), PUT (admins) a course's policy."""
 
+    @needs(authz.READ_CULL_POLICY, course="course")
     async def get(self, course: str) -> None:
-        await self.require_course_role(course, ("student", "ta", "teacher"), "see its culling policy")
         self.write_json(await self.culling.policies(course))
 
+    @needs(authz.SET_CULL_POLICY)
+    @takes(PolicyBody)
     async def put(self, course: str) -> None:
-        caller = await self.require_admin("set a course's culling policy")
         await self.courses.get(course)  # 404 with a sentence when there is no such course
-        body = self.body_as(PolicyBody)
-        self.write_json(await self.culling.set_policy(caller.name, course, body.kind, body.fields()))
+        self.write_json(await self.culling.set_policy(self.caller.name, course, self.body.kind,
+                                                      self.body.fields()))
 
 
 class WindowsHandler(CullingHandler):
     """``/api/culling/courses/<course>/windows``: GET (members) the windows not over yet; POST
     (teachers of the course, admins) adds one; DELETE ``{"id": N}`` cancels one."""
 
+    @needs(authz.READ_CULL_WINDOWS, course="course")
     async def get(self, course: str) -> None:
-        await self.require_course_role(course, ("student", "ta", "teacher"), "see its no-cull windows")
         self.write_json(await self.culling.windows(course))
 
+    @needs(authz.EDIT_CULL_WINDOWS, course="course")
+    @takes(WindowBody)
     async def post(self, course: str) -> None:
-        caller = await self.require_course_role(course, ("teacher",), "reserve a no-cull window")
         await self.courses.get(course)
-        body = self.body_as(WindowBody)
-        self.write_json(await self.culling.add_window(caller.name, course, body.start, body.end,
+        body = self.body
+        self.write_json(await self.culling.add_window(self.caller.name, course, body.start, body.end,
                                                       body.note), 201)
 
+    @needs(authz.EDIT_CULL_WINDOWS, course="course")
+    @takes(WindowIdBody)
     async def delete(self, course: str) -> None:
         """Cancel a window: body ``{"id": 3}`` (teachers of the course, admins)."""
-        caller = await self.require_course_role(course, ("teacher",), "cancel a no-cull window")
-        await self.culling.remove_window(caller.name, course, self.body_as(WindowIdBody).id)
+        await self.culling.remove_window(self.caller.name, course, self.body.id)
         self.set_status(204)
         self.finish()
 
@@ -362,6 +352,7 @@ ROUTES: list[tuple[str, type]] = [
 ]
 
 _OBJ = {"type": "object"}
+#: What no signature shows; each JSON body's schema comes from its model (``@takes``).
 OPENAPI_PATHS: dict[str, Any] = {
     "/api/culling/me": {
         "get": op("My pending cull warnings", "any hub user with access to classhub",
@@ -370,38 +361,22 @@ OPENAPI_PATHS: dict[str, Any] = {
     "/api/culling/persistent": {
         "get": op("Servers marked persistent", "hub admins", ok("The marked servers", _OBJ)),
         "put": op("Mark or unmark a server persistent (never culled)", "hub admins",
-                   ok("The mark", _OBJ), errors=("400", "401", "403"),
-                   body=json_body({"type": "object", "properties": {
-                       "user": {"type": "string"}, "server_name": {"type": "string"},
-                       "persistent": {"type": "boolean"}, "note": {"type": "string"}},
-                       "required": ["user"]})),
+                   ok("The mark", _OBJ), errors=("400", "401", "403")),
     },
     "/api/culling/courses/{course}/policy": {
         "get": op("The course's culling policies per profile kind", "members of the course and hub admins",
                    ok("Policies; null fields take the site default", _OBJ), params=("course",)),
         "put": op("Set or remove the course's policy for one kind", "hub admins",
                    ok("The course's policies", _OBJ), errors=("400", "401", "403", "404"),
-                   params=("course",), body=json_body({"type": "object", "properties": {
-                       "kind": {"enum": list(cm.KINDS)}, "remove": {"type": "boolean"},
-                       "idle_timeout": {"type": ["number", "null"]}, "max_age": {"type": ["number", "null"]},
-                       "warn_before": {"type": ["number", "null"]},
-                       "pressure_min_idle": {"type": ["number", "null"]},
-                       "never_cull": {"type": ["boolean", "null"]}}})),
+                   params=("course",)),
     },
     "/api/culling/courses/{course}/windows": {
         "get": op("No-cull windows of the course that are not over", "members of the course and hub admins",
                    ok("The windows", _OBJ), params=("course",)),
         "post": op("Reserve a no-cull window (e.g. an exam)", "teachers of the course and hub admins",
-                    ok("The window", _OBJ, "201"), errors=("400", "401", "403", "404"), params=("course",),
-                    body=json_body({"type": "object", "properties": {
-                        "start": {"type": "string", "format": "date-time"},
-                        "end": {"type": "string", "format": "date-time"}, "note": {"type": "string"}},
-                        "required": ["start", "end"]})),
+                    ok("The window", _OBJ, "201"), errors=("400", "401", "403", "404"), params=("course",)),
         "delete": op("Cancel a no-cull window", "teachers of the course and hub admins",
                       {"204": {"description": "Cancelled"}}, errors=("400", "401", "403", "404"),
-                      params=("course",), body=json_body({"type": "object", "properties": {
-                          "id": {"type": "integer"}}, "required": ["id"]})),
+                      params=("course",)),
     },
 }
-
-

@@ -35,7 +35,7 @@ from tornado import web
 from hub_ext import __version__
 from hub_ext.service import culling, handlers, invitations, jobs, panel, routes, sharing, templates
 from hub_ext.service.apidoc import BODY_ERRORS, ERRORS, JSON, json_body, ok, op, ref
-from hub_ext.service.declare import PUBLIC, action_of, body_of
+from hub_ext.service.declare import PUBLIC, action_of, body_of, needs
 
 _ADMIN = "hub admins"
 _MEMBERS = "members of the course (student, TA, teacher) and hub admins"
@@ -430,8 +430,10 @@ def document(routes: Routes | None = None) -> dict[str, Any]:
 
 
 class OpenAPIHandler(handlers.APIHandler):
-    """``GET /api/openapi.json``: the API description, without login (it holds no data)."""
+    """``GET /api/openapi.json``: the API description, without login (it holds no data; the hub
+    serves its own REST spec the same way)."""
 
+    @needs(PUBLIC)
     def get(self) -> None:
         self.write_json(document())
 

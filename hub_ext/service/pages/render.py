@@ -63,7 +63,8 @@ class _PageUser:
 
 
 class PageHandler(APIHandler):
-    """A classhub page: who asks (a browser is sent to the hub's login), then a template.
+    """A classhub page: who asks (``@needs``: a browser without a login is sent to the hub's
+    login, a service is refused: `authz.OPEN_PAGES`), then a template.
 
     Errors of a page are pages too (with the hub's nav bar and a way back), unless the client
     asked for JSON.
@@ -85,13 +86,6 @@ class PageHandler(APIHandler):
         sends the client to the hub's login page (a token-less script gets the redirect too)."""
         return "application/json" not in self.request.headers.get("Accept", "") and not (
             self.request.headers.get("Authorization"))
-
-    async def page_caller(self) -> authz.Caller:
-        """The logged-in user; a browser without a login goes to the hub's login page."""
-        model = self.require_user()
-        if model.get("kind", "user") != "user":
-            raise web.HTTPError(403, "classhub's pages are for users; use the API with a service token.")
-        return await self.courses.caller(model)
 
     def static_url(self, path: str, include_version: bool = True, **kwargs: Any) -> str:
         """The hub's static files (``/hub/static/...``): page.html asks for its CSS and JS."""

@@ -1,9 +1,11 @@
 """The classhub pages: Home, Course, Templates, Sharing, Jobs.
 
 Handlers are thin (docs/architecture.md, rule 3): who asks, the same authorization decision as
-the matching API endpoint (hub_ext.core.authz), the same domain classes for the data (`Courses`,
-`Shares`, `CullingSettings`, the template store), then a template. What a page lets a person do
-is done by its JavaScript through the REST API, never here.
+the matching API endpoint (hub_ext.core.authz: each page declares its action with ``@needs``, and
+what a part of a page offers is the decision of the API action behind it), the same domain
+classes for the data (`Courses`, `Shares`, `CullingSettings`, the template store), then a
+template. What a page lets a person do is done by its JavaScript through the REST API, never
+here.
 """
 
 from __future__ import annotations
@@ -18,14 +20,13 @@ from hub_ext.core import authz
 from hub_ext.core import templates as template_rules
 from hub_ext.core.jobs import ADMITTED, PREEMPTED, QUEUED, RUNNING
 from hub_ext.hubapi import HubAPIError
+from hub_ext.service.declare import needs
 from hub_ext.service.handlers import SecurityHeaders
 from hub_ext.service.jobs.records import as_json as job_json
 from hub_ext.service.pages.render import STATIC, PageHandler
 from hub_ext.store.models import Course
 from hub_ext.store.template_models import Template, reseed_mode, version_json
 
-#: Resources shown as bars on the Home and Course pages, in this order when limited.
-_STAFF = ("teacher", "ta")
 #: Jobs that still hold or wait for resources: what Cancel applies to, and what the pages follow.
 ACTIVE_JOBS = (QUEUED, ADMITTED, RUNNING, PREEMPTED)
 #: Most jobs a table of the Jobs page shows (the API's page size).
@@ -125,8 +126,9 @@ class HomePage(_Pages):
 
     page_title = "classhub"
 
+    @needs(authz.OPEN_PAGES)
     async def get(self) -> None:
-        caller = await self.page_caller()
+        caller = self.caller
         name = caller.name
         model, usage, invitations, culling = await asyncio.gather(
             self.hub.user(name), self.courses.my_usage(name), self.courses.invitations_of(name),
@@ -135,7 +137,8 @@ class HomePage(_Pages):
         templates = await self._templates(courses)
         mine = await self.shares.mine(name)
         with_me = await self.shares.with_me(name, model.get("groups", []))
-        all_courses = await self.courses.list(caller) if caller.is_admin else []
+        # every course, with the new-course form: for whoever may create courses
+        all_courses = await self.courses.list(caller) if authz.decide(caller, authz.CREATE_COURSE) else []
         per_course = []
         for course in courses:
             info = usage["courses"].get(course, {})
@@ -166,15 +169,16 @@ class CoursePage(_Pages):
     """``GET /courses/<course>``: members, roster, limits, usage, running servers, culling
     settings and the audit log (teachers, TAs, admins); a read-only summary for students."""
 
+    @needs(authz.READ_COURSE, course="course")
     async def get(self, course: str) -> None:
-        caller = await self.page_caller()
-        verdict = authz.decide(caller, authz.READ_COURSE, course=course)
-        if not verdict:
-            raise web.HTTPError(verdict.status, verdict.message)
+        caller = self.caller
         info = await self.courses.get(course)
         role = caller.role_in(course)
-        staff = caller.is_admin or role in _STAFF
-        teacher = caller.is_admin or role == "teacher"
+        # staff see members, usage and servers (READ_MEMBERS); teachers get the controls to change
+        # members, per-student limits, servers and no-cull windows, all of which authz grants the
+        # course's teachers and admins (SET_USER_QUOTA stands for them)
+        staff = bool(authz.decide(caller, authz.READ_MEMBERS, course=course))
+        teacher = bool(authz.decide(caller, authz.SET_USER_QUOTA, course=course))
         self.page_title = f"classhub: {info['display_name']}"
         quota = await self.courses.course_quota(course)
         ns: dict[str, Any] = {"course": info, "role": role or ("admin" if caller.is_admin else None),
@@ -252,10 +256,10 @@ class TemplatesPage(_Pages):
 
     page_title = "classhub: templates"
 
+    @needs(authz.OPEN_PAGES)
     async def get(self) -> None:
-        caller = await self.page_caller()
-        courses = sorted(caller.courses) if not caller.is_admin else sorted(
-            c["name"] for c in await self.courses.list(caller))
+        caller = self.caller
+        courses = sorted(c["name"] for c in await self.courses.list(caller))
         templates = await self._templates(courses)
         reseed = await self._reseed(courses)
         publishable = [c for c in courses if template_rules.may_publish(caller, c)]
@@ -272,8 +276,9 @@ class SharingPage(_Pages):
 
     page_title = "classhub: sharing"
 
+    @needs(authz.OPEN_PAGES)
     async def get(self) -> None:
-        caller = await self.page_caller()
+        caller = self.caller
         model = await self.hub.user(caller.name)
         mine = await self.shares.mine(caller.name)
         with_me = await self.shares.with_me(caller.name, model.get("groups", []))
@@ -316,14 +321,14 @@ class JobsPage(_Pages):
 
     page_title = "classhub: jobs"
 
+    @needs(authz.OPEN_PAGES)
     async def get(self) -> None:
-        caller = await self.page_caller()
+        caller = self.caller
         service = self.settings.get("jobs")
         if service is None:
             self.render_page("jobs.html", caller, enabled=False)
             return
-        courses = sorted(caller.courses) if not caller.is_admin else sorted(
-            c["name"] for c in await self.courses.list(caller))
+        courses = sorted(c["name"] for c in await self.courses.list(caller))
         submit_to = [c for c in courses if authz.decide(caller, authz.SUBMIT_JOB, course=c)]
         staff_of = [c for c in courses if authz.decide(caller, authz.READ_COURSE_JOBS, course=c)]
 
