@@ -35,7 +35,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from sqlalchemy import select
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from traitlets import Bool, Dict, Enum, Float, Int, Unicode, default, validate
 from traitlets.config import Application
@@ -199,6 +198,7 @@ class ClasshubCuller(Application):
         self.update_config(self.cli_config)  # the command line wins
         check_sections(self.config, [type(self)])
         self.sessions = store.connect(self.db_url)
+        self.ledger = store.Ledger(self.sessions)
         self.client = AsyncHTTPClient()  # servers' activity reports, Prometheus
         self.api = HubAPI(self.hub_api_url, self.api_token)
 
@@ -292,15 +292,9 @@ class ClasshubCuller(Application):
     # ---- one cycle ---------------------------------------------------------------------------
 
     def read_store(self, now: datetime) -> dict[str, Any]:
+        # What each server holds, keyed as `cycle` looks it up (store.Ledger.server_key).
+        reservations = {h.key: (h.resources, h.course) for h in self.ledger.holdings()}
         with self.sessions() as session:
-            reservations = {
-                key: (resources, course)
-                for key, resources, course in session.execute(
-                    select(store.Reservation.key, store.Reservation.resources, store.Course.name)
-                    .outerjoin(store.Course, store.Reservation.course_id == store.Course.id)
-                    .where(store.Reservation.released_at.is_(None))
-                )
-            }
             return {
                 "reservations": reservations,
                 "persistent": cm.persistent_keys(session),
@@ -333,7 +327,7 @@ class ClasshubCuller(Application):
             pod = state.get("pod_name") if isinstance(state, dict) else None
             facts[key] = F.server_facts(
                 user, name, server,
-                reservation=known["reservations"].get(f"server:{user['name']}/{name}"),
+                reservation=known["reservations"].get(store.Ledger.server_key(user["name"], name)),
                 persistent=key in known["persistent"],
                 warned_at=warning.warned_at if warning else None,
                 gpu_utilization=util.get(pod) if pod else None,

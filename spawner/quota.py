@@ -22,8 +22,8 @@ from hub_ext.core.quota import course_to_charge
 
 
 def server_key(username: str, server_name: str) -> str:
-    """The ledger key of a user's server ("server:ann/" for the default server)."""
-    return f"server:{username}/{server_name}"
+    """The ledger key of a user's server (built by the ledger, its one owner)."""
+    return store.Ledger.server_key(username, server_name)
 
 
 def _now() -> datetime:

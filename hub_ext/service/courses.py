@@ -27,7 +27,7 @@ from tornado import web
 from hub_ext import store
 from hub_ext.core import authz, roles, roster
 from hub_ext.core.jobs import FINAL as FINAL_JOB_STATES
-from hub_ext.core.quota import Limits, Usage, week_window
+from hub_ext.core.quota import Limits, Usage
 from hub_ext.hubapi import HubAPI
 from hub_ext.service.body_models import (  # noqa: F401 - the name checks, named here too
     COURSE_NAME,
@@ -42,7 +42,6 @@ from hub_ext.store import (
     Invitation,
     Ledger,
     Membership,
-    Reservation,
     UserQuota,
     add_member,
     all_members,
@@ -212,18 +211,14 @@ class Courses:
         now = utcnow()
         with self.sessions.begin() as session:
             course = self._course(session, name)
-            active = session.scalars(
-                select(Reservation.key).where(
-                    Reservation.course_id == course.id, Reservation.released_at.is_(None)
-                )
-            ).all()
+            active = self.ledger.held_keys_in(session, course_id=course.id)
             # Jobs still waiting in the queue hold no reservation yet, but deleting the course
             # would orphan them (and a running one's processes): they count too.
             jobs = session.scalars(
-                select(JobRecord.id).where(JobRecord.course_id == course.id,
-                                           JobRecord.state.not_in(FINAL_JOB_STATES))
+                select(JobRecord.job_id).where(JobRecord.course_id == course.id,
+                                               JobRecord.state.not_in(FINAL_JOB_STATES))
             ).all()
-            held = sorted(set(active) | {f"job:{j}" for j in jobs})
+            held = sorted(set(active) | {Ledger.job_key(j) for j in jobs})
             if held:
                 raise web.HTTPError(
                     409,
@@ -232,10 +227,7 @@ class Courses:
                     name, len(held), ", ".join(held[:5]),
                 )
             # Finished reservations stay as GPU-hour history of their users, outside any course.
-            for reservation in session.scalars(
-                select(Reservation).where(Reservation.course_id == course.id)
-            ):
-                reservation.course_id = None
+            self.ledger.detach_course_in(session, course.id)
             session.execute(delete(UserQuota).where(UserQuota.course_id == course.id))
             session.delete(course)
             session.add(AuditLog(at=now, actor=actor, action="course.delete", details={"course": name}))
@@ -601,28 +593,16 @@ class Courses:
 
     # ------------------------------------------------------------------ usage
 
-    def _week_users(self, name: str | None) -> list[str]:
-        """Users holding or having held a reservation this week (in `name`, or anywhere)."""
-        week_start, _ = week_window(utcnow())  # the Ledger's default week
-        query = select(Reservation.username).distinct().where(
-            Reservation.released_at.is_(None) | (Reservation.released_at > week_start)
-        )
-        with self.reads() as session:
-            if name is not None:
-                query = query.join(Course, Reservation.course_id == Course.id).where(Course.name == name)
-            return sorted(session.scalars(query))
-
     def _course_usage(self, name: str) -> dict[str, Any]:
-        now = utcnow()
+        """The course's usage and each member's, from one grouped ledger query (not one per
+        member: a lecture has hundreds)."""
         limits = self._course_limits(name)  # 404 for a missing course
+        total, users = self.ledger.usage_by_user(utcnow(), course=name)
         return {
             "course": name,
             "limits": limits.to_dict(),
-            "usage": usage_json(self.ledger.usage(now, course=name)),
-            "users": {
-                user: usage_json(self.ledger.usage(now, course=name, username=user))
-                for user in self._week_users(name)
-            },
+            "usage": usage_json(total),
+            "users": {user: usage_json(usage) for user, usage in sorted(users.items())},
         }
 
     async def course_usage(self, name: str) -> dict[str, Any]:
@@ -648,17 +628,19 @@ class Courses:
         return await self._db(self._my_usage, username)
 
     def _all_usage(self) -> dict[str, Any]:
+        """Every course's usage and every user's, in two grouped ledger queries."""
         now = utcnow()
+        by_course = self.ledger.usage_by_course(now)
         return {
             "courses": {
                 name: {
                     "limits": self._course_limits(name).to_dict(),
-                    "usage": usage_json(self.ledger.usage(now, course=name)),
+                    "usage": usage_json(by_course.get(name, Usage())),
                 }
                 for name in sorted(self._course_names())
             },
-            "users": {user: usage_json(self.ledger.usage(now, username=user))
-                      for user in self._week_users(None)},
+            "users": {user: usage_json(usage)
+                      for user, usage in sorted(self.ledger.usage_by_user(now)[1].items())},
         }
 
     async def all_usage(self) -> dict[str, Any]:

@@ -36,8 +36,9 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from hub_ext.core.quota import Usage
 from hub_ext.core.resources import ResourceVector, is_gpu_resource
-from hub_ext.store import AuditLog, Course, CourseQuota, Ledger, Reservation, readers
+from hub_ext.store import AuditLog, Course, CourseQuota, Ledger, readers
 from hub_ext.store.culler_models import CULLED_ACTION, CullWarning
 
 SPAWN_DENIED = "spawn_denied"
@@ -76,6 +77,7 @@ class StoreCollector(Collector):
             denials = session.execute(
                 select(reason, func.count()).where(AuditLog.action == SPAWN_DENIED).group_by(reason)
             ).all()
+        by_course = self.ledger.usage_by_course(now)  # one query for every course
         for name, row in courses:
             if row is not None:
                 limits = row.limits
@@ -85,7 +87,7 @@ class StoreCollector(Collector):
                     quota.add_metric([name, SERVERS], limits.servers)
                 if limits.gpu_hours_per_week is not None:
                     quota.add_metric([name, GPU_HOURS], float(limits.gpu_hours_per_week))
-            held = self.ledger.usage(now, course=name)
+            held = by_course.get(name, Usage())
             for resource, amount in held.resources.items():
                 usage.add_metric([name, resource], float(amount))
             usage.add_metric([name, SERVERS], held.servers)
@@ -148,7 +150,7 @@ class ServerDeviceCollector(Collector):
     """
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
-        self.sessions = readers(sessions)
+        self.ledger = Ledger(sessions)  # it reads through the store's readers
 
     def collect(self) -> Iterator[Metric]:
         held = GaugeMetricFamily(
@@ -156,17 +158,11 @@ class ServerDeviceCollector(Collector):
             "running servers, per course, profile and resource.",
             labels=["course", "user", "profile", "resource"],
         )
-        with self.sessions() as session:
-            rows = session.execute(
-                select(Reservation.username, Course.name, Reservation.profile, Reservation.resources)
-                .outerjoin(Course, Course.id == Reservation.course_id)
-                .where(Reservation.released_at.is_(None), Reservation.kind == "server")
-            ).all()
         totals: dict[tuple[str, str, str, str], float] = {}
-        for user, course, profile, resources in rows:
-            for resource, amount in ResourceVector.from_k8s(resources).items():
+        for server in self.ledger.holdings(kind="server"):
+            for resource, amount in ResourceVector.from_k8s(server.resources).items():
                 if is_gpu_resource(resource):
-                    key = (course or "", user, profile or "", resource)
+                    key = (server.course or "", server.username, server.profile or "", resource)
                     totals[key] = totals.get(key, 0.0) + float(amount)
         for labels, amount in sorted(totals.items()):
             held.add_metric(list(labels), amount)

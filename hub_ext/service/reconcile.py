@@ -21,8 +21,8 @@ log = logging.getLogger(__name__)
 
 
 async def running_server_keys(hub: HubAPI) -> set[str]:
-    """Ledger keys ("server:<user>/<name>") of every server the hub runs or is starting."""
-    return {f"server:{user['name']}/{name}" for user in await hub.users(state="active")
+    """Ledger keys (`store.Ledger.server_key`) of every server the hub runs or is starting."""
+    return {store.Ledger.server_key(user["name"], name) for user in await hub.users(state="active")
             for name in (user.get("servers") or {})}
 
 

@@ -143,7 +143,8 @@ def make_engine(url: str | URL, **engine_kwargs: Any) -> Engine:
 def readers(sessions: sessionmaker[Session]) -> sessionmaker[Session]:
     """Sessions for reading only that never wait on a writer (see the module docstring).
 
-    Made once per `sessions` and kept on it; a write through them fails on sqlite.
+    Made once per `sessions` and kept on it (readers of readers are the same sessions); a write
+    through them fails on sqlite.
     """
     reader = getattr(sessions, "_classhub_readers", None)
     if reader is None:
@@ -153,6 +154,7 @@ def readers(sessions: sessionmaker[Session]) -> sessionmaker[Session]:
             reader = sessions
         else:
             reader = sessionmaker(_read_engine(url), expire_on_commit=False)
+            reader._classhub_readers = reader  # type: ignore[attr-defined]  # readers of readers
         sessions._classhub_readers = reader  # type: ignore[attr-defined]
     return reader
 

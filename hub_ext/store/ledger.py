@@ -27,7 +27,20 @@ from fractions import Fraction
 from types import EllipsisType
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, String, and_, bindparam, case, cast, false, func, select, true
+from sqlalchemy import (
+    ColumnElement,
+    Select,
+    String,
+    and_,
+    bindparam,
+    case,
+    cast,
+    false,
+    func,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -42,9 +55,10 @@ from hub_ext.core.quota import (
     week_window,
 )
 from hub_ext.core.resources import ResourceVector, sum_vectors
+from hub_ext.store.engine import readers
 from hub_ext.store.models import KINDS, AuditLog, Course, CourseQuota, Membership, Reservation, UserQuota
 
-__all__ = ["Ledger", "QuotaDenied", "ReconcileReport"]
+__all__ = ["Holding", "Ledger", "QuotaDenied", "ReconcileReport"]
 
 _SECONDS_PER_HOUR = 3600
 
@@ -78,26 +92,49 @@ _COURSE_LOCKED = (select(Course, CourseQuota, Membership, UserQuota)
                   .with_for_update(of=Course))
 
 
-def _usage_statements(scope: ColumnElement[bool], part: ColumnElement[bool] | None = None,
+def _usage_statements(scope: ColumnElement[bool], label: ColumnElement[Any] | None = None,
                       ) -> tuple[Select, Select]:
     """`Ledger._held`'s two queries: usage of the reservations `scope` selects in a week, grouped
-    by "in `part`", with the week's start bound as ``week_start`` and the GPU requests as
-    ``texts``."""
+    by `label` (a column or expression: the user, "is it this user's", nothing), with the week's
+    start bound as ``week_start`` and the GPU requests as ``texts``."""
     text = cast(Reservation.resources, String)
     in_week = and_(scope, Reservation.released_at.is_(None)
                    | (Reservation.released_at > bindparam("week_start")))
     held_now = case((Reservation.released_at.is_(None), 1), else_=0)
-    in_part = case((false() if part is None else part, 1), else_=0)
-    keys = (text, Reservation.kind, held_now, in_part)
+    part = case((false(), 1), else_=0) if label is None else label  # a constant, not a position
+    keys = (text, Reservation.kind, held_now, part)
     grouped = select(*keys, func.count()).where(in_week).group_by(*keys)
-    spans = (select(Reservation.started_at, Reservation.released_at, text, in_part)
+    spans = (select(Reservation.started_at, Reservation.released_at, text, part)
              .where(in_week, text.in_(bindparam("texts", expanding=True))))
     return grouped, spans
 
 
-# An admission's usage: the course's reservations, and the student's part of them.
+# An admission's usage: the course's reservations, and the student's part of them (label 1).
 _ADMISSION_USAGE = _usage_statements(Reservation.course_id == bindparam("course_id"),
-                                     Reservation.username == bindparam("username"))
+                                     case((Reservation.username == bindparam("username"), 1), else_=0))
+# Usage per user: of one course (the course page, a course's share of the job queue) or of
+# everyone (the admin's usage page).
+_USAGE_BY_USER = {
+    True: _usage_statements(Reservation.course_id == select(Course.id).where(
+        Course.name == bindparam("course")).scalar_subquery(), Reservation.username),
+    False: _usage_statements(true(), Reservation.username),
+}
+# Usage per course (metrics, the admin's usage page): reservations outside any course left out.
+_USAGE_BY_COURSE = _usage_statements(Reservation.course_id.is_not(None), Reservation.course_id)
+
+
+@dataclass(frozen=True)
+class Holding:
+    """An unreleased reservation as a reader needs it (no ORM object, no session): what holds
+    which resources, for whom, in which course (None: outside any course) and with which
+    profile (None for jobs and older rows)."""
+
+    key: str
+    kind: str
+    username: str
+    course: str | None
+    profile: str | None
+    resources: dict[str, Any]
 
 
 class QuotaDenied(Exception):
@@ -131,6 +168,29 @@ class Ledger:
     ) -> None:
         self._sessions = sessions
         self._week = week
+
+    @functools.cached_property
+    def _reads(self) -> sessionmaker[Session]:
+        """Sessions for the ledger's pure reads (usage, holdings, keys): they never wait on a
+        writer nor take sqlite's write lock (`store.readers`; docs/architecture.md, rule 7), so
+        a page or a metrics scrape does not queue behind a class start's reservations."""
+        return readers(self._sessions)
+
+    # ------------------------------------------------------------------ keys
+
+    @staticmethod
+    def server_key(username: str, server_name: str) -> str:
+        """The key of a user's server: ``server:<user>/<name>`` ("server:ann/" for the default
+        server). Built only here: the spawner reserves under it, and the service's reconcile
+        and the culler match the hub's list of servers against it, so a second spelling that
+        drifted would release running servers' reservations or cull by the wrong facts."""
+        return f"server:{username}/{server_name}"
+
+    @staticmethod
+    def job_key(job_id: str) -> str:
+        """The key of a distributed job: ``job:<job id>`` (reserved at admission, released
+        when its last replica is gone)."""
+        return f"job:{job_id}"
 
     # ------------------------------------------------------------------ reserve / release
 
@@ -263,8 +323,9 @@ class Ledger:
     ) -> Decision:
         """Run core `admit` on the course's reservations as this locked transaction sees them;
         `limits`: the student's and the course's, as `_reserve` read them with the locks."""
-        in_course, of_user = self._held(session, now, _ADMISSION_USAGE,
-                                        {"course_id": course.id, "username": username})
+        in_course, parts = self._held(session, now, _ADMISSION_USAGE,
+                                      {"course_id": course.id, "username": username})
+        of_user = parts.get(1, Usage())
         return admit(
             request,
             (limits[0], of_user),
@@ -346,7 +407,7 @@ class Ledger:
         query = self._scope(select(Reservation), course, username).where(
             Reservation.released_at.is_(None)
         )
-        with self._sessions() as session:
+        with self._reads() as session:
             return list(session.scalars(query.order_by(Reservation.started_at, Reservation.id)))
 
     def usage(self, now: datetime, *, course: str | None = None, username: str | None = None) -> Usage:
@@ -358,8 +419,103 @@ class Ledger:
                          .scalar_subquery())
         if username is not None:
             scope.append(Reservation.username == username)
-        with self._sessions() as session:
+        with self._reads() as session:
             return self._held(session, now, _usage_statements(and_(true(), *scope)), {})[0]
+
+    def usage_by_user(self, now: datetime, *, course: str | None = None
+                      ) -> tuple[Usage, dict[str, Usage]]:
+        """What a course (or, `course=None`, everyone) holds at `now`, and each user's part of it:
+        every user who holds or held a reservation in `now`'s week, with the week's GPU hours.
+
+        Why one call: a course page shows every member's usage; asked per member it was one
+        query per student (300 for a lecture). This is one grouped query (plus one of GPU spans
+        when GPUs were held), and the total is the same as `usage(now, course=course)`."""
+        statements = _USAGE_BY_USER[course is not None]
+        with self._reads() as session:
+            return self._held(session, now, statements, {"course": course})
+
+    def usage_by_course(self, now: datetime) -> dict[str, Usage]:
+        """What each course holds at `now` (as `usage(now, course=name)`), by course name; a
+        course without a reservation in `now`'s week is absent (its usage is ``Usage()``).
+
+        Why: a metrics scrape and the admin's usage page show every course; one grouped query
+        instead of one per course."""
+        with self._reads() as session:
+            by_id = self._held(session, now, _USAGE_BY_COURSE, {})[1]
+            names = dict(session.execute(select(Course.id, Course.name)
+                                         .where(Course.id.in_(list(by_id)))).all()) if by_id else {}
+        return {names[course_id]: usage for course_id, usage in by_id.items() if course_id in names}
+
+    def holdings(self, *, kind: str | None = None) -> list[Holding]:
+        """Every unreleased reservation (of `kind`, or all) with its course's name, in one query.
+
+        Why: the culler weighs what a server holds (devices, course), metrics report the GPU
+        devices held per user and profile, and the course page shows the profile a server was
+        started with; all of them read the same rows, so they read them here."""
+        query = (select(Reservation.key, Reservation.kind, Reservation.username, Course.name,
+                        Reservation.profile, Reservation.resources)
+                 .outerjoin(Course, Course.id == Reservation.course_id)
+                 .where(Reservation.released_at.is_(None)))
+        if kind is not None:
+            query = query.where(Reservation.kind == kind)
+        with self._reads() as session:
+            return [Holding(*row) for row in session.execute(query)]
+
+    def default_server_profiles(self) -> dict[str, str]:
+        """username -> the profile slug recorded for their running default server (users whose
+        reservation has no profile are absent). Why the ledger: it holds what the spawner
+        actually applied; a start without a ``profile`` option gets the catalog's default, which
+        the hub's ``user_options`` do not say."""
+        return {h.username: h.profile for h in self.holdings(kind="server")
+                if h.profile and h.key == self.server_key(h.username, "")}
+
+    def held_keys(self, *, kind: str | None = None) -> set[str]:
+        """Keys of the unreleased reservations (of `kind`, or all), read without a write lock.
+
+        Why: the job loop looks for orphans every few seconds, and in the usual case finds none;
+        it must then not open a write transaction (`reconcile` is one)."""
+        with self._reads() as session:
+            return set(self.held_keys_in(session, kind=kind))
+
+    @staticmethod
+    def held_keys_in(session: Session, *, kind: str | None = None, course_id: int | None = None
+                     ) -> list[str]:
+        """`held_keys` in the caller's transaction, optionally of one course (by id): a course is
+        deleted only while nothing holds quota in it, decided in the delete's own transaction."""
+        query = select(Reservation.key).where(Reservation.released_at.is_(None))
+        if kind is not None:
+            query = query.where(Reservation.kind == kind)
+        if course_id is not None:
+            query = query.where(Reservation.course_id == course_id)
+        return list(session.scalars(query.order_by(Reservation.key)))
+
+    @staticmethod
+    def detach_course_in(session: Session, course_id: int) -> None:
+        """Move every reservation of a course that is being deleted outside any course, in the
+        caller's transaction (one UPDATE). Why keep them: finished reservations are their
+        users' GPU-hour history, which outlives the course."""
+        session.execute(update(Reservation).where(Reservation.course_id == course_id)
+                        .values(course_id=None))
+
+    def gpu_seconds_by_course(self, start: datetime | None, end: datetime, now: datetime, *,
+                              kind: str | None = None) -> dict[str, Fraction]:
+        """GPU-seconds held in [start, end) (`start=None`: since the first reservation) by the
+        reservations (of `kind`, or all) of each course, reservations still held counting until
+        `now`; courses without any are absent. One query for every course (metrics scrapes)."""
+        query = (select(Course.name, Reservation.started_at, Reservation.released_at,
+                        Reservation.resources)
+                 .join(Course, Course.id == Reservation.course_id)
+                 .where(Reservation.started_at < end))
+        if start is not None:
+            query = query.where(Reservation.released_at.is_(None) | (Reservation.released_at > start))
+        if kind is not None:
+            query = query.where(Reservation.kind == kind)
+        spans: dict[str, list[tuple[datetime, datetime | None, ResourceVector]]] = {}
+        with self._reads() as session:
+            for name, started, released, resources in session.execute(query):
+                spans.setdefault(name, []).append((started, released, _request(resources)))
+        window_start = start or datetime.min.replace(tzinfo=end.tzinfo)
+        return {name: gpu_seconds(of_course, window_start, end, now) for name, of_course in spans.items()}
 
     def gpu_seconds(
         self,
@@ -375,49 +531,61 @@ class Ledger:
             Reservation.started_at < end,
             Reservation.released_at.is_(None) | (Reservation.released_at > start),
         )
-        with self._sessions() as session:
+        with self._reads() as session:
             rows = session.scalars(query).all()
         return gpu_seconds(((r.started_at, r.released_at, r.request) for r in rows), start, end, now)
 
     def _held(self, session: Session, now: datetime, statements: tuple[Select, Select],
-              params: dict[str, Any]) -> tuple[Usage, Usage]:
+              params: dict[str, Any]) -> tuple[Usage, dict[Any, Usage]]:
         """Usage in `now`'s week of the reservations that `statements` (`_usage_statements`)
-        select, and of their part (a zero Usage without one), summed by the database in one
-        grouped query; `params`: the values of the statements' own bound parameters.
+        select, and of each of their parts by label (a label with no reservation in the week is
+        absent), summed by the database in one grouped query; `params`: the values of the
+        statements' own bound parameters.
 
         Why grouped: a course's week holds a reservation per server start, and every start of a
         300-student lecture decides against all of them. Requests of one profile serialize
-        identically, so the database counts them per (request, kind, held now, in part) and only
+        identically, so the database counts them per (request, kind, held now, label) and only
         a few groups come back; only GPU requests need their rows' times (for GPU-hours). Why
-        one query for two scopes: an admission needs the course's usage and the student's share
-        of it, and reading the course's week once halves the work done under the course's lock.
+        one query for all parts: an admission needs the course's usage and the student's share
+        of it (reading the course's week once halves the work done under the course's lock),
+        and a course page needs every member's share (one query, not one per member).
         """
         week_start, week_end = self._week(now)
         grouped, spans_of = statements
         params = {**params, "week_start": week_start}
         groups = session.execute(grouped, params).all()
-        resources: tuple[list[ResourceVector], list[ResourceVector]] = ([], [])
-        servers = [0, 0]
+        total: list[ResourceVector] = []
+        parts: dict[Any, list[ResourceVector]] = {}
+        servers: dict[Any, int] = {}
         gpu_texts = set()
-        for serialized, kind, active, mine, count in groups:
+        for serialized, kind, active, label, count in groups:
             request = _request(json.loads(serialized))
+            mine = parts.setdefault(label, [])
+            servers.setdefault(label, 0)
             if active:
-                for i in (0, 1) if mine else (0,):
-                    resources[i].append(request * count)
-                    servers[i] += count if kind == "server" else 0
+                total.append(request * count)
+                mine.append(request * count)
+                servers[label] += count if kind == "server" else 0
             if gpu_amount(request):
                 gpu_texts.add(serialized)
-        seconds = [Fraction(0), Fraction(0)]
+        seconds: dict[Any, Fraction] = {}
+        all_seconds = Fraction(0)
         if gpu_texts:
             rows = session.execute(spans_of, {**params, "texts": sorted(gpu_texts)}).all()
-            spans = [(start, end, _request(json.loads(serialized)), mine)
-                     for start, end, serialized, mine in rows]
-            seconds[0] = gpu_seconds(((a, b, req) for a, b, req, _ in spans), week_start, week_end, now)
-            seconds[1] = gpu_seconds(((a, b, req) for a, b, req, mine in spans if mine),
-                                     week_start, week_end, now)
-        all_of_it, the_part = (Usage(resources=sum_vectors(resources[i]), servers=servers[i],
-                                     gpu_hours_week=seconds[i] / _SECONDS_PER_HOUR) for i in (0, 1))
-        return all_of_it, the_part
+            spans: dict[Any, list[tuple[datetime, datetime | None, ResourceVector]]] = {}
+            for start, end, serialized, label in rows:
+                spans.setdefault(label, []).append((start, end, _request(json.loads(serialized))))
+            all_seconds = gpu_seconds((span for of_label in spans.values() for span in of_label),
+                                      week_start, week_end, now)
+            seconds = {label: gpu_seconds(of_label, week_start, week_end, now)
+                       for label, of_label in spans.items()}
+        everything = Usage(resources=sum_vectors(total), servers=sum(servers.values()),
+                           gpu_hours_week=all_seconds / _SECONDS_PER_HOUR)
+        return everything, {
+            label: Usage(resources=sum_vectors(vectors), servers=servers[label],
+                         gpu_hours_week=seconds.get(label, Fraction(0)) / _SECONDS_PER_HOUR)
+            for label, vectors in parts.items()
+        }
 
     @staticmethod
     def _scope(

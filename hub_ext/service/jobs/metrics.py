@@ -26,8 +26,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from hub_ext.core import jobs as J
-from hub_ext.core.quota import gpu_seconds
-from hub_ext.store import Course, Reservation, readers
+from hub_ext.store import Course, Ledger, readers
 from hub_ext.store.job_models import JobEvent, JobRecord
 
 __all__ = ["BUCKETS", "JobCollector"]
@@ -41,6 +40,7 @@ class JobCollector(Collector):
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self.sessions = readers(sessions)
+        self.ledger = Ledger(sessions)
 
     def collect(self) -> Iterator[Metric]:
         now = datetime.now(timezone.utc)
@@ -72,18 +72,14 @@ class JobCollector(Collector):
                 select(Course.name, func.count()).join(JobRecord, JobRecord.course_id == Course.id)
                 .join(JobEvent, JobEvent.job_pk == JobRecord.id)
                 .where(JobEvent.state == J.PREEMPTED).group_by(Course.name)).all())
-            held = session.execute(
-                select(Course.name, Reservation).join(Reservation, Reservation.course_id == Course.id)
-                .where(Reservation.kind == "job")).all()
+        held = self.ledger.gpu_seconds_by_course(None, now, now, kind="job")  # since the first job
         for course in courses:
             queue.add_metric([course], queued.get(course, 0))
             observed = sorted(w for c, w in waited if c == course)
             buckets = [(str(b), sum(1 for w in observed if w <= b)) for b in BUCKETS]
             buckets.append(("+Inf", len(observed)))
             waits.add_metric([course], buckets, sum_value=sum(observed))
-            seconds = gpu_seconds(((r.started_at, r.released_at, r.request) for c, r in held if c == course),
-                                  datetime.min.replace(tzinfo=timezone.utc), now, now)
-            hours.add_metric([course], float(seconds) / 3600)
+            hours.add_metric([course], float(held.get(course, 0)) / 3600)
             counts = {"fits": 0, "borrowed": 0}
             for c, message, count in admitted:
                 if c == course:

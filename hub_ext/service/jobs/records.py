@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, selectinload, sessionmaker
 from hub_ext.core import jobs as J
 from hub_ext.core.jobs import Job, Submission, parse_job
 from hub_ext.core.resources import ResourceVector
-from hub_ext.store import Course, Ledger, Reservation, readers
+from hub_ext.store import Course, Ledger, readers
 from hub_ext.store.job_models import JobEvent, JobRecord, JobReplica
 
 __all__ = ["JobConflict", "JobStore", "job_key", "to_core"]
@@ -36,8 +36,8 @@ class JobConflict(Exception):
 
 
 def job_key(job_id: str) -> str:
-    """The job's key in the reservation ledger."""
-    return f"job:{job_id}"
+    """The job's key in the reservation ledger (built by the ledger, its one owner)."""
+    return Ledger.job_key(job_id)
 
 
 def new_job_id(name: str) -> str:
@@ -229,9 +229,7 @@ class JobStore:
     def release_orphans(self, now: datetime) -> tuple[str, ...]:
         """Release job reservations whose job holds nothing (crash between reserve and admit)."""
         holding = {job_key(r.job_id) for r in self.in_states(J.HOLDING)}
-        with self.readers() as session:
-            held = set(session.scalars(select(Reservation.key).where(
-                Reservation.kind == "job", Reservation.released_at.is_(None))))
+        held = self.ledger.held_keys(kind="job")  # a read: no write lock
         if not held - holding:  # the usual case: no write transaction at all
             return ()
         return self.ledger.reconcile(holding, now, kind="job", grace=timedelta(0),

@@ -235,12 +235,7 @@ class CoursePage(_Pages):
         """username -> the profile slug the ledger recorded for their default server's
         reservation: what the spawner actually applied (a start without a ``profile`` option
         gets the catalog's default, which the hub's ``user_options`` do not say)."""
-        held = {}
-        for reservation in self.courses.ledger.active():
-            if (reservation.kind == "server" and reservation.profile
-                    and reservation.key == f"server:{reservation.username}/"):
-                held[reservation.username] = reservation.profile
-        return held
+        return self.courses.ledger.default_server_profiles()
 
 
 def _option_profile(server: dict[str, Any]) -> str:
