@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from hub_ext.core.quota import (
@@ -34,6 +34,7 @@ from hub_ext.store import (
     add_member,
     connect,
     ensure_course,
+    readers,
     set_course_limits,
     set_user_limits,
 )
@@ -314,3 +315,44 @@ def test_a_students_limits_count_their_own_use_and_the_courses_count_everyones(
     assert ledger.usage(end, course="CS101", username="ann").gpu_hours_week == 1
     assert ledger.usage(end, course="CS101").gpu_hours_week == 3
     assert ledger.usage(end, course="CS101").servers == 1  # bob's CPU server
+
+
+def test_a_course_page_reads_every_members_usage_at_once(sessions: sessionmaker[Session]) -> None:
+    """The course page and the admin's usage page show every member's usage: the same numbers
+    as asking the ledger user by user, from a fixed number of queries however many students."""
+    students = [f"s{i:02}" for i in range(12)]
+    make_course(sessions, "CS101", students, {"resources": {GPU: 8}})
+    make_course(sessions, "CS102", ["s00", "zed"])
+    ledger = Ledger(sessions)
+    for i, name in enumerate(students):
+        ledger.reserve(name, "CS101", f"server:{name}/", R(gpu=1, cpu=1) if i % 3 == 0 else R(cpu=2), T0)
+        if i % 2:
+            ledger.release(f"server:{name}/", T0 + timedelta(minutes=30 * i))
+    ledger.reserve("s00", "CS102", "server:s00/b", R(mig=1), T0)
+    ledger.reserve("zed", "CS102", "server:zed/", R(shared=1), T0)
+    ledger.reserve("out", None, "server:out/", R(gpu=1), T0)  # outside any course
+    now = T0 + timedelta(hours=8)
+
+    statements: list[str] = []
+    engine = readers(sessions).kw["bind"]
+
+    def count(*args: object) -> None:
+        if str(args[2]).lstrip().upper().startswith("SELECT"):  # not sqlite's BEGIN DEFERRED
+            statements.append(str(args[2]))
+
+    event.listen(engine, "before_cursor_execute", count)
+    try:
+        total, users = ledger.usage_by_user(now, course="CS101")
+    finally:
+        event.remove(engine, "before_cursor_execute", count)
+    assert len(statements) <= 2  # the grouped usage, and the GPU spans
+    assert total == ledger.usage(now, course="CS101")
+    assert total.servers == 6 and total.resources == R(gpu=2, cpu=10)
+    assert users == {name: ledger.usage(now, course="CS101", username=name) for name in students}
+    assert users["s03"].gpu_hours_week == Fraction(3, 2) and users["s01"] == Usage()
+
+    everyone, per_user = ledger.usage_by_user(now)
+    assert everyone == ledger.usage(now)
+    assert per_user == {name: ledger.usage(now, username=name) for name in [*students, "zed", "out"]}
+    assert ledger.usage_by_course(now) == {name: ledger.usage(now, course=name)
+                                           for name in ("CS101", "CS102")}
