@@ -39,7 +39,7 @@ from hub_ext.core.admission import (
     admission_cycle,
 )
 from hub_ext.core.jobs import Job, JobError
-from hub_ext.core.quota import Limits
+from hub_ext.core.quota import Limits, Usage
 from hub_ext.core.resources import is_gpu_resource, sum_vectors
 from hub_ext.service.jobs.records import Admitted, JobStore, to_core, utcnow
 from hub_ext.store import Course, QuotaDenied, UserQuota
@@ -383,8 +383,8 @@ def course_limits(store: JobStore):
         for name, row in users:
             per_user.setdefault(name, {})[row.username] = row.limits
         for name, row in rows:
-            usage = store.ledger.usage(now, course=name)
-            members = {user: (lim, store.ledger.usage(now, course=name, username=user))
+            usage, of_users = store.ledger.usage_by_user(now, course=name)  # one query per course
+            members = {user: (lim, of_users.get(user, Usage()))
                        for user, lim in per_user.get(name, {}).items()}
             out[name] = CourseQuota(limits=row.limits if row is not None else Limits(), usage=usage,
                                     users=members)
