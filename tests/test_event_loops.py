@@ -24,6 +24,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -34,7 +35,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-import requests
 
 import culler
 import hub_ext
@@ -43,16 +43,19 @@ from hub_ext import store
 from tests.hubproc import HubSession, LocalHub, api, start_server, wait_for
 
 WATCH = Path(__file__).parent / "loopwatch"
-CODE = os.pathsep.join(str(Path(m.__file__).parent) for m in (hub_ext, spawner, culler))
+CODE = [str(Path(m.__file__).parent) for m in (hub_ext, spawner, culler)]
 SLOW = re.compile(r"Executing (.*) took (\d+\.\d+) seconds")
 COURSE = "loops101"
 
 
-def watched_env(out: Path, code: str = CODE) -> dict[str, str]:
-    """The environment that loads the watch into a process and every Python process it starts."""
-    path = os.pathsep.join(p for p in (str(WATCH), os.environ.get("PYTHONPATH", "")) if p)
-    return {"PYTHONPATH": path, "PYTHONASYNCIODEBUG": "1", "CLASSHUB_LOOPWATCH_DIR": str(out),
-            "CLASSHUB_LOOPWATCH_SECONDS": "0.05", "CLASSHUB_LOOPWATCH_CODE": code}
+def watched_env(folder: Path, out: Path, code: list[str] = CODE) -> dict[str, str]:
+    """The environment that loads the watch (a copy in ``folder``, writing to ``out``) into a
+    process and into every Python process it starts."""
+    folder.mkdir(exist_ok=True)
+    shutil.copy(WATCH / "sitecustomize.py", folder / "sitecustomize.py")
+    (folder / "loopwatch.json").write_text(json.dumps({"dir": str(out), "seconds": 0.05, "code": code}))
+    path = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH", "")) if p)
+    return {"PYTHONPATH": path, "PYTHONASYNCIODEBUG": "1"}
 
 
 def slow_callbacks(out: Path) -> list[dict]:
@@ -90,7 +93,7 @@ def test_the_watch_blames_a_stall_in_classhub_code_and_not_one_in_its_host(tmp_p
     host.write_text(script)
     out = tmp_path / "watch"
     out.mkdir()
-    env = {**os.environ, **watched_env(out, str(code))}
+    env = {**os.environ, **watched_env(tmp_path / "hook", out, [str(code)])}
     run = subprocess.run([sys.executable, str(host)], env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert len(SLOW.findall(run.stderr)) >= 2, run.stderr  # asyncio's own warnings
@@ -115,8 +118,8 @@ def hub(hub_root: Path, watch_dir: Path):
     culler_config = {"ClasshubCuller": {
         "interval": 1, "warn_before": 300, "ask_servers": "never", "clock_file": str(clock),
         "idle_timeouts": {"gpu": 600, "mig": 600, "shared": 600, "cpu": 600}}}
-    env = {**watched_env(watch_dir), "CLASSHUB_CULLER_CONFIG": json.dumps(culler_config),
-           "CLASSHUB_JOB_INTERVAL": "0.5"}
+    env = {**watched_env(hub_root / "loopwatch-hook", watch_dir), "CLASSHUB_JOB_INTERVAL": "0.5",
+           "CLASSHUB_CULLER_CONFIG": json.dumps(culler_config)}
     hub = LocalHub(data_dir=data, env=env).start()
     hub.clock = clock
     yield hub
@@ -197,12 +200,12 @@ def test_a_class_start_a_cull_a_template_upload_and_a_job_leave_no_slow_callback
 
     # a cull: the servers idle 2 h are warned (the banner says so), then culled, while a classhub
     # write holds the database for a while during each cycle
-    holder = hold_the_database(hub, 1.0)
+    holder = hold_the_database(hub, 3.0)  # the next cycle (one a second) meets it
     move_clock(hub, 7200)
     holder.join()
     wait_for(lambda: "will be stopped in about" in student1.get("/hub/home").text, 30,
              "the culler's warning on student1's home page")
-    holder = hold_the_database(hub, 1.0)
+    holder = hold_the_database(hub, 3.0)
     move_clock(hub, 7200 + 600)
     holder.join()
     wait_for(lambda: not student1.hub_api("GET", "users/student1").json()["servers"], 60,

@@ -1,8 +1,9 @@
 """Slow-callback watch for every Python process of a test hub (tests/test_event_loops.py).
 
 Loaded by Python at start (``sitecustomize``) in each process whose ``PYTHONPATH`` starts with
-this folder and whose environment has ``CLASSHUB_LOOPWATCH_DIR``: the hub, the classhub service,
-the culler and the single-user servers (JupyterHub passes ``PYTHONPATH`` on to all of them).
+a folder holding a copy of this file and its settings (``loopwatch.json``, see `_settings`): the
+hub, the classhub service, the culler and the single-user servers (JupyterHub passes
+``PYTHONPATH`` on to all of them).
 
 It turns on asyncio's debug mode with a slow-callback threshold of ``CLASSHUB_LOOPWATCH_SECONDS``
 (asyncio then logs "Executing <handle> took N seconds"), and for every such callback writes one
@@ -23,10 +24,25 @@ import sys
 import threading
 import time
 
-OUT = os.environ.get("CLASSHUB_LOOPWATCH_DIR", "")
-THRESHOLD = float(os.environ.get("CLASSHUB_LOOPWATCH_SECONDS", "0.05"))
-#: Folders of classhub's own code (absolute, ``os.pathsep``-separated).
-CODE = tuple(p.rstrip(os.sep) + os.sep for p in os.environ.get("CLASSHUB_LOOPWATCH_CODE", "").split(os.pathsep) if p)
+
+def _settings() -> dict:
+    """``loopwatch.json`` beside this file (JupyterHub passes ``PYTHONPATH`` on to services and
+    servers, but not other variables), else the ``CLASSHUB_LOOPWATCH_*`` variables."""
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "loopwatch.json")) as f:
+            return json.load(f)
+    except OSError:
+        return {"dir": os.environ.get("CLASSHUB_LOOPWATCH_DIR", ""),
+                "seconds": float(os.environ.get("CLASSHUB_LOOPWATCH_SECONDS", "0.05")),
+                "code": [p for p in os.environ.get("CLASSHUB_LOOPWATCH_CODE", "").split(os.pathsep) if p]}
+
+
+_SETTINGS = _settings()
+#: Where each process writes its slow callbacks (``<pid>.jsonl``); empty: no watch.
+OUT = _SETTINGS["dir"]
+THRESHOLD = float(_SETTINGS["seconds"])
+#: Folders of classhub's own code (absolute).
+CODE = tuple(p.rstrip(os.sep) + os.sep for p in _SETTINGS["code"])
 #: Code that calls classhub or that classhub extends: a stall whose innermost owner is one of
 #: these (e.g. JupyterHub's own database commit, KubeSpawner's reflector) is not classhub's.
 HOSTS = tuple(f"{os.sep}{name}{os.sep}" for name in (
