@@ -167,8 +167,12 @@ class Announcement:
         self.poll = poll  # False: only `refresh()` reads (tests)
         self._warnings: dict[str, list[tuple[str, datetime, str]]] = {}
         self._reader: threading.Thread | None = None
-        self._starting = threading.Lock()
         self._failing = False
+
+    def __deepcopy__(self, memo: dict) -> Announcement:
+        """A copy that reads on its own (JupyterHub copies its configuration, threads cannot
+        be copied)."""
+        return Announcement(self.db_url, self.every, self.poll)
 
     def __call__(self, user: Any) -> str:
         if user is None or not self.db_url:
@@ -207,11 +211,10 @@ class Announcement:
         self._warnings = found  # one assignment: a render sees the old or the new read, whole
 
     def _start(self) -> None:
-        with self._starting:
-            if self._reader is None:
-                self._reader = threading.Thread(target=self._read_forever, daemon=True,
-                                                name="classhub-announcement")
-                self._reader.start()
+        # only the hub's event loop renders pages: no other thread starts a reader meanwhile
+        self._reader = threading.Thread(target=self._read_forever, daemon=True,
+                                        name="classhub-announcement")
+        self._reader.start()
 
     def _read_forever(self) -> None:
         while True:

@@ -58,8 +58,13 @@ def watched_env(folder: Path, out: Path, code: list[str] = CODE) -> dict[str, st
     return {"PYTHONPATH": path, "PYTHONASYNCIODEBUG": "1"}
 
 
-def slow_callbacks(out: Path) -> list[dict]:
+def records(out: Path) -> list[dict]:
     return [json.loads(line) for f in sorted(out.glob("*.jsonl")) for line in f.read_text().splitlines()]
+
+
+def slow_callbacks(out: Path) -> list[dict]:
+    """Every slow callback the watch saw (a process also notes each event loop it made)."""
+    return [r for r in records(out) if "wall" in r]
 
 
 def test_the_watch_blames_a_stall_in_classhub_code_and_not_one_in_its_host(tmp_path: Path):
@@ -211,6 +216,10 @@ def test_a_class_start_a_cull_a_template_upload_and_a_job_leave_no_slow_callback
     wait_for(lambda: not student1.hub_api("GET", "users/student1").json()["servers"], 60,
              "student1's server to be culled")
 
+    # every process was watched: the hub, the service, the culler and the students' servers
+    watched = " ".join(r["argv"] for r in records(watch_dir) if r.get("loop"))
+    for process in ("classhub local", "hub_ext/service", "culler", "jupyterhub/singleuser"):
+        assert process in watched, f"no event loop of {process} was watched: {watched}"
     log = hub.log_path.read_text(errors="replace")
     warnings = SLOW.findall(log)
     found = slow_callbacks(watch_dir)
