@@ -313,7 +313,7 @@ class ClasshubCuller(Application):
         users = await self.users()
         servers = F.running_servers(users)
         report.servers = len(servers)
-        known = self.read_store(now)
+        known = await asyncio.to_thread(self.read_store, now)  # docs/architecture.md, rule 7
         report.pressure = dict(known["pressure"])
         util = await self.gpu_by_pod() if servers else {}
         facts: dict[tuple[str, str], ServerFacts] = {}
@@ -420,6 +420,15 @@ class ClasshubCuller(Application):
 
         stopped = [d for d, ok in await asyncio.gather(*(cull(d) for d in culls)) if ok]
         report.culled, report.warned = stopped, warns
+        # a write may wait for sqlite's one writer (up to its busy timeout): never on the loop
+        # (docs/architecture.md, rule 7)
+        await asyncio.to_thread(self.record_cycle, culls, warns, stopped, facts, now, report)
+
+    def record_cycle(self, culls: list[Decision], warns: list[Decision], stopped: list[Decision],
+                     facts: Mapping[tuple[str, str], ServerFacts], now: datetime,
+                     report: CycleReport) -> None:
+        """Store a cycle's outcome in one transaction: warnings kept, added or dropped; each
+        cull in the audit log; shortfalls closed."""
         with self.sessions.begin() as session:
             current = {(w.username, w.server_name): w for w in cm.warnings_of(session)}
             failed = {(d.user, d.server_name) for d in culls} - {(d.user, d.server_name) for d in stopped}

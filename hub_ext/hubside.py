@@ -30,6 +30,8 @@ from __future__ import annotations
 import html
 import json
 import logging
+import threading
+import time
 from datetime import datetime, timezone
 from typing import Any
 
@@ -151,34 +153,70 @@ class Announcement:
     """``template_vars`` callable: the hub page's announcement for a user with pending culls.
 
     JupyterHub calls it with the current user on every page render (home, spawn, token pages),
-    synchronously, and renders the result as HTML in its announcement bar; the message is escaped
-    here. It reads through the store's readers: a page render never waits on a classhub write
-    (a spawn's reservation, the culler's bookkeeping) holding the database.
+    synchronously, on the hub's event loop, and renders the result as HTML in its announcement
+    bar; the message is escaped here. A render reads no database (docs/architecture.md, rule 7):
+    a thread of its own reads every pending warning (a few rows: servers about to be culled)
+    every ``every`` seconds, through the store's readers, and a render looks the user up in what
+    it read last. A warning comes minutes before its cull; showing it a second or two late
+    changes nothing a user could act on.
     """
 
-    def __init__(self, db_url: str) -> None:
+    def __init__(self, db_url: str, every: float = 2.0, poll: bool = True) -> None:
         self.db_url = db_url
+        self.every = every
+        self.poll = poll  # False: only `refresh()` reads (tests)
+        self._warnings: dict[str, list[tuple[str, datetime, str]]] = {}
+        self._reader: threading.Thread | None = None
+        self._failing = False
+
+    def __deepcopy__(self, memo: dict) -> Announcement:
+        """A copy that reads on its own (JupyterHub copies its configuration, threads cannot
+        be copied)."""
+        return Announcement(self.db_url, self.every, self.poll)
 
     def __call__(self, user: Any) -> str:
         if user is None or not self.db_url:
             return ""
-        try:
-            with store.readers(store.shared(self.db_url))() as session:
-                warnings = cm.warnings_of(session, user.name)
-        except Exception:  # a database hiccup must never break the hub's pages
-            logging.getLogger("JupyterHub").warning(
-                "classhub: the culler's warnings for %s could not be read", user.name, exc_info=True)
-            return ""
+        if self.poll and self._reader is None:
+            self._start()
         now = datetime.now(timezone.utc)
         parts = []
-        for w in warnings:
-            which = f"Your server {w.server_name!r}" if w.server_name else "Your server"
-            left = format_duration(max(0.0, (w.cull_at - now).total_seconds()))
+        for server_name, cull_at, message in self._warnings.get(user.name, ()):
+            which = f"Your server {server_name!r}" if server_name else "Your server"
+            left = format_duration(max(0.0, (cull_at - now).total_seconds()))
             why = ("because it reached its maximum running time. Save your work."
-                   if "maximum age" in w.message else
+                   if "maximum age" in message else
                    "because it is idle. Use it (open it, run a cell) to keep it.")
             parts.append(
                 f'<span class="classhub-cull-warning">{html.escape(which)} will be stopped in about '
                 f"{html.escape(left)} {why}</span>"
             )
         return "<br>".join(parts)
+
+    def refresh(self) -> None:
+        """Read every pending warning (in the calling thread); a failure keeps what was read
+        before and is logged once until a read works again."""
+        try:
+            with store.readers(store.shared(self.db_url))() as session:
+                found: dict[str, list[tuple[str, datetime, str]]] = {}
+                for w in cm.warnings_of(session):
+                    found.setdefault(w.username, []).append((w.server_name, w.cull_at, w.message))
+        except Exception:  # a database hiccup must never break the hub's pages
+            if not self._failing:
+                logging.getLogger("JupyterHub").warning(
+                    "classhub: the culler's warnings could not be read", exc_info=True)
+            self._failing = True
+            return
+        self._failing = False
+        self._warnings = found  # one assignment: a render sees the old or the new read, whole
+
+    def _start(self) -> None:
+        # only the hub's event loop renders pages: no other thread starts a reader meanwhile
+        self._reader = threading.Thread(target=self._read_forever, daemon=True,
+                                        name="classhub-announcement")
+        self._reader.start()
+
+    def _read_forever(self) -> None:
+        while True:
+            self.refresh()
+            time.sleep(self.every)

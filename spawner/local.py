@@ -234,20 +234,28 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
                     "folder is private); install classhub in a venv made from a system Python, "
                     "e.g. 'make PYTHON=/usr/bin/python3'"
                 )
-        self._run_as = self._account()
+        # account, home and records are file work (useradd, mkdir, chown): a worker thread's,
+        # not the hub's event loop's (docs/architecture.md, rule 7)
+        self._run_as = await asyncio.to_thread(self._account)
         await self._take_gpus()
+        home, record = await asyncio.to_thread(self._home_and_record)
+        self.notebook_dir = str(home)
+        await self._seed_home(home)
+        # A process of an earlier start that a hub crash orphaned must not outlive this start.
+        await processes.stop_recorded(str(record), 0)
+        return await super().start()
+
+    def _home_and_record(self) -> tuple[Path, Path]:
+        """The user's home, made theirs, and this server's process record, its folder made."""
         home = accounts.prepare_home(
             Path(self.homes_dir or "homes").resolve(),
             accounts.safe_name(self.user.name),
             self._run_as,
             private=self.system_users,
         )
-        self.notebook_dir = str(home)
-        await self._seed_home(home)
-        # A process of an earlier start that a hub crash orphaned must not outlive this start.
-        await processes.stop_recorded(str(self.record_path), 0)
-        self.record_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        return await super().start()
+        record = self.record_path
+        record.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return home, record
 
     templates = Instance(ClasshubTemplates, help="Template settings (c.ClasshubTemplates.*).")
 

@@ -99,25 +99,27 @@ class ProfilesMixin(HasTraits):
         """Profiles to offer when none are configured (subclasses look at their hardware)."""
         return [{"slug": "cpu", "display_name": "CPU only", "kind": "cpu", "default": True}]
 
-    def viewer(self) -> Viewer:
+    async def viewer(self) -> Viewer:
         """Who is choosing: hub groups and admin flag, course roles from the classhub store.
 
         The store is the one truth for who teaches what (a course created through the API has
         no group properties); without a store (a bare spawner in a test), group properties are
         read as before.
         """
-        return self._viewer_and_courses()[0]
+        return (await self._viewer_and_courses())[0]
 
-    def _viewer_and_courses(self) -> tuple[Viewer, dict[str, str] | None, bool]:
+    async def _viewer_and_courses(self) -> tuple[Viewer, dict[str, str] | None, bool]:
         """`viewer`, the course roles it was built from (None without a store) and whether one
         of those courses re-seeds ``on_start``, from one read: a start charges one of those
         courses (the reservation reuses the roles) and seeds only when a course re-seeds or a
-        ``template`` option asks (`_resolve_template`)."""
+        ``template`` option asks (`_resolve_template`). The read runs on the store's threads,
+        never on the hub's event loop (docs/architecture.md, rule 7)."""
         orm_user = self.user.orm_user if hasattr(self.user, "orm_user") else self.user
         groups = [g.name for g in getattr(orm_user, "groups", []) or []]
         admin = bool(self.user.admin)
         if self.classhub_db_url:
-            in_courses, reseeds = templates_spawn.course_roles(self.classhub_db_url, self.user.name)
+            in_courses, reseeds = await store.in_thread(
+                templates_spawn.course_roles, self.classhub_db_url, self.user.name)
             return Viewer(name=self.user.name, groups=frozenset(groups) | frozenset(in_courses),
                           role=roles.overall_role(admin, in_courses), admin=admin), in_courses, reseeds
         courses = {
@@ -185,7 +187,7 @@ class ProfilesMixin(HasTraits):
         return self._classhub_options_form
 
     async def _classhub_options_form(self, spawner=None) -> str:
-        viewer = self.viewer()
+        viewer = await self.viewer()
         offers = await self.offers(viewer)
         if not offers:
             return "<p>No profile is available to you. Ask your teacher or an admin.</p>"
@@ -212,7 +214,7 @@ class ProfilesMixin(HasTraits):
         """Validate the choice (form or REST) and apply it; HTTP 400 with the reason if refused."""
         if not self.classhub_profiles_enabled():
             return
-        viewer, in_courses, reseeds = self._viewer_and_courses()
+        viewer, in_courses, reseeds = await self._viewer_and_courses()
         user_options = await self._resolve_template(user_options, in_courses, reseeds)  # issue 6
         try:
             selection = self.catalog().select(viewer, user_options, self.image_policy(viewer))

@@ -151,8 +151,9 @@ def test_idle_gpu_server_is_warned_then_culled_and_persistent_server_is_kept(cul
                        "a cull warning for student1")[0]
     assert warning["server_name"] == "" and warning["seconds_left"] > 0
     assert "idle" in warning["message"]
-    home = student.get("/hub/home")
-    assert "will be stopped in about" in home.text and "classhub-cull-warning" in home.text
+    # the hub's banner reads the warnings every 2 s, off its event loop (hub_ext.hubside)
+    wait_for(lambda: "will be stopped in about" in (text := student.get("/hub/home").text)
+             and "classhub-cull-warning" in text, 30, "the warning on student1's hub home page")
 
     # The culler dies (the hub starts it again): the warning, kept in the store, still stands.
     (culler,) = culler_processes(hub)

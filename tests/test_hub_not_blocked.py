@@ -3,9 +3,10 @@
 On sqlite a write transaction holds the whole database. Something outside the hub holds it here
 (as a culler cycle or the service would) while a student loads hub pages and another student
 starts a server. The pages come back while the write is still held: their reads (the culler's
-warning in the announcement bar, the course roles of the spawn form) go through readers that
-never wait on a writer. A spawn's reservation is a write: it waits in a worker thread, the hub keeps
-answering (the spawn page shows the progress), and the server starts once the write ends.
+warning in the announcement bar, read every 2 s off the loop; the course roles of the spawn
+form, on the store's threads) go through readers that never wait on a writer. A spawn's
+reservation is a write: it waits in a worker thread, the hub keeps answering (the spawn page
+shows the progress), and the server starts once the write ends.
 """
 
 from __future__ import annotations
@@ -52,8 +53,9 @@ def test_pages_answer_and_a_spawn_waits_its_turn_while_a_write_is_held(hub):
         holder.add(store.AuditLog(at=now, actor="test", action="holding", details={}))
         holder.flush()
         spawn.start()
-        home = student1.get("/hub/home")
-        assert home.status_code == 200 and "will be stopped in about" in home.text
+        # the banner's reader (hub_ext.hubside.Announcement) reads every 2 s, the write held
+        wait_for(lambda: (home := student1.get("/hub/home")).status_code == 200
+                 and "will be stopped in about" in home.text, 30, "the culler's warning on /hub/home")
         # the spawn page (one profile here, so it starts the server and shows its progress)
         pending = student1.get("/hub/spawn")
         assert pending.status_code == 200 and "Your server is starting up" in pending.text

@@ -7,6 +7,7 @@ publisher pod and the user pods' seeding containers mount). The layout is::
     <root>/c<course id>/t<template id>/v<N>-<random>/files/...      the files, read-only
     <root>/c<course id>/t<template id>/v<N>-<random>/manifest.json  the manifest (sha256 in the store)
     <root>/.staging/<random>/                               uploads being checked
+    <root>/.discarded/<random>/                             refused uploads being removed
 
 Names users choose never reach a path here: folders are named by database ids and numbers; the
 files inside come from :func:`hub_ext.backends.seeding.extract_archive` or from the contents
@@ -39,6 +40,8 @@ __all__ = ["ClasshubTemplates", "Stager", "TemplateStorage", "manifest_digest"]
 MANIFEST = "manifest.json"
 FILES = "files"
 STAGING = ".staging"
+#: Staging folders being removed (`TemplateStorage.set_aside`).
+DISCARDED = ".discarded"
 
 
 class ClasshubTemplates(Configurable):
@@ -194,6 +197,19 @@ class TemplateStorage:
     @staticmethod
     def discard(staged: Path) -> None:
         shutil.rmtree(staged, ignore_errors=True)
+
+    @staticmethod
+    def set_aside(staged: Path) -> Path:
+        """Move a staging folder out of staging (one rename, beside it in ``.discarded``) and
+        return where it is now: for :meth:`discard` on a worker thread, so an event loop never
+        waits for an upload's files to be removed (docs/architecture.md, rule 7)."""
+        aside = staged.parent.parent / DISCARDED
+        try:
+            aside.mkdir(mode=0o700, exist_ok=True)
+            os.rename(staged, aside / staged.name)
+        except OSError:  # gone already, or elsewhere: discard it where it is
+            return staged
+        return aside / staged.name
 
     def extract(self, archive: str | os.PathLike[str], staged: Path, limits: SeedLimits) -> Manifest:
         """Unpack an uploaded archive into ``staged/files``; refused archives leave nothing."""

@@ -83,9 +83,10 @@ def course_roles(db_url: str, username: str) -> tuple[dict[str, str], bool]:
     Why one read for both: a start needs the roles (the profile check, the course to charge),
     and most starts seed nothing and skip :func:`resolve`'s worker thread (at a class start, the
     thread's round trip was a tenth of a start's time in the hub, bench/storm.py). The read goes
-    through the store's readers, which never wait on a writer, so a start makes it on the hub's
-    event loop; as two reads it was two transactions there (on PostgreSQL, three round trips
-    each)."""
+    through the store's readers, which never wait on a writer; the spawner makes it on the
+    store's threads (docs/architecture.md, rule 7: no database call on the hub's event loop, a
+    PostgreSQL round trip included). As two reads it was two transactions (on PostgreSQL,
+    three round trips each)."""
     with store.readers(store.shared(db_url))() as session:
         rows = session.execute(
             select(Course.name, Membership.role, TemplateSettings.reseed)

@@ -182,9 +182,9 @@ class ClasshubService(Application):
             default_handler_class=pages.NOT_FOUND_ROUTE[1],
         )
 
-    async def serve(self) -> None:
+    async def serve(self, app: web.Application | None = None) -> None:
         url = urlparse(self.service_url)
-        app = self.make_app()
+        app = app or self.make_app()
         await self._reconcile(app.settings["courses"])
         share_task = asyncio.create_task(self._shares(app.settings["shares"]))
         ledger_task = asyncio.create_task(reconcile.reconcile_forever(
@@ -244,7 +244,11 @@ class ClasshubService(Application):
         await sharing.expire_forever(shares, self.share_interval)
 
     def start(self) -> None:
-        asyncio.run(self.serve())
+        # the app is made before the loop runs: its schema check, the job backend's imports and
+        # GPU discovery (a command) would be the loop's first, slow callback (docs/architecture.md,
+        # rule 7)
+        app = self.make_app()
+        asyncio.run(self.serve(app))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -101,13 +101,18 @@ def recorded_process(path: str) -> psutil.Process | None:
 async def stop_recorded(path: str, grace: float) -> bool:
     """Stop the process group a record names (if it still runs) and remove the record.
 
-    Returns True when there was such a process."""
-    p = recorded_process(path)
+    Returns True when there was such a process. The record is read and removed on a worker
+    thread (docs/architecture.md, rule 7)."""
+    p = await asyncio.to_thread(recorded_process, path)
     if p is not None:
         await stop_process_group(p.pid, grace, reap=lambda: _reap(p.pid))
+    await asyncio.to_thread(_remove, path)
+    return p is not None
+
+
+def _remove(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-    return p is not None
 
 
 def _reap(pid: int) -> None:

@@ -13,6 +13,7 @@ import os
 import secrets
 import tarfile
 import tempfile
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -204,11 +205,14 @@ class PublishHandler(TemplatesBase):
         self._staged = self.templates.storage().staging()
         self._archive = open(self._staged / "upload", "wb")  # noqa: SIM115 - closed in post/on_finish
 
-    def data_received(self, chunk: bytes) -> None:
+    def data_received(self, chunk: bytes) -> Awaitable[int] | None:
         if self._archive is None:
             super().data_received(chunk)
         elif self.accept_chunk(chunk):
-            self._archive.write(chunk)
+            # tornado awaits the write before it reads on (flow control); the disk is never
+            # waited on on the loop (docs/architecture.md, rule 7)
+            return asyncio.to_thread(self._archive.write, chunk)
+        return None
 
     def on_finish(self) -> None:
         self._cleanup()
@@ -218,12 +222,24 @@ class PublishHandler(TemplatesBase):
         self._cleanup()
 
     def _cleanup(self) -> None:
-        if self._archive is not None:
-            self._archive.close()
-            self._archive = None
-        if self._staged is not None:
-            TemplateStorage.discard(self._staged)
-            self._staged = None
+        """Forget the upload: the staged folder leaves staging at once (one rename) and its
+        files are removed, with the archive's file closed, on a worker thread: an upload can be
+        thousands of files or a large archive, and removing them must not stall the loop
+        (docs/architecture.md, rule 7)."""
+        archive, staged = self._archive, self._staged
+        self._archive = self._staged = None
+        if archive is None and staged is None:
+            return
+        if staged is not None:
+            staged = TemplateStorage.set_aside(staged)
+
+        def remove() -> None:
+            if archive is not None:
+                archive.close()
+            if staged is not None:
+                TemplateStorage.discard(staged)
+
+        asyncio.get_running_loop().run_in_executor(None, remove)
 
     def _require_course(self, course: str) -> None:
         with self.settings["sessions"]() as session:
@@ -249,7 +265,7 @@ class PublishHandler(TemplatesBase):
             source = f"server:{self.caller.name}:/{folder}"
         else:
             assert self._archive is not None and self._staged is not None
-            self._archive.close()
+            await asyncio.to_thread(self._archive.close)
             self._archive = None
             if self._body_received == 0:
                 raise web.HTTPError(400, 'The body is empty: send an archive, or JSON {"source": '
@@ -259,7 +275,7 @@ class PublishHandler(TemplatesBase):
                 await asyncio.to_thread(storage.extract, self._staged / "upload", self._staged, limits)
             except TemplateRefused as e:
                 raise web.HTTPError(400, _not_published(e, self._staged)) from None
-            os.unlink(self._staged / "upload")
+            await asyncio.to_thread(os.unlink, self._staged / "upload")
             source = "archive"
         try:
             manifest, digest = await asyncio.to_thread(storage.seal, self._staged, limits)
@@ -423,7 +439,7 @@ class UploadHandler(APIHandler):
             raise web.HTTPError(404, "No such upload.")
         self.set_header("Content-Type", "application/x-tar")
         with open(found[0], "rb") as data:
-            while chunk := data.read(1 << 20):
+            while chunk := await asyncio.to_thread(data.read, 1 << 20):
                 self.write(chunk)
                 await self.flush()
         self.finish()
