@@ -71,6 +71,7 @@ __all__ = [
     "may_change_member",
     "may_view_server",
     "visible_courses",
+    "visible_jobs",
 ]
 
 # Actions: stable names (also used in tests and logs).
@@ -121,6 +122,16 @@ READ_CULL_WINDOWS = "read_cull_windows"
 EDIT_CULL_WINDOWS = "edit_cull_windows"
 #: The classhub pages (hub_ext.service.pages): for any user with classhub access.
 OPEN_PAGES = "open_pages"
+# Listing jobs: any user (the listing is filtered by `visible_jobs`); with ?course=, the course's
+# staff, or anyone asking for their own jobs there. A job's priority: the course's teachers.
+LIST_JOBS = "list_jobs"
+SET_JOB_PRIORITY = "set_job_priority"
+# Course templates: members see them and start their own server from one (with the hub scope to
+# restart that server: no confused deputy); teachers publish and change the template settings.
+# A caller outside the course is told it is none of theirs (404), as for a missing course.
+READ_TEMPLATES = "read_templates"
+USE_TEMPLATE = "use_template"
+PUBLISH_TEMPLATE = "publish_template"
 
 #: Scope that lets a token read the metrics (as for JupyterHub's own /hub/metrics).
 METRICS_SCOPE = "read:metrics"
@@ -137,6 +148,7 @@ HUB_SCOPES: Mapping[str, tuple[tuple[str, str | None], ...]] = MappingProxyType(
     CONTROL_SERVER: (("servers", "user"),),
     SHARE_SERVER: (("shares", "user"),),
     REVOKE_SHARE: (("shares", "user"),),
+    USE_TEMPLATE: (("servers", "user"),),
 })
 
 #: Actions a token that does not grant access to classhub may still do (the hub's own scope
@@ -244,6 +256,7 @@ _COURSE_RULES: Mapping[str, frozenset[str]] = MappingProxyType(
         READ_CULL_POLICY: _MEMBERS,
         READ_CULL_WINDOWS: _MEMBERS,
         EDIT_CULL_WINDOWS: _TEACHERS,
+        SET_JOB_PRIORITY: _TEACHERS,
     }
 )
 
@@ -265,6 +278,7 @@ _WHAT = {
     READ_CULL_POLICY: "see the culling policy of {c}",
     READ_CULL_WINDOWS: "see the no-cull windows of {c}",
     EDIT_CULL_WINDOWS: "reserve or cancel no-cull windows of {c}",
+    SET_JOB_PRIORITY: "set a job's priority in {c}",
 }
 
 _WHO = {
@@ -300,6 +314,10 @@ ACTIONS = (
     MARK_PERSISTENT,
     SET_CULL_POLICY,
     OPEN_PAGES,
+    LIST_JOBS,
+    READ_TEMPLATES,
+    USE_TEMPLATE,
+    PUBLISH_TEMPLATE,
 )
 
 #: Actions for hub admins alone, about no course in particular, with the sentence for anyone else.
@@ -361,7 +379,8 @@ def _missing_scopes(caller: Caller, action: str, course: str | None, user: str |
 
 def decide(caller: Caller, action: str, *, course: str | None = None, user: str | None = None,
            share: ShareRef | None = None, server: str | None = None,
-           user_courses: Mapping[str, str] | None = None, open: bool = False) -> Verdict:
+           user_courses: Mapping[str, str] | None = None, open: bool = False,
+           job: str | None = None, priority: object = None) -> Verdict:
     """May `caller` do `action` (on `course`, about `user`)?
 
     `course` is required for course actions, `user` for READ_USER_QUOTA/SET_USER_QUOTA,
@@ -370,6 +389,13 @@ def decide(caller: Caller, action: str, *, course: str | None = None, user: str 
     REPORT_SHARE_ACCESS and COPY_SHARED_FILE. `open`: the deployment opened READ_METRICS to
     everyone. A course the caller does not belong to is refused the same way whether or not it
     exists, so the answer does not reveal which courses exist; only admins get 404s.
+
+    Jobs: `job` is the id of the job READ_JOB or CANCEL_JOB acts on, `course` and `user` its
+    course and owner (course None: there is no such job); a caller who may not see it gets the
+    404 of a missing job, so the answer does not reveal which jobs exist (README, "Security
+    model"). SUBMIT_JOB with a `priority` other than 0 also needs SET_JOB_PRIORITY. LIST_JOBS:
+    `course` and `user` are the listing's filters (``?course=``, ``?owner=``). Templates
+    (READ_TEMPLATES, USE_TEMPLATE, PUBLISH_TEMPLATE) need the `course`.
     """
     if caller.kind == ANONYMOUS.kind:
         if action == READ_METRICS and open:
@@ -380,6 +406,26 @@ def decide(caller: Caller, action: str, *, course: str | None = None, user: str 
         return Verdict(False, 401, "Log in first, or send 'Authorization: token <token>'.")
     if action in (LIST_COURSES, READ_ME):
         return ALLOW  # the list itself is filtered by visible_courses; anyone may ask who they are
+    if action in _TEMPLATE_ACTIONS:
+        if course is None:
+            raise ValueError(f"{action} needs a course")
+        return _templates(caller, action, course)
+    if action in _JOB_ACTIONS and not caller.is_user and (
+            course is None or job is not None or action == LIST_JOBS):
+        return _deny("Jobs belong to users; ask with a user's token.")
+    if action == LIST_JOBS:
+        if course is None or user == caller.name:
+            return ALLOW  # the listing itself is filtered by visible_jobs
+        return decide(caller, READ_COURSE_JOBS, course=course)
+    if job is not None and action in (READ_JOB, CANCEL_JOB) and (
+            course is None or not decide(caller, READ_JOB, course=course, user=user)):
+        return Verdict(False, 404, f"No job {job} among the jobs you can see; GET /api/jobs lists them.")
+    if action == SUBMIT_JOB and priority not in (None, 0):
+        verdict = decide(caller, SUBMIT_JOB, course=course)
+        if verdict and not decide(caller, SET_JOB_PRIORITY, course=course):
+            return _deny(f"Only teachers of {course} and hub admins set a job's priority; leave "
+                         "priority out.")
+        return verdict
     if action in _USERS_ONLY and not (caller.is_user and caller.access):
         return _deny(f"{caller.name} is a hub service; {_USERS_ONLY[action]}. Ask with a user's token.")
     if action in (READ_OWN_USAGE, LIST_OWN_FILES, READ_OWN_INVITATIONS, ANSWER_INVITATION,
@@ -464,6 +510,44 @@ def _decide_share(caller: Caller, action: str, share: ShareRef | None) -> Verdic
             and share.target not in caller.groups):
         return _deny(f"You can share with groups you belong to; you are not in {share.target}.")
     return ALLOW
+
+
+_TEMPLATE_ACTIONS = frozenset({READ_TEMPLATES, USE_TEMPLATE, PUBLISH_TEMPLATE})
+_JOB_ACTIONS = frozenset({SUBMIT_JOB, READ_JOB, CANCEL_JOB, READ_COURSE_JOBS, LIST_JOBS, SET_JOB_PRIORITY})
+
+
+def _templates(caller: Caller, action: str, course: str) -> Verdict:
+    """Templates of `course`: members and admins see and use them, its teachers and admins
+    publish; anyone else is told the course is none of theirs (404, as for a missing course)."""
+    if not (caller.is_admin or caller.role_in(course) is not None):
+        return Verdict(False, 404, f"No course {course} among yours; GET /api/courses lists the "
+                                   "courses you are in.")
+    if action == PUBLISH_TEMPLATE and not (caller.is_admin or caller.role_in(course) == TEACHER):
+        return _deny(f"Only a teacher of {course} (or an admin) can publish its templates or change "
+                     "its template settings; ask the course's teacher.")
+    if action == USE_TEMPLATE:  # restarting the caller's own server: their token must allow it
+        return _missing_scopes(caller, action, course, caller.name)
+    return ALLOW
+
+
+def visible_jobs(caller: Caller, *, course: str | None, owner: str | None) -> dict[str, object]:
+    """Which jobs a listing shows `caller` (after LIST_JOBS allowed it), as the filters of the
+    job store's ``list`` (``owner``, ``courses``, ``either``: the owner's jobs or the courses').
+
+    Admins see every job (narrowed by ``?course=``/``?owner=``); the course's staff see its
+    jobs; everyone sees their own. Without filters, a user sees their own jobs and those of the
+    courses they teach or assist.
+    """
+    if caller.is_admin:
+        return {"owner": owner, "courses": [course] if course else None}
+    if course is not None:
+        staff = bool(decide(caller, READ_COURSE_JOBS, course=course))
+        return {"owner": owner if staff else caller.name, "courses": [course]}
+    staff_of = [c for c in sorted(caller.courses) if decide(caller, READ_COURSE_JOBS, course=c)]
+    if owner is not None and owner != caller.name:
+        return {"owner": owner, "courses": staff_of}
+    return {"owner": caller.name, "courses": staff_of if owner is None else None,
+            "either": owner is None}
 
 
 def may_view_server(viewer: Caller, owner: str, server: str) -> Verdict:

@@ -19,19 +19,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hub_ext.core.authz import ALLOW, Caller, Verdict
-from hub_ext.core.roles import TEACHER
+from hub_ext.core import authz
+from hub_ext.core.authz import Caller, Verdict
 
 __all__ = [
     "MANUAL",
     "ON_START",
     "RESEED_MODES",
     "TemplateChoice",
+    "TemplateError",
     "TemplateOptionError",
     "may_publish",
     "may_read",
     "may_use",
     "name_problem",
+    "require_name",
     "template_key",
     "version_on_start",
 ]
@@ -60,34 +62,39 @@ def template_key(course: str, name: str) -> str:
     return f"{course}/{name}"
 
 
-def _deny(status: int, message: str) -> Verdict:
-    return Verdict(False, status, message)
-
-
 def may_read(caller: Caller, course: str) -> Verdict:
-    """Members of the course (any role) and hub admins see its templates."""
-    if caller.is_admin or (caller.is_user and course in caller.courses):
-        return ALLOW
-    return _deny(404, f"No course {course} among yours; GET /api/courses lists the courses you are in.")
+    """Members of the course (any role) and hub admins see its templates (the rule is
+    hub_ext.core.authz's READ_TEMPLATES, which the service's handlers declare)."""
+    return authz.decide(caller, authz.READ_TEMPLATES, course=course)
 
 
 def may_use(caller: Caller, course: str) -> Verdict:
-    """Starting a server from a template, re-seeding one's home: the same as reading."""
+    """Starting a server from a template, re-seeding one's home: the same as reading (the
+    spawner asks this; the service's start also needs the hub scope to restart the server,
+    authz.USE_TEMPLATE)."""
     return may_read(caller, course)
 
 
 def may_publish(caller: Caller, course: str) -> Verdict:
-    """The course's teachers and hub admins publish templates and change template settings."""
-    seen = may_read(caller, course)
-    if not seen:
-        return seen
-    if caller.is_admin or caller.courses.get(course) == TEACHER:
-        return ALLOW
-    return _deny(403, f"Only a teacher of {course} (or an admin) can publish its templates or "
-                      "change its template settings; ask the course's teacher.")
+    """The course's teachers and hub admins publish templates and change template settings
+    (authz.PUBLISH_TEMPLATE)."""
+    return authz.decide(caller, authz.PUBLISH_TEMPLATE, course=course)
 
 
-class TemplateOptionError(ValueError):
+class TemplateError(ValueError):
+    """What the caller asked of templates cannot be done as asked; the message is the sentence
+    that says what to change (the service answers it with a 400)."""
+
+
+def require_name(name: Any) -> str:
+    """``name`` when it is a template name; TemplateError with the sentence otherwise."""
+    problem = name_problem(name)
+    if problem:
+        raise TemplateError(problem[:1].upper() + problem[1:] + ".")
+    return name
+
+
+class TemplateOptionError(TemplateError):
     """A ``template`` spawn option that cannot be used; the message says what to send instead."""
 
 

@@ -13,6 +13,9 @@ action of hub_ext.core.authz it performs and which request body model it takes, 
 - ``@needs(PUBLIC)``: anyone, even without a token (health, the OpenAPI document).
 - ``@takes(Model)``: the JSON body parsed as the pydantic ``Model`` (hub_ext.service.body_models)
   is in ``self.body`` when the method runs; a wrong body gets a 400 naming the field.
+- ``@refuses(JobError, ...)``: the errors of hub_ext.core's meaning checks (a profile the course
+  does not offer, a job no node could hold) that the method lets through are the caller's to fix:
+  a 400 with the error's sentence, not a 500. Above ``@needs`` when a lookup may raise one.
 
 Order: ``@needs`` above ``@takes``, so a caller who may not act learns nothing from a 400 about
 the body (403 first, as the hub answers).
@@ -25,7 +28,9 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["PUBLIC", "action_of", "body_of", "needs", "takes"]
+from tornado import web
+
+__all__ = ["PUBLIC", "action_of", "body_of", "needs", "refuses", "takes"]
 
 #: The action of a method that anyone may call, without a token.
 PUBLIC = "public"
@@ -73,6 +78,25 @@ def takes(model: type) -> Callable[[Method], Method]:
             return await result if inspect.isawaitable(result) else result
 
         setattr(run, _BODY, model)
+        return run
+
+    return wrap
+
+
+def refuses(*errors: type[Exception]) -> Callable[[Method], Method]:
+    """Declare the core errors a method answers with a 400 carrying their sentence."""
+
+    def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        async def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                result = method(self, *args, **kwargs)
+                return await result if inspect.isawaitable(result) else result
+            except errors as e:
+                # The one 400 for meaning checks: core's sentence says what to change
+                # (docs/architecture.md, rules 6 and 8).
+                raise web.HTTPError(400, "%s.", str(e).strip().rstrip(".")) from None
+
         return run
 
     return wrap
