@@ -2,9 +2,10 @@
 
 What a student (or an attacker) notices when this fails: ``POST /api/jobs`` with ``"roles": -1``,
 ``"priority": 2**40`` or ``"replicas": true`` answered 500 instead of a 400 saying what to send.
-The service runs a body through ``parse_submission`` -> (roles that name a profile) the
-profile resolution -> ``parse_job``; each step either returns or raises the error the service turns
-into a 400 (`JobError`, or `OptionsError` for a profile). The properties put arbitrary JSON values
+The service reads a body as its model (hub_ext.service.jobs.bodies.JobSubmission, whose fields core's
+checks refuse with a `BodyError`) -> (roles that name a profile) the profile resolution ->
+``parse_job``; each step either returns or raises the error the service turns into a 400
+(`BodyError`, `JobError`, or `OptionsError` for a profile). The properties put arbitrary JSON values
 (and the boundary values of the attack run) in each field of a job body, in each field of a role
 and in a role's resources, and check that nothing else is raised and that a job that parses has
 values every later step (the database, the admission core, the backends) can hold.
@@ -21,6 +22,8 @@ from hypothesis import strategies as st
 
 from hub_ext.core import jobs as J
 from hub_ext.core.profiles import Catalog, OptionsError, Viewer, resolve_job_roles
+from hub_ext.service.body_models import BodyError
+from hub_ext.service.jobs.bodies import JobSubmission, parse_submission
 from hub_ext.service.jobs.profiles import names_profile
 
 pytestmark = pytest.mark.unit
@@ -59,13 +62,13 @@ def submit(body: object) -> J.Job | None:
     """What ``POST /api/jobs`` does with a body before the quota check: a job, or None for a
     refusal the service answers 400. Any other exception fails the property."""
     try:
-        submission = J.parse_submission(body)
+        submission = parse_submission(body)
         fields = dict(submission.job_fields)
         if names_profile(fields):
             fields["roles"], _kept = resolve_job_roles(CATALOG, STUDENT, "cs101", fields["roles"])
         job = J.parse_job({**fields, "name": submission.name}, owner="ana", course="cs101",
                           submit_time=1.7e9, default_max_runtime=3600.0, max_runtime_limit=None)
-    except (J.JobError, OptionsError) as e:
+    except (BodyError, J.JobError, OptionsError) as e:
         assert str(e) and "\n" not in str(e)
         return None
     # what the store and the backends do with an accepted job must not fail either
@@ -87,7 +90,7 @@ def test_any_value_in_any_field_of_the_shorthand_is_a_job_or_a_sentence(field, v
     submit({**SHORTHAND, field: value})
 
 
-@given(field=st.sampled_from(sorted(J._SUBMIT_KEYS)), value=VALUES)
+@given(field=st.sampled_from(sorted(JobSubmission.model_fields)), value=VALUES)
 @example(field="roles", value=-1).via("the attack run")
 @example(field="roles", value=1.5).via("the attack run")
 @example(field="roles", value=True).via("the attack run")
@@ -112,7 +115,7 @@ def test_any_resource_list_is_a_job_or_a_sentence(resources):
     submit({"command": ["true"], "resources": resources})
 
 
-@given(body=st.dictionaries(st.sampled_from(sorted(J._SUBMIT_KEYS)) | st.text(max_size=6), VALUES,
+@given(body=st.dictionaries(st.sampled_from(sorted(JobSubmission.model_fields)) | st.text(max_size=6), VALUES,
                             max_size=8) | JSON)
 def test_any_body_is_a_job_or_a_sentence(body):
     submit(body)
@@ -147,8 +150,8 @@ def test_any_body_is_a_job_or_a_sentence(body):
     ({"command": ["true"], "id": 5}, "id 5 is not valid"),
 ])
 def test_a_wrong_type_gets_a_sentence_that_says_what_to_send(body, says):
-    with pytest.raises(J.JobError) as refused:
-        J.parse_job({**J.parse_submission(body).job_fields, "name": "a"}, owner="ana", course="cs101",
+    with pytest.raises((BodyError, J.JobError)) as refused:
+        J.parse_job({**parse_submission(body).job_fields, "name": "a"}, owner="ana", course="cs101",
                     submit_time=0.0, default_max_runtime=60.0)
     assert says in str(refused.value)
 

@@ -19,6 +19,7 @@ import pytest
 
 from hub_ext.backends.kubernetes.jobs import KubernetesJobs
 from hub_ext.core import jobs as J
+from hub_ext.service.jobs.bodies import parse_submission
 from hub_ext.service.jobs.loop import JobLoop
 from hub_ext.service.jobs.records import JobStore
 from hub_ext.store import Ledger, add_member, connect, ensure_course
@@ -52,7 +53,7 @@ def store(tmp_path):
 
 
 def submit(store: JobStore, name: str, seconds: float = 1.0, workdir: str = "") -> str:
-    sub = J.parse_submission({"name": name, "command": ["python", "train.py"], "replicas": 2,
+    sub = parse_submission({"name": name, "command": ["python", "train.py"], "replicas": 2,
                               "resources": {"nvidia.com/gpu": 4, "cpu": "4", "memory": "16Gi"},
                               "env": {"RUN_SECONDS": str(seconds)}, "workdir": workdir})
     job = J.parse_job({**sub.job_fields, "name": sub.name}, owner="ann", course="gpu101",

@@ -20,6 +20,7 @@ from hub_ext.backends.local.jobs import LocalJobs, job_devices, job_processes
 from hub_ext.core import jobs as J
 from hub_ext.core.devices import Inventory
 from hub_ext.core.quota import parse_limits
+from hub_ext.service.jobs.bodies import parse_submission
 from hub_ext.service.jobs.loop import JobLoop
 from hub_ext.service.jobs.records import JobStore, job_key
 from hub_ext.store import Ledger, add_member, connect, ensure_course, set_course_limits
@@ -50,7 +51,7 @@ def world(tmp_path):
 
 
 def submit(store: JobStore, owner: str, body: dict) -> str:
-    sub = J.parse_submission(body)
+    sub = parse_submission(body)
     job = J.parse_job({**sub.job_fields, "name": sub.name}, owner=owner, course="demo101",
                       submit_time=NOW.timestamp(), default_max_runtime=600)
     record, _created = store.submit(owner, "demo101", sub, job, datetime.now(timezone.utc))

@@ -11,8 +11,10 @@ from hub_ext.backends.jobs import Launch, ReplicaLaunch
 from hub_ext.backends.kubernetes.jobs import pytorch_job
 from hub_ext.backends.local.jobs import LocalJobs
 from hub_ext.core.devices import Device, Inventory
-from hub_ext.core.jobs import JobError, parse_job, parse_submission
+from hub_ext.core.jobs import parse_job
 from hub_ext.core.profiles import Catalog, OptionsError, Viewer, resolve_job_roles
+from hub_ext.service.body_models import BodyError
+from hub_ext.service.jobs.bodies import parse_submission
 
 pytestmark = pytest.mark.unit
 
@@ -76,7 +78,7 @@ def test_a_teacher_of_the_course_may_use_a_teacher_profile_and_each_role_its_own
      "role master: give either profile or resources"),
 ])
 def test_a_profile_with_explicit_resources_is_refused_with_a_sentence(body, message):
-    with pytest.raises(JobError, match=message):
+    with pytest.raises(BodyError, match=message):
         parse_submission({"command": ["true"], **body})
 
 

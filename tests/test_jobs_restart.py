@@ -22,6 +22,7 @@ from sqlalchemy import func, select
 
 from hub_ext.backends.local.jobs import job_processes
 from hub_ext.core import jobs as J
+from hub_ext.service.jobs.bodies import parse_submission
 from hub_ext.service.jobs.records import JobStore
 from hub_ext.store import Ledger, add_member, connect, ensure_course
 from hub_ext.store.job_models import JobEvent
@@ -53,7 +54,7 @@ def test_sigkill_at_any_moment_loses_no_job_and_starts_none_twice(database_url, 
               "os.environ['CLASSHUB_JOB_ID'] + ' ' + os.environ['RANK'] + '\\n'); time.sleep(1.5)")
     ids = []
     for n in range(JOBS):
-        sub = J.parse_submission({"id": f"run-{n}", "name": "sweep",
+        sub = parse_submission({"id": f"run-{n}", "name": "sweep",
                                   "command": [sys.executable, "-c", script],
                                   "env": {"STARTS": str(starts)}, "replicas": 2,
                                   "resources": {"cpu": "100m", "nvidia.com/gpu": 1 if n % 2 else 0}})

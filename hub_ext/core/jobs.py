@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -56,10 +56,13 @@ __all__ = [
     "JobError",
     "Role",
     "Submission",
+    "choose_course",
+    "choose_replica",
     "may_change",
     "outcome",
     "parse_job",
-    "parse_submission",
+    "parse_states",
+    "submission",
 ]
 
 SUCCESS_ALL = "all"
@@ -279,9 +282,7 @@ def parse_job(
     """
     if not isinstance(data, Mapping):
         raise JobError(f"a job must be a JSON object, not {type(data).__name__}")
-    unknown = sorted(set(data) - _JOB_KEYS)
-    if unknown:
-        raise JobError(f"unknown field {_shown(unknown[0])}; allowed: {', '.join(sorted(_JOB_KEYS))}")
+    check_known("", data, _JOB_KEYS)
     raw_roles = data.get("roles")
     if not isinstance(raw_roles, list) or not raw_roles:
         raise JobError(
@@ -323,22 +324,10 @@ def parse_job(
 def _parse_role(index: int, raw: object) -> Role:
     if not isinstance(raw, Mapping):
         raise JobError(f"roles[{index}] must be an object with name, replicas and resources")
-    unknown = sorted(set(raw) - _ROLE_KEYS)
-    if unknown:
-        raise JobError(
-            f"roles[{index}]: unknown field {_shown(unknown[0])}; allowed: {', '.join(sorted(_ROLE_KEYS))}"
-        )
+    check_known(f"roles[{index}]: ", raw, _ROLE_KEYS)
     name = _check_name(f"roles[{index}].name", raw.get("name"))
     replicas = _check_count(f"role {name}: replicas", raw.get("replicas", 1), 1, MAX_REPLICAS)
-    resources = raw.get("resources")
-    if not isinstance(resources, Mapping) or not resources:
-        raise JobError(
-            f'role {name}: resources must be an object such as {{"nvidia.com/gpu": 1, "cpu": "4"}}'
-        )
-    for resource, value in resources.items():
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise JobError(f"role {name}: {_shown(resource)}: {_shown(value)} is not a number or "
-                           'quantity, e.g. 2 or "500m" or "16Gi"')
+    resources = check_resources(f"role {name}: ", raw.get("resources"))
     try:
         request = ResourceVector.from_k8s(resources)
     except (ValueError, TypeError) as exc:
@@ -410,8 +399,8 @@ def outcome(policy: FailurePolicy, main_role: str, role_replicas: Mapping[str, i
 
 _CLIENT_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,99}\Z")
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
-_SUBMIT_KEYS = frozenset({"id", "course", "command", "env", "workdir", "replicas", "resources",
-                          "gpu_product", "profile"}) | _JOB_KEYS
+#: The shorthand for one role named ``worker``: these fields of a body, in place of ``roles``.
+SHORTHAND = ("replicas", "resources", "gpu_product", "profile")
 #: Environment variables the runner sets for every replica; a job may not set them itself.
 RESERVED_ENV = frozenset({
     "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK",
@@ -421,6 +410,8 @@ RESERVED_ENV = frozenset({
 })
 MAX_COMMAND_ARGS = 256
 MAX_ARG_CHARS = 4096
+MAX_ENV = 256
+MAX_WORKDIR = 1024
 
 
 @dataclass(frozen=True)
@@ -437,8 +428,172 @@ class Submission:
     job_fields: Mapping[str, Any]
 
 
-def parse_submission(data: Any) -> Submission:
-    """Check a submitted job (JSON) and expand the shorthand; `JobError` names what to change.
+# The checks of a submitted body's fields. The body itself is described once, as the pydantic
+# model of the service (hub_ext.service.jobs.bodies.JobSubmission, which is also its OpenAPI
+# schema); each of its fields is checked by one of these plain functions, so the sentences (and
+# what a job may be) stay here, tested without the service. Each returns the value or raises
+# JobError with the sentence that says what to change.
+
+
+def check_name(what: str, value: object) -> str:
+    """A job, role or profile name: 1 to 63 lowercase letters, digits and '-'."""
+    return _check_name(what, value)
+
+
+def check_count(what: str, value: object, low: int, high: int) -> int:
+    """A whole number (not a bool) from ``low`` to ``high``."""
+    return _check_count(what, value, low, high)
+
+
+def check_seconds(what: str, value: object) -> float:
+    """A positive, finite number of seconds, at most `MAX_RUNTIME`."""
+    return _check_seconds(what, value)
+
+
+def check_whole(what: str, value: object, low: int, high: int) -> int:
+    """A whole number (not a bool) of any size; the range ``low``..``high`` is only named (it is
+    checked later, by the job itself: a priority is first a question of who may set one)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise JobError(f"{what} must be a whole number from {low} to {high}, not {_shown(value)}")
+    return value
+
+
+def check_known(where: str, data: Mapping[str, Any], allowed: frozenset[str] | set[str]) -> None:
+    """Every key of ``data`` is one of ``allowed`` (a typo must not be silently ignored)."""
+    unknown = sorted(str(k) for k in set(data) - set(allowed))
+    if unknown:
+        raise JobError(f"{where}unknown field {_shown(unknown[0])}; allowed: {', '.join(sorted(allowed))}")
+
+
+def check_one_form(given: Mapping[str, Any] | set[str] | frozenset[str]) -> None:
+    """Either ``roles`` or the shorthand of one role (`SHORTHAND`), not both."""
+    if "roles" in given and any(k in given for k in SHORTHAND):
+        raise JobError("give either roles or replicas/resources/profile (one role named worker), "
+                       "not both; in roles, each role may name its own profile")
+
+
+def check_client_id(value: object) -> str | None:
+    if value is not None and (not isinstance(value, str) or not _CLIENT_ID_RE.match(value)):
+        raise JobError(f"id {_shown(value)} is not valid: use 1 to 100 letters, digits, '.', '_', ':' "
+                       "or '-' (a name of your choosing, unique among your jobs)")
+    return value
+
+
+def check_course(value: object) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise JobError(f"course must be the name of one of your courses, not {_shown(value)}")
+    return value
+
+
+def check_command(value: object) -> list[str]:
+    if (not isinstance(value, list) or not value or len(value) > MAX_COMMAND_ARGS
+            or not all(isinstance(a, str) and a and len(a) <= MAX_ARG_CHARS and "\x00" not in a
+                       for a in value)):
+        raise JobError(f"command must be a list of 1 to {MAX_COMMAND_ARGS} non-empty strings, e.g. "
+                       '["python", "train.py", "--epochs", "3"]')
+    return value
+
+
+def check_env(value: object) -> dict[str, str]:
+    """The job's environment (None: none); names the runner sets itself are refused."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or len(value) > MAX_ENV:
+        raise JobError(f'env must be an object of at most {MAX_ENV} variables, e.g. {{"EPOCHS": "3"}}')
+    for key, item in value.items():
+        if not isinstance(key, str) or not _ENV_NAME_RE.match(key):
+            raise JobError(f"env: {_shown(key)} is not a variable name (letters, digits and _)")
+        if key in RESERVED_ENV:
+            raise JobError(f"env: {key} is set by classhub for every replica; leave it out")
+        if not isinstance(item, str) or "\x00" in item or len(item) > MAX_ARG_CHARS:
+            raise JobError(f"env: {key} must be a string of at most {MAX_ARG_CHARS} characters")
+    return dict(value)
+
+
+def check_workdir(value: object) -> str:
+    if not isinstance(value, str) or value.startswith("/") or ".." in value.split("/") or (
+            "\x00" in value) or len(value) > MAX_WORKDIR:
+        raise JobError("workdir must be a folder inside your home, relative to it (e.g. lab3)")
+    return value
+
+
+def check_roles(value: object) -> list[Any]:
+    """``roles``: a list of 1 to `MAX_ROLES` objects (each is then checked as a role)."""
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_ROLES:
+        raise JobError(
+            f"roles must be a list of 1 to {MAX_ROLES} {{name, replicas, resources}} objects (or "
+            '{name, replicas, profile}), e.g. [{"name": "worker", "replicas": 2, '
+            f'"resources": {{"nvidia.com/gpu": 1}}}}], not {_shown(value)}'
+        )
+    for index, role in enumerate(value):
+        if not isinstance(role, Mapping):
+            raise JobError(
+                f"roles[{index}] must be an object with name, replicas and resources (or profile), "
+                f'e.g. {{"name": "worker", "replicas": 2, "resources": {{"cpu": "1"}}}}, '
+                f"not {_shown(role)}"
+            )
+    return value
+
+
+def check_resources(where: str, value: object) -> dict[str, Any]:
+    """A role's per-replica request: an object of resource names and amounts (whether the
+    names and quantities make sense is `parse_job`'s question, hub_ext.core.resources)."""
+    if not isinstance(value, Mapping) or not value:
+        raise JobError(f'{where}resources must be an object such as {{"nvidia.com/gpu": 1, "cpu": "4"}}')
+    for resource, amount in value.items():
+        if isinstance(amount, bool) or not isinstance(amount, str | int | float):
+            raise JobError(f"{where}{_shown(resource)}: {_shown(amount)} is not a number or "
+                           'quantity, e.g. 2 or "500m" or "16Gi"')
+    return dict(value)
+
+
+def check_gpu_product(where: str, value: object) -> str | None:
+    if value is not None and (not isinstance(value, str)
+                              or not _LABEL_VALUE_RE.match("-".join(value.split()))):
+        raise JobError(f"{where}gpu_product must be a GPU model such as NVIDIA-H200 "
+                       "(1 to 63 letters, digits, '-', '_' or '.'), or left out")
+    return value
+
+
+def check_profile(where: str, value: object) -> str:
+    if not isinstance(value, str) or not _NAME_RE.match(value):
+        raise JobError(f"{where}profile must be the slug of a profile of your course, such as "
+                       f"gpu-1, not {_shown(value)}")
+    return value
+
+
+def check_main_role(value: object) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise JobError(f"main_role must be the name of one of the roles, not {_shown(value)}")
+    return value
+
+
+def check_success(value: object) -> str:
+    if value not in (SUCCESS_ALL, SUCCESS_MAIN) or not isinstance(value, str):
+        raise JobError(
+            f"success must be {SUCCESS_ALL!r} (every replica succeeds) or {SUCCESS_MAIN!r} "
+            f"(the main role succeeds), not {_shown(value)}"
+        )
+    return value
+
+
+def role_where(name: object) -> str:
+    """How a sentence about a role begins: "" for the shorthand's worker, "role <name>: " else."""
+    return "" if name == "worker" else f"role {name}: "
+
+
+def check_profile_alone(role: Mapping[str, Any]) -> None:
+    """A role names a profile (what a notebook of that profile gets) or its own resources, not
+    both: a profile is a whole request, as in KubeSpawner's profile list."""
+    given = [k for k in ("resources", "gpu_product") if k in role]
+    if "profile" in role and given:
+        raise JobError(f"{role_where(role.get('name'))}give either profile or {'/'.join(given)}, not "
+                       f"both: profile {role['profile']} sets the CPU, memory and GPUs of each replica")
+
+
+def submission(given: Mapping[str, Any]) -> Submission:
+    """The `Submission` of a body whose fields passed their checks (``given``: the fields the
+    student sent, roles as dicts), the shorthand expanded into one role named ``worker``.
 
     ```json
     {"id": "run-42", "course": "cs101", "name": "resnet-ddp", "command": ["python", "train.py"],
@@ -450,92 +605,56 @@ def parse_submission(data: Any) -> Submission:
     (hub_ext.core.profiles.resolve_job_roles) before `parse_job`. `id` (optional) makes the
     submit idempotent: sending the same id again returns the job made the first time.
     """
-    if not isinstance(data, Mapping):
-        raise JobError("a job must be a JSON object such as "
-                       '{"command": ["python", "train.py"], "replicas": 2, '
-                       '"resources": {"nvidia.com/gpu": 1}}')
-    unknown = sorted(set(data) - _SUBMIT_KEYS)
-    if unknown:
-        raise JobError(f"unknown field {_shown(unknown[0])}; allowed: {', '.join(sorted(_SUBMIT_KEYS))}")
-    client_id = data.get("id")
-    if client_id is not None and (not isinstance(client_id, str) or not _CLIENT_ID_RE.match(client_id)):
-        raise JobError(f"id {_shown(client_id)} is not valid: use 1 to 100 letters, digits, '.', '_', ':' "
-                       "or '-' (a name of your choosing, unique among your jobs)")
-    course = data.get("course")
-    if course is not None and (not isinstance(course, str) or not course):
-        raise JobError(f"course must be the name of one of your courses, not {_shown(course)}")
-    name = data.get("name", "job")
-    _check_name("job name", name)
-    command = data.get("command")
-    if (not isinstance(command, list) or not command or len(command) > MAX_COMMAND_ARGS
-            or not all(isinstance(a, str) and a and len(a) <= MAX_ARG_CHARS and "\x00" not in a
-                       for a in command)):
-        raise JobError('command must be a list of 1 to 256 non-empty strings, e.g. '
-                       '["python", "train.py", "--epochs", "3"]')
-    env = data.get("env")
-    env = {} if env is None else env
-    if not isinstance(env, Mapping) or len(env) > 256:
-        raise JobError('env must be an object of at most 256 variables, e.g. {"EPOCHS": "3"}')
-    for key, value in env.items():
-        if not _ENV_NAME_RE.match(str(key)):
-            raise JobError(f"env: {_shown(key)} is not a variable name (letters, digits and _)")
-        if key in RESERVED_ENV:
-            raise JobError(f"env: {key} is set by classhub for every replica; leave it out")
-        if not isinstance(value, str) or "\x00" in value or len(value) > MAX_ARG_CHARS:
-            raise JobError(f"env: {key} must be a string of at most {MAX_ARG_CHARS} characters")
-    workdir = data.get("workdir", "")
-    if not isinstance(workdir, str) or workdir.startswith("/") or ".." in workdir.split("/") or (
-            "\x00" in workdir) or len(workdir) > 1024:
-        raise JobError("workdir must be a folder inside your home, relative to it (e.g. lab3)")
-    fields = {k: data[k] for k in _JOB_KEYS if k in data and k != "name"}
-    shorthand = {k for k in ("replicas", "resources", "gpu_product", "profile") if k in data}
-    if shorthand and "roles" in data:
-        raise JobError("give either roles or replicas/resources/profile (one role named worker), "
-                       "not both; in roles, each role may name its own profile")
-    if "roles" not in data:
-        role: dict[str, Any] = {"name": "worker", "replicas": data.get("replicas", 1)}
+    check_one_form(given)
+    fields = {k: given[k] for k in _JOB_KEYS if k in given and k != "name"}
+    if "roles" in given:
+        fields["roles"] = [dict(role) for role in given["roles"]]
+    else:
+        role: dict[str, Any] = {"name": "worker", "replicas": given.get("replicas", 1)}
         for key in ("resources", "gpu_product", "profile"):
-            if key in data:
-                role[key] = data[key]
-        if "profile" not in data:
+            if key in given:
+                role[key] = given[key]
+        if "profile" not in given:
             role.setdefault("resources", {"cpu": "1"})
         fields["roles"] = [role]
-    else:
-        fields["roles"] = _roles_list(data["roles"])
     for role in fields["roles"]:
-        if "profile" in role:
-            _check_profile(role)
-    return Submission(client_id, course, name, tuple(command), dict(env), workdir, fields)
+        check_profile_alone(role)
+    return Submission(given.get("id"), given.get("course"), given.get("name", "job"),
+                      tuple(given["command"]), dict(given.get("env") or {}), given.get("workdir", ""),
+                      fields)
 
 
-def _roles_list(raw: object) -> list[dict[str, Any]]:
-    """``roles`` as a list of objects (copied), or `JobError` saying what to send: the profile
-    resolution and `parse_job` read each role as an object."""
-    if not isinstance(raw, list) or not 1 <= len(raw) <= MAX_ROLES:
-        raise JobError(
-            f"roles must be a list of 1 to {MAX_ROLES} {{name, replicas, resources}} objects (or "
-            '{name, replicas, profile}), e.g. [{"name": "worker", "replicas": 2, '
-            f'"resources": {{"nvidia.com/gpu": 1}}}}], not {_shown(raw)}'
-        )
-    for index, role in enumerate(raw):
-        if not isinstance(role, Mapping):
-            raise JobError(
-                f"roles[{index}] must be an object with name, replicas and resources (or profile), "
-                f'e.g. {{"name": "worker", "replicas": 2, "resources": {{"cpu": "1"}}}}, '
-                f"not {_shown(role)}"
-            )
-    return [dict(role) for role in raw]
+def choose_course(given: str | None, member_of: Iterable[str]) -> str:
+    """The course a job runs in: the one named, else the student's only course."""
+    if given is not None:
+        return given
+    courses = sorted(member_of)
+    if len(courses) == 1:
+        return courses[0]
+    if not courses:
+        raise JobError('Jobs run in a course, and you are in none; ask your teacher to add you, or '
+                       'name the course with "course"')
+    raise JobError(f'You are in several courses ({", ".join(courses)}); say which one with "course"')
 
 
-def _check_profile(role: Mapping[str, Any]) -> None:
-    """A role names a profile (what a notebook of that profile gets) or its own resources, not
-    both: a profile is a whole request, as in KubeSpawner's profile list."""
-    where = "" if role.get("name") == "worker" else f"role {role.get('name')}: "
-    slug = role["profile"]
-    if not isinstance(slug, str) or not _NAME_RE.match(slug):
-        raise JobError(f"{where}profile must be the slug of a profile of your course, such as "
-                       f"gpu-1, not {_shown(slug)}")
-    given = [k for k in ("resources", "gpu_product") if k in role]
-    if given:
-        raise JobError(f"{where}give either profile or {'/'.join(given)}, not both: profile "
-                       f"{slug} sets the CPU, memory and GPUs of each replica")
+def parse_states(raw: str | None) -> list[str] | None:
+    """``?state=queued,running`` as a list of states (None: any state)."""
+    if not raw:
+        return None
+    states = [s.strip() for s in raw.split(",") if s.strip()]
+    bad = [s for s in states if s not in STATES]
+    if bad:
+        raise JobError(f"state {_shown(bad[0])} is not one of {', '.join(STATES)}")
+    return states
+
+
+def choose_replica(job_id: str, role: str | None, index: int,
+                   replicas: Iterable[tuple[str, int]]) -> tuple[str, int]:
+    """The replica (role, index) whose log is asked for (role None: the first role); JobError
+    naming the replicas there are when the job has no such one."""
+    there = list(dict.fromkeys(replicas))
+    role = there[0][0] if role is None and there else role
+    if (role, index) not in there:
+        names = ", ".join(f"role={r}&index={i}" for r, i in sorted(there))
+        raise JobError(f"No replica {role}-{index} in job {job_id}; choose one of: {names}")
+    return role, index  # type: ignore[return-value]

@@ -9,6 +9,7 @@ nothing of the service, so the route modules and the document never import each 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 JSON = "application/json"
@@ -56,3 +57,35 @@ def op(summary: str, who: str, responses: dict[str, Any], *, errors: tuple[str, 
 
 def json_body(schema: dict[str, Any]) -> dict[str, Any]:
     return {"required": True, "content": {JSON: {"schema": schema}}}
+
+
+def model_body(model: Any, *, required: bool = True) -> dict[str, Any]:
+    """The request body of a pydantic model (hub_ext.service.body_models): its JSON schema, the
+    models it uses inlined (the document's $refs point into components only), and its example.
+
+    Why generated: the model is the one description of a body; a hand-written schema drifts."""
+    return {"required": required, "content": {JSON: {"schema": model_schema(model)}}}
+
+
+def model_schema(model: Any) -> dict[str, Any]:
+    """``model``'s JSON schema with its ``$defs`` inlined, and its ``example``."""
+
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                rest = {k: v for k, v in node.items() if k != "$ref"}
+                return inline({**defs[ref.rsplit("/", 1)[1]], **rest})
+            return {k: inline(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [inline(v) for v in node]
+        return node
+
+    schema = inline(schema)
+    example = getattr(model, "example", None)
+    if isinstance(example, str):
+        schema["example"] = json.loads(example)
+    return schema

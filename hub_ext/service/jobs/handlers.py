@@ -1,13 +1,15 @@
 """REST handlers of distributed jobs: submit, list, show, logs, cancel.
 
-Thin, like every handler: who asks (HubOAuth) -> hub_ext.core.authz -> hub_ext.core.jobs checks the
-input -> `JobStore` records it -> the loop is woken. A job someone may not see answers 404, the
-same as one that does not exist (README, "Security model", rule 4).
+Thin, like every handler: each method declares its action of hub_ext.core.authz (``@needs``, with
+lookups of the job's course and owner) and its body model (``@takes``,
+hub_ext.service.jobs.bodies) -> hub_ext.core.jobs checks what the job means (``@refuses`` turns
+its sentences into 400s) -> `JobStore` records it -> the loop is woken. A job someone may not see
+answers 404, the same as one that does not exist (README, "Security model", rule 4).
 
 - ``GET /api/jobs``: my jobs, and the jobs of the courses I teach or assist (all for admins);
   ``?course=``, ``?owner=``, ``?state=queued,running``, ``?offset=`` (0 to 2**62),
   ``?limit=`` (1 to 200).
-- ``POST /api/jobs``: submit (hub_ext.core.jobs.parse_submission); ``id`` makes it idempotent:
+- ``POST /api/jobs``: submit (hub_ext.service.jobs.bodies.JobSubmission); ``id`` makes it idempotent:
   201 for a new job, 200 with the job when the same id was submitted before. A ``profile``
   (per job, or per role) is resolved like a notebook's (hub_ext.service.jobs.profiles).
 - ``GET /api/jobs/<id>``: state, reason, queue position, estimated start, replicas, history.
@@ -30,10 +32,11 @@ from tornado.iostream import StreamClosedError
 from hub_ext.core import authz, jobs
 from hub_ext.core.admission import refuse_at_submit
 from hub_ext.core.jobs import JobError
-from hub_ext.core.roles import TEACHER
-from hub_ext.service.apidoc import json_body, ok, op
+from hub_ext.service.apidoc import model_body, ok, op
 from hub_ext.service.arguments import MAX_LOG_OFFSET, MAX_OFFSET, int_argument
+from hub_ext.service.declare import needs, refuses, takes
 from hub_ext.service.handlers import APIHandler
+from hub_ext.service.jobs.bodies import JobSubmission
 from hub_ext.service.jobs.loop import launch_of
 from hub_ext.service.jobs.profiles import resolve_profiles
 from hub_ext.service.jobs.records import JobConflict, as_json, events_json
@@ -55,98 +58,94 @@ class _JobsHandler(APIHandler):
             raise web.HTTPError(404, "Distributed jobs are not enabled on this hub.")
         return service
 
-    async def _caller(self) -> authz.Caller:
-        caller = await self.courses.caller(self.require_user())
-        if not caller.is_user:
-            raise web.HTTPError(403, "Jobs belong to users; ask with a user's token.")
-        return caller
+    _record: JobRecord | None = None
+    _looked_up = False
 
-    async def _visible(self, caller: authz.Caller, job_id: str, action: str) -> JobRecord:
-        """The job, if `caller` may do `action` on it; 404 otherwise (whether or not it exists)."""
-        record = await asyncio.to_thread(self.jobs.store.get, job_id)
-        if record is None or not authz.decide(caller, authz.READ_JOB, course=record.course.name,
-                                              user=record.owner):
-            raise web.HTTPError(404, "No job %s among the jobs you can see; GET /api/jobs lists them.",
-                                job_id)
-        verdict = authz.decide(caller, action, course=record.course.name, user=record.owner)
-        if not verdict:
-            raise web.HTTPError(verdict.status, verdict.message)
-        return record
+    async def job_record(self, job_id: str) -> JobRecord | None:
+        """The job ``job_id`` (None when there is none), read once per request."""
+        if not self._looked_up:
+            self._record = await asyncio.to_thread(self.jobs.store.get, job_id)
+            self._looked_up = True
+        return self._record
+
+    @property
+    def record(self) -> JobRecord:
+        """The job the request is about, once `needs` allowed the caller to see it."""
+        assert self._record is not None
+        return self._record
+
+
+async def _job_course(handler: _JobsHandler, arguments: dict[str, Any]) -> str | None:
+    """The course of the job in the path (None: no such job), for `needs`."""
+    record = await handler.job_record(arguments["job_id"])
+    return None if record is None else record.course.name
+
+
+async def _job_owner(handler: _JobsHandler, arguments: dict[str, Any]) -> str | None:
+    record = await handler.job_record(arguments["job_id"])
+    return None if record is None else record.owner
+
+
+#: What `needs` asks about a job named in the path: its id, course and owner.
+_THE_JOB = {"job": "job_id", "course": _job_course, "user": _job_owner}
+
+
+def _query(name: str) -> Any:
+    return lambda handler, _arguments: handler.get_query_argument(name, None)
+
+
+async def _submitted_course(handler: JobsHandler, _arguments: dict[str, Any]) -> str | None:
+    """The course a submitted job runs in: the body's, else the caller's only course (for
+    `needs`; a hub service has none, and authz refuses it)."""
+    caller = await handler.courses.caller(handler.require_user())
+    given = handler.submitted().course
+    return jobs.choose_course(given, caller.courses) if caller.is_user else given
+
+
+def _submitted_priority(handler: JobsHandler, _arguments: dict[str, Any]) -> int:
+    return handler.submitted().priority
 
 
 class JobsHandler(_JobsHandler):
     """``GET /api/jobs`` lists, ``POST /api/jobs`` submits."""
 
+    _submitted: JobSubmission | None = None
+
+    def submitted(self) -> JobSubmission:
+        """The body as a `JobSubmission` (400 naming the field when it is not one), parsed once
+        for the lookups of `needs` (the course and priority authz decides on)."""
+        if self._submitted is None:
+            self._submitted = self.body_as(JobSubmission)
+        return self._submitted
+
+    @refuses(JobError)
+    @needs(authz.LIST_JOBS, course=_query("course"), user=_query("owner"))
     async def get(self) -> None:
-        caller = await self._caller()
-        course = self.get_query_argument("course", None)
-        owner = self.get_query_argument("owner", None)
-        states = self._states()
-        offset, limit = self._page()
-        if course is not None:
-            verdict = authz.decide(caller, authz.READ_COURSE_JOBS, course=course)
-            if not verdict and owner != caller.name:
-                raise web.HTTPError(verdict.status, verdict.message)
-        kwargs: dict[str, Any] = {"states": states, "offset": offset, "limit": limit}
-        if caller.is_admin:
-            kwargs.update(owner=owner, courses=[course] if course else None)
-        elif course is not None and authz.decide(caller, authz.READ_COURSE_JOBS, course=course):
-            kwargs.update(owner=owner, courses=[course])
-        elif course is not None:
-            kwargs.update(owner=caller.name, courses=[course])
-        else:
-            staff = [c for c in caller.courses if authz.decide(caller, authz.READ_COURSE_JOBS, course=c)]
-            if owner is not None and owner != caller.name:
-                kwargs.update(owner=owner, courses=staff)
-            else:
-                kwargs.update(owner=caller.name, courses=staff if owner is None else None,
-                              either=owner is None)
-        rows, total = await asyncio.to_thread(self.jobs.store.list, **kwargs)
+        states = jobs.parse_states(self.get_query_argument("state", None))
+        offset = int_argument(self, "offset", 0, minimum=0, maximum=MAX_OFFSET)
+        limit = int_argument(self, "limit", 50, minimum=1, maximum=MAX_PAGE)
+        shown = authz.visible_jobs(self.caller, course=self.get_query_argument("course", None),
+                                   owner=self.get_query_argument("owner", None))
+        rows, total = await asyncio.to_thread(self.jobs.store.list, states=states, offset=offset,
+                                              limit=limit, **shown)
         after = offset + len(rows)
         self.write_json({"jobs": [as_json(r) for r in rows], "total": total, "offset": offset,
                          "limit": limit, "next_offset": after if after < total else None})
 
-    def _states(self) -> list[str] | None:
-        raw = self.get_query_argument("state", None)
-        if raw is None or raw == "":
-            return None
-        states = [s.strip() for s in raw.split(",") if s.strip()]
-        bad = [s for s in states if s not in jobs.STATES]
-        if bad:
-            raise web.HTTPError(400, "state %r is not one of %s.", bad[0], ", ".join(jobs.STATES))
-        return states
-
-    def _page(self) -> tuple[int, int]:
-        offset = int_argument(self, "offset", 0, minimum=0, maximum=MAX_OFFSET)
-        limit = int_argument(self, "limit", 50, minimum=1, maximum=MAX_PAGE)
-        return offset, limit
-
+    @refuses(JobError)
+    @needs(authz.SUBMIT_JOB, course=_submitted_course, priority=_submitted_priority)
+    @takes(JobSubmission)
     async def post(self) -> None:
-        caller = await self._caller()
-        try:
-            submission = jobs.parse_submission(self.json_body())
-        except JobError as e:
-            raise web.HTTPError(400, "%s.", str(e).rstrip(".")) from None
-        course = submission.course or self._only_course(caller)
-        verdict = authz.decide(caller, authz.SUBMIT_JOB, course=course)
-        if not verdict:
-            raise web.HTTPError(verdict.status, verdict.message)
-        fields = dict(submission.job_fields)
-        if fields.get("priority", 0) not in (0, None) and not (
-                caller.is_admin or caller.role_in(course) == TEACHER):
-            raise web.HTTPError(403, "Only teachers of %s and hub admins set a job's priority; "
-                                "leave priority out.", course)
-        fields, profiles = await resolve_profiles(self.hub, caller, course, fields)
+        caller, submission = self.caller, self.body.submission()
+        course = jobs.choose_course(submission.course, caller.courses)
+        fields, profiles = await resolve_profiles(self.hub, caller, course, submission.job_fields)
         submission = dataclasses.replace(submission, job_fields=fields)
         settings = self.jobs.settings
         now = datetime.now(timezone.utc)
-        try:
-            job = jobs.parse_job({**fields, "name": submission.name}, owner=caller.name, course=course,
-                                 submit_time=now.timestamp(),
-                                 default_max_runtime=settings.default_max_runtime,
-                                 max_runtime_limit=settings.max_runtime_limit)
-        except JobError as e:
-            raise web.HTTPError(400, "%s.", str(e).rstrip(".")) from None
+        job = jobs.parse_job({**fields, "name": submission.name}, owner=caller.name, course=course,
+                             submit_time=now.timestamp(),
+                             default_max_runtime=settings.default_max_runtime,
+                             max_runtime_limit=settings.max_runtime_limit)
         quotas = await asyncio.to_thread(self.jobs.limits, {course}, now)
         if course not in quotas:
             raise web.HTTPError(404, "No course %s; GET /api/courses lists the courses.", course)
@@ -155,7 +154,7 @@ class JobsHandler(_JobsHandler):
         user_limits = quota.users.get(caller.name, (None, None))[0]
         refusal = refuse_at_submit(job, nodes, quota.limits, user_limits)
         if refusal:
-            raise web.HTTPError(400, "%s", refusal)
+            raise JobError(refusal)
         try:
             record, created = await asyncio.to_thread(self.jobs.store.submit, caller.name, course,
                                                       submission, job, now, profiles)
@@ -164,36 +163,23 @@ class JobsHandler(_JobsHandler):
         self.jobs.loop.poke()
         self.write_json(as_json(record), 201 if created else 200)
 
-    @staticmethod
-    def _only_course(caller: authz.Caller) -> str:
-        courses = sorted(caller.courses)
-        if len(courses) == 1:
-            return courses[0]
-        if not courses:
-            raise web.HTTPError(400, "Jobs run in a course, and you are in none; ask your teacher "
-                                "to add you, or name the course with \"course\".")
-        raise web.HTTPError(400, "You are in several courses (%s); say which one with \"course\".",
-                            ", ".join(courses))
-
 
 class JobHandler(_JobsHandler):
     """``GET /api/jobs/<id>``: the job, its replicas and its history."""
 
+    @needs(authz.READ_JOB, **_THE_JOB)
     async def get(self, job_id: str) -> None:
-        caller = await self._caller()
-        record = await self._visible(caller, job_id, authz.READ_JOB)
-        self.write_json({**as_json(record), "events": events_json(record.events)})
+        self.write_json({**as_json(self.record), "events": events_json(self.record.events)})
 
 
 class JobCancelHandler(_JobsHandler):
     """``POST /api/jobs/<id>/cancel``: the owner, the course's teachers and admins."""
 
+    @needs(authz.CANCEL_JOB, **_THE_JOB)
     async def post(self, job_id: str) -> None:
-        caller = await self._caller()
-        await self._visible(caller, job_id, authz.CANCEL_JOB)
         now = datetime.now(timezone.utc)
         record = await asyncio.to_thread(self.jobs.store.request_stop, job_id, jobs.STOP_CANCEL,
-                                         caller.name, now, f"cancel asked by {caller.name}")
+                                         self.caller.name, now, f"cancel asked by {self.caller.name}")
         self.jobs.loop.poke()
         self.write_json(as_json(record), 202 if record.state in jobs.HOLDING else 200)
 
@@ -202,23 +188,18 @@ class JobLogsHandler(_JobsHandler):
     """``GET /api/jobs/<id>/logs``: one replica's log (text), from ``offset``; ``follow=1`` keeps
     sending until the replica has ended."""
 
+    @refuses(JobError)
+    @needs(authz.READ_JOB, **_THE_JOB)
     async def get(self, job_id: str) -> None:
-        caller = await self._caller()
-        record = await self._visible(caller, job_id, authz.READ_JOB)
-        role = self.get_query_argument("role", None)
+        record = self.record
         index = int_argument(self, "index", 0, minimum=0, maximum=jobs.MAX_REPLICAS - 1)
         offset = int_argument(self, "offset", 0, minimum=0, maximum=MAX_LOG_OFFSET)
         follow = self.get_query_argument("follow", "0").lower() in ("1", "true", "yes")
-        replicas = {(r.role, r.index) for r in record.replicas}
-        if role is None and record.replicas:
-            role = record.replicas[0].role
-        if (role, index) not in replicas:
-            if not replicas:
-                raise web.HTTPError(409, "Job %s has not started yet (%s); its logs begin when it "
-                                    "runs.", job_id, record.state)
-            names = ", ".join(f"role={r}&index={i}" for r, i in sorted(replicas))
-            raise web.HTTPError(400, "No replica %s-%s in job %s; choose one of: %s.", role, index,
-                                job_id, names)
+        if not record.replicas:
+            raise web.HTTPError(409, "Job %s has not started yet (%s); its logs begin when it "
+                                "runs.", job_id, record.state)
+        role, index = jobs.choose_replica(job_id, self.get_query_argument("role", None), index,
+                                          [(r.role, r.index) for r in record.replicas])
         self.set_header("Content-Type", "text/plain; charset=utf-8")
         launch = launch_of(record)
         while True:
@@ -279,27 +260,6 @@ _LIST = {"type": "object", "properties": {
     "jobs": {"type": "array", "items": _JOB}, "total": {"type": "integer"},
     "offset": {"type": "integer"}, "limit": {"type": "integer"},
     "next_offset": {"type": ["integer", "null"]}}}
-_SUBMIT = {"type": "object", "additionalProperties": False, "required": ["command"], "properties": {
-    "id": {"type": "string", "maxLength": 100, "description": "your idempotency key"},
-    "course": {"type": "string"}, "name": {"type": "string", "maxLength": 63},
-    "command": {"type": "array", "items": {"type": "string"}, "minItems": 1},
-    "env": {"type": "object", "additionalProperties": {"type": "string"}},
-    "workdir": {"type": "string"}, "replicas": {"type": "integer", "minimum": 1},
-    "resources": {"type": "object"}, "gpu_product": {"type": "string"},
-    "profile": {"type": "string", "maxLength": 63, "description": (
-        "a profile of the course (its slug, as in the spawn form): every replica gets what a "
-        "notebook of that profile gets (CPU, memory, GPUs, node selection); not with resources "
-        "or gpu_product. With roles, give it per role instead")},
-    "roles": {"type": "array", "items": {"type": "object", "properties": {
-        "name": {"type": "string"}, "replicas": {"type": "integer", "minimum": 1},
-        "resources": {"type": "object"}, "gpu_product": {"type": "string"},
-        "profile": {"type": "string", "description": "this role's profile, in place of resources"}}}},
-    "main_role": {"type": "string"},
-    "priority": {"type": "integer"}, "max_runtime": {"type": "number"},
-    "success": {"type": "string", "enum": ["all", "main"]},
-    "tolerated_failures": {"type": "integer"}, "max_restarts": {"type": "integer"}},
-    "example": {"id": "run-1", "name": "resnet-ddp", "command": ["python", "train.py"],
-                "replicas": 2, "resources": {"nvidia.com/gpu": 1}, "max_runtime": 3600}}
 _SEE = "the job's owner, the course's teachers and TAs, and hub admins"
 
 #: Parameters of the job operations, added to the document's components.
@@ -333,7 +293,7 @@ OPENAPI_PATHS: dict[str, Any] = {
         "post": op("Submit a distributed job", "members of the course",
                     {**ok("The new job, queued", _JOB, status="201"),
                      **ok("The job submitted before with the same id", _JOB)},
-                    errors=("400", "401", "403", "404", "409"), body=json_body(_SUBMIT)),
+                    errors=("400", "401", "403", "404", "409"), body=model_body(JobSubmission)),
     },
     "/api/jobs/{job}": {
         "get": op("One job: state, reason, queue position, replicas, history", _SEE,

@@ -16,6 +16,7 @@ from typing import Any
 from tornado import web
 
 from hub_ext.core import authz, roles
+from hub_ext.core.jobs import JobError
 from hub_ext.core.profiles import Catalog, CatalogError, OptionsError, Viewer, resolve_job_roles
 from hub_ext.hubapi import HubAPI
 
@@ -29,15 +30,14 @@ def names_profile(fields: Mapping[str, Any]) -> bool:
 async def resolve_profiles(hub: HubAPI, caller: authz.Caller, course: str,
                            fields: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The job fields with every role's profile replaced by its request, and what the job keeps
-    of each role's profile (role -> slug, display name, pod settings); HTTP 400 with a sentence
-    naming the profiles the caller can choose when one is refused."""
+    of each role's profile (role -> slug, display name, pod settings); a sentence
+    naming the profiles the caller can choose when one is refused (JobError, a 400)."""
     fields = dict(fields)
     if not names_profile(fields):
         return fields, {}
     answer = await hub.profile_catalog(caller.name)
     if not answer.get("enabled"):
-        raise web.HTTPError(400, "This hub has no classhub profiles; give resources instead of "
-                            "profile.")
+        raise JobError("This hub has no classhub profiles; give resources instead of profile")
     try:
         catalog = Catalog.from_config(answer.get("profiles") or [])
     except CatalogError as e:
@@ -47,5 +47,5 @@ async def resolve_profiles(hub: HubAPI, caller: authz.Caller, course: str,
     try:
         fields["roles"], kept = resolve_job_roles(catalog, viewer, course, fields["roles"])
     except OptionsError as e:
-        raise web.HTTPError(400, "Cannot submit this job: %s.", str(e).rstrip(".")) from None
+        raise JobError(f"Cannot submit this job: {str(e).rstrip('.')}") from None
     return fields, kept
