@@ -33,6 +33,7 @@ __all__ = [
     "may_read",
     "may_use",
     "name_problem",
+    "parse_version",
     "require_name",
     "template_key",
     "version_on_start",
@@ -143,15 +144,26 @@ class TemplateChoice:
         problem = name_problem(name)
         if problem:
             raise TemplateOptionError(f"option 'template': {problem}")
-        if version is not None:
-            if isinstance(version, str) and re.fullmatch(r"v?[0-9]{1,7}", version):
-                version = int(version.lstrip("v"))
-            if isinstance(version, bool) or not isinstance(version, int) or not 1 <= version <= MAX_VERSION:
-                raise TemplateOptionError("option 'template': version must be a number like 2 (or 'v2')")
+        try:
+            version = parse_version(version)
+        except TemplateError as e:
+            raise TemplateOptionError(f"option 'template': {e}") from None
         restore = value.get("restore_deleted", False)
         if not isinstance(restore, bool):
             raise TemplateOptionError("option 'template': restore_deleted must be true or false")
         return cls(course, name, version, restore)
+
+
+def parse_version(value: Any) -> int | None:
+    """A version number as a request gives it (``2``, ``"2"`` or ``"v2"``; None: the newest);
+    TemplateError with the sentence otherwise."""
+    if value is None:
+        return None
+    if isinstance(value, str) and re.fullmatch(r"v?[0-9]{1,7}", value):
+        value = int(value.lstrip("v"))
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_VERSION:
+        raise TemplateError("version must be a number like 2 (or 'v2')")
+    return value
 
 
 def version_on_start(

@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from hub_ext.core import templates as rules
-from hub_ext.service.apidoc import json_body, ok, op
+from hub_ext.service.apidoc import JSON, model_body, model_schema, ok, op
 from hub_ext.service.templates.base import _COURSE, _TEMPLATE
+from hub_ext.service.templates.bodies import PublishFromServer, StartBody, TemplateSettingsBody
 from hub_ext.service.templates.browsing import (
     SettingsHandler,
     TemplateHandler,
@@ -58,11 +58,7 @@ def _openapi_paths() -> dict[str, Any]:
         "source": {"type": "string"}, "created_by": {"type": "string"}, "created_at": {"type": "string"}}}
     params = ("course", "template")
     publish_body = {"required": True, "content": {
-        "application/json": {"schema": {"type": "object", "properties": {
-            "source": {"type": "object", "properties": {"server_path": {"type": "string"}}},
-            "image": {"type": "string"}, "profile": {"type": "string"},
-            "start_command": {"type": "array", "items": {"type": "string"}},
-            "description": {"type": "string"}}}},
+        JSON: {"schema": model_schema(PublishFromServer)},
         "application/zip": {"schema": {"type": "string", "format": "binary"}},
         "application/x-tar": {"schema": {"type": "string", "format": "binary"}},
     }}
@@ -75,8 +71,7 @@ def _openapi_paths() -> dict[str, Any]:
                        ok("Settings", {"type": "object"}), errors=errs, params=("course",)),
             "put": op("Set when homes are re-seeded: manual or on_start", teacher,
                        ok("Settings", {"type": "object"}), errors=("400", *errs), params=("course",),
-                       body=json_body({"type": "object", "properties": {
-                           "reseed": {"type": "string", "enum": list(rules.RESEED_MODES)}}})),
+                       body=model_body(TemplateSettingsBody)),
         },
         "/api/courses/{course}/templates/{template}": {"get": op(
             "One template with all its versions", member, ok("Template", template_schema),
@@ -84,8 +79,9 @@ def _openapi_paths() -> dict[str, Any]:
         "/api/courses/{course}/templates/{template}/versions": {"post": op(
             "Publish the next version from a folder of your running server (JSON) or an archive "
             "(zip/tar body; image, profile, description, start_command as query arguments)", teacher,
-            ok("The version published", version_schema, "201"), errors=("400", *errs),
-            params=params, body=publish_body)},
+            {**ok("The version published", version_schema, "201"),
+             "415": {"description": "A multipart form: send the archive itself as the body"}},
+            errors=("400", *errs), params=params, body=publish_body)},
         "/api/courses/{course}/templates/{template}/versions/{version}": {"get": op(
             "One version", member, ok("Version", version_schema), errors=("400", *errs),
             params=(*params, "version"))},
@@ -99,9 +95,7 @@ def _openapi_paths() -> dict[str, Any]:
             "(Re)start your server from the template: its profile and image, your home seeded "
             "(a re-seed keeps your edits)", member + " (their own server)",
             ok("The server and what seeding did", {"type": "object"}), errors=("400", *errs),
-            params=params, body={"required": False, "content": {"application/json": {"schema": {
-                "type": "object", "properties": {"version": {"type": "integer"},
-                                                 "restore_deleted": {"type": "boolean"}}}}}})},
+            params=params, body=model_body(StartBody, required=False))},
     }
 
 

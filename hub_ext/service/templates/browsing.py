@@ -10,8 +10,11 @@ from sqlalchemy import select
 from tornado import web
 
 from hub_ext import store
+from hub_ext.core import authz
 from hub_ext.core import templates as rules
+from hub_ext.service.declare import needs, refuses, takes
 from hub_ext.service.templates.base import TemplatesBase, _now
+from hub_ext.service.templates.bodies import TemplateSettingsBody
 from hub_ext.store.template_models import (
     Template,
     TemplateSettings,
@@ -25,8 +28,8 @@ from hub_ext.store.template_models import (
 class TemplateListHandler(TemplatesBase):
     """``GET /api/courses/<course>/templates``: the course's templates and their versions."""
 
+    @needs(authz.READ_TEMPLATES, course="course")
     async def get(self, course: str) -> None:
-        await self.check(rules.may_read, course)
         self.write_json(await self.db(self._list, course))
 
     def _list(self, course: str) -> list[dict[str, Any]]:
@@ -46,9 +49,10 @@ def _template_json(course: str, template: Template) -> dict[str, Any]:
 class TemplateHandler(TemplatesBase):
     """``GET /api/courses/<course>/templates/<name>``: one template with all its versions."""
 
+    @refuses(rules.TemplateError)
+    @needs(authz.READ_TEMPLATES, course="course")
     async def get(self, course: str, name: str) -> None:
-        await self.check(rules.may_read, course)
-        self.write_json(await self.db(self._get, course, self._template_name(name)))
+        self.write_json(await self.db(self._get, course, rules.require_name(name)))
 
     def _get(self, course: str, name: str) -> dict[str, Any]:
         with self.settings["sessions"]() as session:
@@ -63,9 +67,10 @@ class TemplateHandler(TemplatesBase):
 class VersionHandler(TemplatesBase):
     """``GET /api/courses/<course>/templates/<name>/versions/<n>``: one version."""
 
+    @refuses(rules.TemplateError)
+    @needs(authz.READ_TEMPLATES, course="course")
     async def get(self, course: str, name: str, version: str) -> None:
-        await self.check(rules.may_read, course)
-        name = self._template_name(name)
+        name = rules.require_name(name)
         number = int(version.lstrip("v")) if re.fullmatch(r"v?[0-9]{1,7}", version) else None
         # what cannot be a version number names no version: the same 404 as a missing one
         found = await self.db(self._get, course, name, number) if number else None
@@ -88,8 +93,8 @@ class SettingsHandler(TemplatesBase):
     home with the newest version of the template it was seeded from.
     """
 
+    @needs(authz.READ_TEMPLATES, course="course")
     async def get(self, course: str) -> None:
-        await self.check(rules.may_read, course)
         self.write_json(await self.db(self._get, course))
 
     def _get(self, course: str) -> dict[str, Any]:
@@ -97,12 +102,10 @@ class SettingsHandler(TemplatesBase):
             self._course(session, course)
             return {"course": course, "reseed": reseed_mode(session, course)}
 
+    @needs(authz.PUBLISH_TEMPLATE, course="course")
+    @takes(TemplateSettingsBody)
     async def put(self, course: str) -> None:
-        caller = await self.check(rules.may_publish, course)
-        body = self.json_body()
-        if not isinstance(body, dict) or set(body) != {"reseed"} or body["reseed"] not in rules.RESEED_MODES:
-            raise web.HTTPError(400, 'The body must be {"reseed": "manual"} or {"reseed": "on_start"}.')
-        self.write_json(await self.db(self._put, caller.name, course, body["reseed"]))
+        self.write_json(await self.db(self._put, self.caller.name, course, self.body.reseed))
 
     def _put(self, actor: str, course: str, mode: str) -> dict[str, Any]:
         with self.settings["sessions"].begin() as session:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hmac
 import os
 import secrets
@@ -32,60 +33,26 @@ from hub_ext.backends.templates import (
     TemplateStorage,
     version_location,
 )
-from hub_ext.core import bodies
+from hub_ext.core import authz, bodies
 from hub_ext.core import templates as rules
 from hub_ext.core.seeding import TemplateRefused
 from hub_ext.hubapi import HubAPIError
+from hub_ext.service import body_models
+from hub_ext.service.declare import PUBLIC, needs, refuses
 from hub_ext.service.handlers import APIHandler
 from hub_ext.service.templates.base import (
     _FETCH_PARALLEL,
-    _IMAGE,
     _JSON_BODY_MAX,
-    _PROFILE,
     TemplatesBase,
     _now,
 )
+from hub_ext.service.templates.bodies import PublishFromServer, PublishMetadata
 from hub_ext.store.template_models import (
     Template,
     TemplateVersion,
     find_template,
     version_json,
 )
-
-
-def _metadata(data: dict[str, Any]) -> dict[str, Any]:
-    """Checked image, profile, start command and description; 400 naming the bad field."""
-    unknown = sorted(set(data) - {"image", "profile", "start_command", "description", "source"})
-    if unknown:
-        raise web.HTTPError(400, f"Unknown field(s) {', '.join(unknown)}; send image, profile, "
-                                 "start_command, description and source.")
-    image, profile = data.get("image") or None, data.get("profile") or None
-    command, description = data.get("start_command") or None, data.get("description") or ""
-    if image is not None and (not isinstance(image, str) or len(image) > 255 or not _IMAGE.match(image)):
-        raise web.HTTPError(400, "image must be a container image reference, e.g. "
-                                 "'quay.io/jupyter/scipy-notebook:2024-10-07'.")
-    if profile is not None and (not isinstance(profile, str) or not _PROFILE.match(profile)):
-        raise web.HTTPError(400, "profile must be the slug of a profile of the spawn form, e.g. 'cpu'.")
-    if command is not None and (
-        not isinstance(command, list) or not command or len(command) > 64
-        or not all(isinstance(a, str) and 0 < len(a) <= 1024 for a in command)
-    ):
-        raise web.HTTPError(400, 'start_command must be a list of strings, e.g. ["jupyterhub-singleuser"].')
-    if not isinstance(description, str) or len(description) > 4000:
-        raise web.HTTPError(400, "description must be a text of at most 4000 characters.")
-    return {"image": image, "profile": profile, "start_command": command, "description": description}
-
-
-def _server_path(source: Any) -> str:
-    """The folder of the teacher's server to publish ('' = the server's root)."""
-    if not isinstance(source, dict) or set(source) != {"server_path"} or not isinstance(
-            source["server_path"], str):
-        raise web.HTTPError(400, 'source must be {"server_path": "<folder in your server>"}; to upload an '
-                                 "archive, send it as the body (application/zip or application/x-tar).")
-    path = source["server_path"].strip("/")
-    if path and any(part in ("", ".", "..") for part in path.split("/")):
-        raise web.HTTPError(400, "server_path must be a folder inside your server, without '..'.")
-    return path
 
 
 class ContentsReader:
@@ -123,7 +90,7 @@ class ContentsReader:
         """Copy ``folder`` recursively (hidden files are not listed by jupyter-server)."""
         root = await self.get(folder, content="1")
         if root.get("type") != "directory":
-            raise web.HTTPError(400, f"{folder!r} in your server is a file; publish a folder.")
+            raise rules.TemplateError(f"{folder!r} in your server is a file; publish a folder.")
         files: list[tuple[str, str]] = []
         listed, size = 0, 0  # refuse from the listings, before downloading anything
         pending = [(root, "")]
@@ -186,10 +153,11 @@ class PublishHandler(TemplatesBase):
             self._cleanup()
             self.refuse_after_body(e)
 
+    @refuses(rules.TemplateError)
     async def _prepare_upload(self) -> None:
         course, name = self.path_args
-        self.caller = await self.check(rules.may_publish, course)
-        self._template_name(name)
+        self.caller = await self.authorize(authz.PUBLISH_TEMPLATE, course=course)
+        rules.require_name(name)
         await self.db(self._require_course, course)
         limits = self.templates.limits
         kind = self.request.headers.get("Content-Type", "").split(";")[0].strip().lower()
@@ -197,7 +165,7 @@ class PublishHandler(TemplatesBase):
             self.start_body(_JSON_BODY_MAX)
             return
         if kind.startswith("multipart/"):
-            raise web.HTTPError(400, "Send the archive itself as the body (Content-Type "
+            raise web.HTTPError(415, "Send the archive itself as the body (Content-Type "
                                      "application/zip or application/x-tar), not a multipart form.")
         # Headers and padding of an archive take room too: allow them on top of the content limit.
         self.start_body(limits.max_bytes + 1024 * limits.max_files + 1024 * 1024)
@@ -245,21 +213,20 @@ class PublishHandler(TemplatesBase):
         with self.settings["sessions"]() as session:
             self._course(session, course)
 
+    @refuses(rules.TemplateError, body_models.BodyError)
+    @needs(authz.PUBLISH_TEMPLATE, course="course")
     async def post(self, course: str, name: str) -> None:
         storage = _staging_storage(self.templates)
         limits = self.templates.limits
         if self._archive is None:
-            data = self.json_body()
-            if not isinstance(data, dict):
-                raise web.HTTPError(400, 'The body must be {"source": {"server_path": "lab1"}, ...}.')
-            meta = _metadata(data)
-            folder = _server_path(data.get("source"))
+            body = self.body_as(PublishFromServer)
+            meta, folder = body.columns(), body.source.server_path
             self._staged = storage.staging()
             reader = ContentsReader(await self._server_url(), self._caller_token())
             try:
                 await reader.copy_into(folder, Stager(self._staged, limits))
             except TemplateRefused as e:
-                raise web.HTTPError(400, _not_published(e, self._staged)) from None
+                raise rules.TemplateError(_not_published(e, self._staged)) from None
             finally:
                 reader.client.close()
             source = f"server:{self.caller.name}:/{folder}"
@@ -268,19 +235,19 @@ class PublishHandler(TemplatesBase):
             await asyncio.to_thread(self._archive.close)
             self._archive = None
             if self._body_received == 0:
-                raise web.HTTPError(400, 'The body is empty: send an archive, or JSON {"source": '
-                                         '{"server_path": "..."}} with Content-Type application/json.')
-            meta = _metadata(self._query_metadata())
+                raise rules.TemplateError('The body is empty: send an archive, or JSON {"source": '
+                                          '{"server_path": "..."}} with Content-Type application/json.')
+            meta = body_models.parse(PublishMetadata, self._query_metadata()).columns()
             try:
                 await asyncio.to_thread(storage.extract, self._staged / "upload", self._staged, limits)
             except TemplateRefused as e:
-                raise web.HTTPError(400, _not_published(e, self._staged)) from None
+                raise rules.TemplateError(_not_published(e, self._staged)) from None
             await asyncio.to_thread(os.unlink, self._staged / "upload")
             source = "archive"
         try:
             manifest, digest = await asyncio.to_thread(storage.seal, self._staged, limits)
         except TemplateRefused as e:
-            raise web.HTTPError(400, _not_published(e, self._staged)) from None
+            raise rules.TemplateError(_not_published(e, self._staged)) from None
         location = None
         if self.templates.writes_through_pods:
             location = await self._install_with_pod(course, name, digest)
@@ -330,12 +297,9 @@ class PublishHandler(TemplatesBase):
             value = self.get_query_argument(key, None)
             if value is not None:
                 data[key] = value
-        if "start_command" in data:
-            try:
+        if "start_command" in data:  # a JSON list; anything else is refused by PublishMetadata
+            with contextlib.suppress(bodies.BodyError):
                 data["start_command"] = bodies.parse_json(data["start_command"])
-            except bodies.BodyError:
-                raise web.HTTPError(400, 'start_command must be a JSON list, e.g. ["jupyterhub-singleuser"].'
-                                    ) from None
         return data
 
     def _caller_token(self) -> str:
@@ -432,6 +396,7 @@ class UploadHandler(APIHandler):
     waits for its pod; anything else is a 404.
     """
 
+    @needs(PUBLIC)  # the one-time token of the publish in progress is checked here
     async def get(self, upload: str) -> None:
         found = self.settings.get("template_uploads", {}).get(upload)
         header = self.request.headers.get("Authorization", "")

@@ -12,7 +12,9 @@ from tornado import web
 from hub_ext.core import authz
 from hub_ext.core import templates as rules
 from hub_ext.hubapi import HubAPIError
-from hub_ext.service.templates.base import TemplatesBase, _now, _sentence
+from hub_ext.service.declare import needs, refuses, takes
+from hub_ext.service.templates.base import TemplatesBase, _now
+from hub_ext.service.templates.bodies import StartBody
 from hub_ext.store.models import AuditLog
 from hub_ext.store.template_models import (
     find_version,
@@ -27,22 +29,20 @@ class StartHandler(TemplatesBase):
     first (its kernels end); the server starts with the version's profile (and image on
     Kubernetes), and the spawner seeds the home before JupyterLab opens (a re-seed: the
     three-way merge keeps the student's edits). Members of the course and admins, for their
-    own server.
+    own server (with a token that may restart it: authz.USE_TEMPLATE).
     """
 
+    def json_body(self) -> Any:
+        """The body is optional: none is ``{}`` (the newest version, deleted files stay deleted)."""
+        return super().json_body() if self.request.body else {}
+
+    @refuses(rules.TemplateError)
+    @needs(authz.USE_TEMPLATE, course="course")
+    @takes(StartBody)
     async def post(self, course: str, name: str) -> None:
-        caller = await self.check(rules.may_use, course)
-        restart = authz.decide(caller, authz.CONTROL_SERVER, user=caller.name)  # no confused deputy
-        if not restart:
-            raise web.HTTPError(restart.status, restart.message)
-        name = self._template_name(name)
-        body = self.json_body() if self.request.body else {}
-        if not isinstance(body, dict) or not set(body) <= {"version", "restore_deleted"}:
-            raise web.HTTPError(400, 'The body must be {} or {"version": 2, "restore_deleted": false}.')
-        try:
-            choice = rules.TemplateChoice.parse({"course": course, "name": name, **body})
-        except rules.TemplateOptionError as e:
-            raise web.HTTPError(400, _sentence(str(e))) from None
+        caller = self.caller
+        choice = rules.TemplateChoice(course, rules.require_name(name), self.body.version,
+                                      self.body.restore_deleted)
         version = await self.db(self._version, choice)
         options: dict[str, Any] = {"template": rules.TemplateChoice(
             course, name, version["version"], choice.restore_deleted).to_json()}
