@@ -81,7 +81,7 @@ def _openapi_paths() -> dict[str, Any]:
             "(zip/tar body; image, profile, description, start_command as query arguments)", teacher,
             {**ok("The version published", version_schema, "201"),
              "415": {"description": "A multipart form: send the archive itself as the body"}},
-            errors=("400", *errs), params=params, body=publish_body)},
+            errors=("400", *errs, "409", "502"), params=params, body=publish_body)},
         "/api/courses/{course}/templates/{template}/versions/{version}": {"get": op(
             "One version", member, ok("Version", version_schema), errors=("400", *errs),
             params=(*params, "version"))},
@@ -94,7 +94,7 @@ def _openapi_paths() -> dict[str, Any]:
         "/api/courses/{course}/templates/{template}/start": {"post": op(
             "(Re)start your server from the template: its profile and image, your home seeded "
             "(a re-seed keeps your edits)", member + " (their own server)",
-            ok("The server and what seeding did", {"type": "object"}), errors=("400", *errs),
+            ok("The server and what seeding did", {"type": "object"}), errors=("400", *errs, "409"),
             params=params, body=model_body(StartBody, required=False))},
     }
 
