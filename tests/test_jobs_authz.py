@@ -45,3 +45,46 @@ def test_refusals_say_who_may() -> None:
     assert decide(CALLERS["ta"], authz.CANCEL_JOB, course=C, user="sam").message == (
         "You are a TA of cs101; only teachers of cs101 and hub admins can cancel this job of cs101.")
     assert "not a member of cs101" in decide(CALLERS["other-teacher"], authz.SUBMIT_JOB, course=C).message
+
+
+def test_a_job_the_caller_may_not_see_is_a_missing_job() -> None:
+    """With the job's id, a refusal does not say whether the job exists (README, "Security model")."""
+    for who in ("classmate", "other-teacher"):
+        for action in (authz.READ_JOB, authz.CANCEL_JOB):
+            verdict = decide(CALLERS[who], action, course=C, user="sam", job="j1")
+            assert verdict.status == 404
+            assert verdict.message.startswith("No job j1 among the jobs you can see")
+    missing = decide(CALLERS["admin"], authz.READ_JOB, course=None, user=None, job="j2")
+    assert missing.status == 404 and "No job j2" in missing.message
+    # the TA sees the job but may not cancel it: a 403 saying who may
+    assert decide(CALLERS["ta"], authz.CANCEL_JOB, course=C, user="sam", job="j1").status == 403
+    assert decide(CALLERS["service"], authz.READ_JOB, course=C, user="sam", job="j1").message == (
+        "Jobs belong to users; ask with a user's token.")
+
+
+@pytest.mark.parametrize(("who", "allowed"), [
+    ("owner", False), ("ta", False), ("teacher", True), ("admin", True), ("other-teacher", False)])
+def test_only_teachers_and_admins_give_a_job_a_priority(who: str, allowed: bool) -> None:
+    verdict = decide(CALLERS[who], authz.SUBMIT_JOB, course=C, priority=5)
+    assert bool(verdict) is allowed
+    if who in ("owner", "ta"):
+        assert verdict.message == (f"Only teachers of {C} and hub admins set a job's priority; leave "
+                                   "priority out.")
+    assert bool(decide(CALLERS[who], authz.SUBMIT_JOB, course=C, priority=0)) is (
+        who in TABLE[authz.SUBMIT_JOB])
+
+
+def test_who_lists_which_jobs() -> None:
+    teacher = Caller("tom", courses={C: "teacher", "bio201": "student"})
+    assert decide(teacher, authz.LIST_JOBS)
+    assert decide(CALLERS["owner"], authz.LIST_JOBS, course=C, user="sam")  # my jobs in my course
+    refused = decide(CALLERS["owner"], authz.LIST_JOBS, course=C)
+    assert refused.status == 403 and "job queue of cs101" in refused.message
+    assert decide(CALLERS["service"], authz.LIST_JOBS).status == 403
+    # without filters: my jobs, and those of the courses I teach or assist
+    assert authz.visible_jobs(teacher, course=None, owner=None) == {
+        "owner": "tom", "courses": [C], "either": True}
+    assert authz.visible_jobs(CALLERS["owner"], course=C, owner=None) == {"owner": "sam", "courses": [C]}
+    assert authz.visible_jobs(teacher, course=C, owner="sam") == {"owner": "sam", "courses": [C]}
+    assert authz.visible_jobs(teacher, course=None, owner="sam") == {"owner": "sam", "courses": [C]}
+    assert authz.visible_jobs(CALLERS["admin"], course=None, owner=None) == {"owner": None, "courses": None}

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import pytest
 
-from hub_ext.core.authz import Caller
+from hub_ext.core import authz
+from hub_ext.core.authz import USE_TEMPLATE, Caller
 from hub_ext.core.templates import (
     TemplateChoice,
+    TemplateError,
     TemplateOptionError,
     may_publish,
     may_read,
     may_use,
     name_problem,
+    require_name,
     version_on_start,
 )
 
@@ -78,3 +81,19 @@ LATEST = {"cs101/lab1": 3, "cs101/lab2": 1}
 ])
 def test_what_a_start_seeds(choice, marker, reseed, expected):
     assert version_on_start(choice, marker, LATEST, reseed) == expected
+
+
+def test_starting_from_a_template_needs_a_token_that_may_restart_ones_own_server():
+    """No confused deputy: the service restarts the server only with the caller's own hub scope."""
+    narrow = Caller("s", courses={"cs101": "student"}, scopes=frozenset({"access:services"}))
+    full = Caller("s", courses={"cs101": "student"}, scopes=frozenset({"servers!user=s"}))
+    assert authz.decide(full, USE_TEMPLATE, course="cs101")
+    refused = authz.decide(narrow, USE_TEMPLATE, course="cs101")
+    assert refused.status == 403 and "'servers!user=s'" in refused.message
+    assert authz.decide(OUTSIDER, USE_TEMPLATE, course="cs101").status == 404
+
+
+def test_a_template_name_in_a_request_is_checked_with_a_sentence():
+    assert require_name("lab1") == "lab1"
+    with pytest.raises(TemplateError, match=r"^'\.\./etc' is not a template name: .*\.$"):
+        require_name("../etc")
