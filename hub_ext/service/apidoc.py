@@ -59,16 +59,10 @@ def json_body(schema: dict[str, Any]) -> dict[str, Any]:
     return {"required": True, "content": {JSON: {"schema": schema}}}
 
 
-def model_body(model: Any, *, required: bool = True) -> dict[str, Any]:
-    """The request body of a pydantic model (hub_ext.service.body_models): its JSON schema, the
-    models it uses inlined (the document's $refs point into components only), and its example.
-
-    Why generated: the model is the one description of a body; a hand-written schema drifts."""
-    return {"required": required, "content": {JSON: {"schema": model_schema(model)}}}
-
-
 def model_schema(model: Any) -> dict[str, Any]:
-    """``model``'s JSON schema with its ``$defs`` inlined, and its ``example``."""
+    """``model``'s JSON schema with its ``$defs`` inlined, and its ``example``: for a hand-written
+    body a method cannot declare with ``@takes`` (one of several content types, say), so that it is
+    still the model's description (hub_ext.service.openapi generates the ``@takes`` ones)."""
 
     schema = model.model_json_schema()
     defs = schema.pop("$defs", {})

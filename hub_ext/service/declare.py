@@ -15,7 +15,8 @@ action of hub_ext.core.authz it performs and which request body model it takes, 
   is in ``self.body`` when the method runs; a wrong body gets a 400 naming the field.
 - ``@refuses(JobError, ...)``: the errors of hub_ext.core's meaning checks (a profile the course
   does not offer, a job no node could hold) that the method lets through are the caller's to fix:
-  a 400 with the error's sentence, not a 500. Above ``@needs`` when a lookup may raise one.
+  they become hub_ext.service.body_models.BodyError, which the handler answers with a 400 and the
+  error's sentence (APIHandler.send_error), not a 500. Above ``@needs`` when a lookup may raise one.
 
 Order: ``@needs`` above ``@takes``, so a caller who may not act learns nothing from a 400 about
 the body (403 first, as the hub answers).
@@ -28,7 +29,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from tornado import web
+from hub_ext.service.body_models import BodyError
 
 __all__ = ["PUBLIC", "action_of", "body_of", "needs", "refuses", "takes"]
 
@@ -84,7 +85,8 @@ def takes(model: type) -> Callable[[Method], Method]:
 
 
 def refuses(*errors: type[Exception]) -> Callable[[Method], Method]:
-    """Declare the core errors a method answers with a 400 carrying their sentence."""
+    """Declare the core errors a method answers with a 400 carrying their sentence (a full stop
+    added when it has none: core's sentences end without one)."""
 
     def wrap(method: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(method)
@@ -93,9 +95,7 @@ def refuses(*errors: type[Exception]) -> Callable[[Method], Method]:
                 result = method(self, *args, **kwargs)
                 return await result if inspect.isawaitable(result) else result
             except errors as e:
-                # The one 400 for meaning checks: core's sentence says what to change
-                # (docs/architecture.md, rules 6 and 8).
-                raise web.HTTPError(400, "%s.", str(e).strip().rstrip(".")) from None
+                raise BodyError(str(e).strip().rstrip(".") + ".") from None
 
         return run
 

@@ -2,9 +2,10 @@
 
 Thin, like every handler: each method declares its action of hub_ext.core.authz (``@needs``, with
 lookups of the job's course and owner) and its body model (``@takes``,
-hub_ext.service.jobs.bodies) -> hub_ext.core.jobs checks what the job means (``@refuses`` turns
-its sentences into 400s) -> `JobStore` records it -> the loop is woken. A job someone may not see
-answers 404, the same as one that does not exist (README, "Security model", rule 4).
+hub_ext.service.jobs.bodies) -> hub_ext.core.jobs checks what the job means (``@refuses`` makes
+its sentences body_models.BodyError, a 400) -> `JobStore` records it -> the loop is woken. A job
+someone may not see answers 404, the same as one that does not exist (README, "Security model",
+rule 4).
 
 - ``GET /api/jobs``: my jobs, and the jobs of the courses I teach or assist (all for admins);
   ``?course=``, ``?owner=``, ``?state=queued,running``, ``?offset=`` (0 to 2**62),
@@ -32,7 +33,7 @@ from tornado.iostream import StreamClosedError
 from hub_ext.core import authz, jobs
 from hub_ext.core.admission import refuse_at_submit
 from hub_ext.core.jobs import JobError
-from hub_ext.service.apidoc import model_body, ok, op
+from hub_ext.service.apidoc import ok, op
 from hub_ext.service.arguments import MAX_LOG_OFFSET, MAX_OFFSET, int_argument
 from hub_ext.service.declare import needs, refuses, takes
 from hub_ext.service.handlers import APIHandler
@@ -293,7 +294,7 @@ OPENAPI_PATHS: dict[str, Any] = {
         "post": op("Submit a distributed job", "members of the course",
                     {**ok("The new job, queued", _JOB, status="201"),
                      **ok("The job submitted before with the same id", _JOB)},
-                    errors=("400", "401", "403", "404", "409"), body=model_body(JobSubmission)),
+                    errors=("400", "401", "403", "404", "409")),
     },
     "/api/jobs/{job}": {
         "get": op("One job: state, reason, queue position, replicas, history", _SEE,

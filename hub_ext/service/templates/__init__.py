@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from hub_ext.service.apidoc import JSON, model_body, model_schema, ok, op
+from hub_ext.service.apidoc import JSON, model_schema, ok, op
 from hub_ext.service.templates.base import _COURSE, _TEMPLATE
-from hub_ext.service.templates.bodies import PublishFromServer, StartBody, TemplateSettingsBody
+from hub_ext.service.templates.bodies import PublishFromServer
 from hub_ext.service.templates.browsing import (
     SettingsHandler,
     TemplateHandler,
@@ -70,8 +70,7 @@ def _openapi_paths() -> dict[str, Any]:
             "get": op("The course's template settings", member,
                        ok("Settings", {"type": "object"}), errors=errs, params=("course",)),
             "put": op("Set when homes are re-seeded: manual or on_start", teacher,
-                       ok("Settings", {"type": "object"}), errors=("400", *errs), params=("course",),
-                       body=model_body(TemplateSettingsBody)),
+                       ok("Settings", {"type": "object"}), errors=("400", *errs), params=("course",)),
         },
         "/api/courses/{course}/templates/{template}": {"get": op(
             "One template with all its versions", member, ok("Template", template_schema),
@@ -95,7 +94,7 @@ def _openapi_paths() -> dict[str, Any]:
             "(Re)start your server from the template: its profile and image, your home seeded "
             "(a re-seed keeps your edits)", member + " (their own server)",
             ok("The server and what seeding did", {"type": "object"}), errors=("400", *errs, "409"),
-            params=params, body=model_body(StartBody, required=False))},
+            params=params)},
     }
 
 

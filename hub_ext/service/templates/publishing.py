@@ -149,7 +149,7 @@ class PublishHandler(TemplatesBase):
             return super().prepare()
         try:
             await self._prepare_upload()
-        except web.HTTPError as e:
+        except (web.HTTPError, body_models.BodyError) as e:  # a BodyError is a 400 (handlers.BAD_REQUEST)
             self._cleanup()
             self.refuse_after_body(e)
 
