@@ -213,7 +213,7 @@ class PublishHandler(TemplatesBase):
         with self.settings["sessions"]() as session:
             self._course(session, course)
 
-    @refuses(rules.TemplateError, body_models.BodyError)
+    @refuses(rules.TemplateError)
     @needs(authz.PUBLISH_TEMPLATE, course="course")
     async def post(self, course: str, name: str) -> None:
         storage = _staging_storage(self.templates)
