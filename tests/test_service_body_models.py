@@ -117,7 +117,9 @@ def test_good_bodies_keep_what_was_sent():
     quota = body_models.parse(body_models.QuotaBody, {"resources": {"nvidia.com/mig-1g.10gb.me": 2},
                                                       "servers": 3})
     assert quota.limits.servers == 3 and "nvidia.com/mig-1g.10gb.me" in quota.limits.limited
-    assert body_models.parse(body_models.ProfileOptionsBody, None).user_options() == {}
+    assert body_models.parse(body_models.ProfileOptionsBody, {}).user_options() == {}
+    with pytest.raises(body_models.BodyError, match="The body must be like"):  # JSON null
+        body_models.parse(body_models.ProfileOptionsBody, None)
     assert body_models.parse(body_models.ProfileOptionsBody, {"profile": "cpu", "cpu": 2}).user_options() == {
         "profile": "cpu", "cpu": 2}
     spec = body_models.parse(body_models.ShareBody, {"group": "cs101", "minutes": 90}).spec("kim")

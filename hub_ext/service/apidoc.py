@@ -55,8 +55,8 @@ def op(summary: str, who: str, responses: dict[str, Any], *, errors: tuple[str, 
     return operation
 
 
-def json_body(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"required": True, "content": {JSON: {"schema": schema}}}
+def json_body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
+    return {"required": required, "content": {JSON: {"schema": schema}}}
 
 
 def model_schema(model: Any) -> dict[str, Any]:

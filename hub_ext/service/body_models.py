@@ -51,6 +51,8 @@ class Body(BaseModel):
     #: Whether the model's own ``mode="before"`` validator answers a body that is not an object
     #: (with its sentence, or by reading it as something else); otherwise `parse` answers it.
     any_json: ClassVar[bool] = False
+    #: Whether an empty request body (no bytes at all) means ``{}``; a JSON ``null`` never does.
+    empty_is_object: ClassVar[bool] = False
 
 
 B = TypeVar("B", bound=Body)
@@ -189,17 +191,12 @@ class ProfileOptionsBody(Body):
     spawner's catalog, hub_ext.core.profiles); this model only refuses what no spawner reads."""
 
     example: ClassVar[str] = '{"profile": "h200-mig-1g"}'
-    any_json: ClassVar[bool] = True
+    empty_is_object: ClassVar[bool] = True
     profile: StrictStr | None = None
     image: StrictStr | None = None
     cpu: StrictStr | StrictInt | StrictFloat | None = None
     memory: StrictStr | StrictInt | StrictFloat | None = None
     template: dict[str, Any] | None = None
-
-    @model_validator(mode="before")
-    @classmethod
-    def _empty(cls, data: Any) -> Any:
-        return {} if data is None else data
 
     def user_options(self) -> dict[str, Any]:
         """The options as sent (fields left out stay out: the spawner's defaults apply)."""

@@ -226,7 +226,9 @@ class APIHandler(SecurityHeaders, HubOAuthenticated, web.RequestHandler):
     def body_as(self, model: type[body_models.B]) -> body_models.B:
         """The JSON body as the pydantic ``model`` (what ``@takes`` puts in ``self.body``); a
         400 with the sentence of the first wrong field (hub_ext.service.body_models)."""
-        return body_models.parse(model, self.json_body(), self.body_context())
+        self.body_complete()
+        data = {} if model.empty_is_object and not self.request.body else self.json_body()
+        return body_models.parse(model, data, self.body_context())
 
     def body_context(self) -> dict[str, Any]:
         """What the body models' validators need from the running service: the hub's username

@@ -386,7 +386,8 @@ def document(routes: Routes | None = None) -> dict[str, Any]:
         if params:
             operation["parameters"] = params
         if model is not None:  # the declared model wins over any hand-written body
-            operation["requestBody"] = json_body(refs[model])
+            operation["requestBody"] = json_body(refs[model],
+                                                 required=not getattr(model, "empty_is_object", False))
         paths.setdefault(path, {})[method] = _with_common_errors(path, method, operation)
     # a generated schema replaces a hand-written one of the same name: the model is the truth
     schemas = {**SCHEMAS, **generated}

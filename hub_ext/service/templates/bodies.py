@@ -47,9 +47,11 @@ class TemplateSettingsBody(Body):
 
 
 class StartBody(Body):
-    """``POST /api/courses/<course>/templates/<name>/start`` (the body is optional)."""
+    """``POST /api/courses/<course>/templates/<name>/start`` (the body is optional: none is the
+    newest version, deleted files stay deleted)."""
 
     example: ClassVar[str] = '{"version": 2, "restore_deleted": false}'
+    empty_is_object: ClassVar[bool] = True
 
     version: Annotated[Annotated[int, Field(ge=1, le=rules.MAX_VERSION)] | None,
                        BeforeValidator(lambda v: _sentence(rules.parse_version, v)),

@@ -32,10 +32,6 @@ class StartHandler(TemplatesBase):
     own server (with a token that may restart it: authz.USE_TEMPLATE).
     """
 
-    def json_body(self) -> Any:
-        """The body is optional: none is ``{}`` (the newest version, deleted files stay deleted)."""
-        return super().json_body() if self.request.body else {}
-
     @refuses(rules.TemplateError)
     @needs(authz.USE_TEMPLATE, course="course")
     @takes(StartBody)
