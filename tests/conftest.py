@@ -21,22 +21,27 @@ settings.load_profile("classhub")
 IN_CI = bool(os.environ.get("CI"))
 
 
-#: The suite's tiers (``pytest -m unit`` is the quick one; ``make test`` runs them all):
+#: The suite's tiers (``pytest -m unit`` is the quick one; ``make test`` runs them all), marked on
+#: the tests themselves (``pytestmark`` in a module, a decorator where a module mixes tiers):
 #: unit: no process of ours; hub: a real JupyterHub process; cluster: the fake Kubernetes API
 #: server (with or without a hub); browser: Chromium driven by Playwright.
 TIERS = ("unit", "hub", "cluster", "browser")
-_HUB_FIXTURES = frozenset({"hub_root", "demo_hub", "login", "hub", "shared_hubs"})
+#: Fixtures that start a hub, a fake cluster or a browser: a test asking for one is not a unit test.
+_PROCESS_FIXTURES = frozenset({"hub_root", "demo_hub", "login", "hub", "shared_hubs", "cluster",
+                               "page", "browser"})
 
 
-def _tier(item: pytest.Item) -> str:
-    module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-    if "browser" in module or "page" in item.fixturenames:
-        return "browser"
-    if "kube" in module or "cluster" in item.fixturenames:
-        return "cluster"
-    if _HUB_FIXTURES & set(item.fixturenames) or hasattr(item.module, "LocalHub"):
-        return "hub"
-    return "unit"
+def _tier_problem(item: pytest.Item) -> str | None:
+    """What is wrong with a test's tier marks, as a sentence saying what to change; None if fine."""
+    marked = [t for t in TIERS if item.get_closest_marker(t)]
+    if not marked:
+        return (f"{item.nodeid} has no tier: add `pytestmark = pytest.mark.unit` (or hub, cluster, "
+                f"browser: see TIERS in tests/conftest.py) to its module")
+    needs = sorted(_PROCESS_FIXTURES & set(item.fixturenames))
+    if marked == ["unit"] and needs:
+        return (f"{item.nodeid} is marked unit but uses {', '.join(needs)}, which start processes: "
+                f"mark it hub, cluster or browser")
+    return None
 
 
 #: The slowest modules, longest first (seconds on 2 cores, from a full run's junit report). `make
@@ -73,11 +78,11 @@ def _module_rank(item: pytest.Item) -> tuple[int, int]:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test with its tier, from what it starts (see TIERS); order modules slowest
-    first (SLOWEST_FIRST, then the tiers that start processes), each module's tests as written."""
-    for item in items:
-        if not any(item.get_closest_marker(t) for t in TIERS):
-            item.add_marker(getattr(pytest.mark, _tier(item)))
+    """Check every test's tier (see TIERS); order modules slowest first (SLOWEST_FIRST, then the
+    tiers that start processes), each module's tests as written."""
+    problems = [p for p in map(_tier_problem, items) if p]
+    if problems:
+        raise pytest.UsageError("\n".join(problems))
     first = {}
     for item in items:  # a module's rank is its first test's (a module keeps its tests together)
         first.setdefault(item.module, _module_rank(item))

@@ -10,6 +10,10 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.unit
+
 BENCH = Path(__file__).resolve().parent.parent / "bench" / "admission.py"
 LAST_LINE = re.compile(
     r"util_vs_besteffort=(\d+\.\d{3}) delay_vs_strict=(\d+\.\d{3}|inf) "

@@ -15,6 +15,8 @@ import pytest
 from tests.browser import hub_login
 from tests.hubproc import HubSession, LocalHub, api
 
+pytestmark = pytest.mark.browser
+
 ME = "nvidia.com/mig-1g.10gb.me"
 
 

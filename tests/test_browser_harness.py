@@ -1,6 +1,10 @@
 """The browser tier's harness works: Chromium logs in through the hub's form and lands on the hub."""
 
+import pytest
+
 from tests.browser import Clicks, hub_login
+
+pytestmark = pytest.mark.browser
 
 
 def test_a_student_logs_in_through_the_form_in_chromium(page, demo_hub):

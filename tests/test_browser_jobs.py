@@ -14,6 +14,8 @@ import pytest
 from tests.browser import Clicks, hub_login, screenshot
 from tests.test_jobs_hub import CONFIG, ENV
 
+pytestmark = pytest.mark.browser
+
 #: The README's number: hub home -> Jobs, Submit, Logs.
 STUDENT_SUBMITS_AND_READS_LOGS = 3
 

@@ -23,6 +23,8 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from tests.browser import Clicks, hub_login, screenshot
 from tests.hubproc import HubSession, LocalHub, api, start_server, wait_for
 
+pytestmark = pytest.mark.browser
+
 NOTEBOOK = {
     "nbformat": 4, "nbformat_minor": 5, "metadata": {"kernelspec": {"name": "python3", "language": "python",
                                                                      "display_name": "Python 3"}},

@@ -29,6 +29,8 @@ import requests
 from tests.browser import Clicks, screenshot
 from tests.hubproc import HubSession, LocalHub, start_server, wait_for
 
+pytestmark = pytest.mark.browser
+
 #: The README's numbers ("Using classhub"): clicks of each journey after logging in.
 TEACHER_ROSTER_LIMIT_PUBLISH = 9
 STUDENT_STARTS_TEMPLATE = 1

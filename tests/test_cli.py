@@ -11,11 +11,14 @@ import uuid
 from pathlib import Path
 
 import psutil
+import pytest
 
 from hub_ext import store
 from hub_ext.core.profiles import Catalog
 from tests.hubproc import CLASSHUB
 from tests.ports import free_port
+
+pytestmark = pytest.mark.unit
 
 
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None):

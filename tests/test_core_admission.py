@@ -32,6 +32,8 @@ from hub_ext.core.jobs import Job, Role
 from hub_ext.core.quota import Limits, Usage
 from hub_ext.core.resources import NVIDIA_GPU, ResourceVector
 
+pytestmark = pytest.mark.unit
+
 G = NVIDIA_GPU
 NOW = 1_000_000.0
 

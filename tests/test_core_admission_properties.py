@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +28,8 @@ from hub_ext.core.admission import (
 from hub_ext.core.jobs import Job, Role
 from hub_ext.core.quota import Limits, Usage
 from hub_ext.core.resources import CPU, NVIDIA_GPU, ResourceVector, sum_vectors
+
+pytestmark = pytest.mark.unit
 
 G = NVIDIA_GPU
 COURSES = ("a", "b", "c")

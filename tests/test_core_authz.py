@@ -11,6 +11,8 @@ import pytest
 from hub_ext.core import authz
 from hub_ext.core.authz import Caller, decide, may_change_member, visible_courses
 
+pytestmark = pytest.mark.unit
+
 C = "cs101"
 #: What the hub reports for a hub admin's full token (expanded: admin:groups brings groups, ...).
 ADMIN_SCOPES = frozenset({"admin:groups", "groups", "admin:users", "users", "admin:servers", "servers",

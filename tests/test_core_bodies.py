@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 
 from hub_ext.core.bodies import DB_INT_MAX, INT64_MAX, INT64_MIN, MAX_DEPTH, BodyError, parse_json, path_id
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(("raw", "words"), [
     (b"[" * 20_000 + b"]" * 20_000, "levels deep"),

@@ -30,6 +30,8 @@ from hub_ext.core.resources import (
     ResourceVector,
 )
 
+pytestmark = pytest.mark.unit
+
 GI = 2**30
 MI = 2**20
 MIG_1G = "nvidia.com/mig-1g.18gb"

@@ -42,6 +42,8 @@ from hub_ext.core.culling import (
     resolve_policy_key,
 )
 
+pytestmark = pytest.mark.unit
+
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
 GPU = "nvidia.com/gpu"
 MIG = "nvidia.com/mig-1g.10gb"

@@ -27,6 +27,8 @@ from hub_ext.core.devices import (
 )
 from hub_ext.core.resources import NVIDIA_GPU, NVIDIA_GPU_SHARED, mig_resource_name
 
+pytestmark = pytest.mark.unit
+
 MIG_1G = mig_resource_name(1, 18)
 MIG_3G = mig_resource_name(3, 71)
 MiB = 2**20

@@ -37,6 +37,8 @@ from hub_ext.service.courses import unknown_resources
 from tests.test_core_capacity import node
 from tests.test_local_gpus import FakeNVML
 
+pytestmark = pytest.mark.unit
+
 ME = "nvidia.com/mig-1g.10gb.me"
 UTC = timezone.utc
 

@@ -7,6 +7,8 @@ import pytest
 from hub_ext.core.jobs import SUCCESS_MAIN, FailurePolicy, Job, JobError, Role, parse_job
 from hub_ext.core.resources import NVIDIA_GPU, ResourceVector
 
+pytestmark = pytest.mark.unit
+
 GPU4 = {"nvidia.com/gpu": 4, "cpu": "8", "memory": "32Gi"}
 
 

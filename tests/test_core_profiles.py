@@ -26,6 +26,8 @@ from hub_ext.core.profiles import (
     room_on_machine,
 )
 
+pytestmark = pytest.mark.unit
+
 TORCH = "quay.io/jupyter/pytorch-notebook:cuda12-2025-06-01"
 SCIPY = "quay.io/jupyter/scipy-notebook:2025-06-01"
 

@@ -35,6 +35,8 @@ from hub_ext.core.quota import (
 )
 from hub_ext.core.resources import ZERO, ResourceVector, human_quantity
 
+pytestmark = pytest.mark.unit
+
 GPU = "nvidia.com/gpu"
 MIG = "nvidia.com/mig-1g.18gb"
 SHARED = "nvidia.com/gpu.shared"

@@ -53,6 +53,8 @@ from hub_ext.core.resources import (
     validate_resource_name,
 )
 
+pytestmark = pytest.mark.unit
+
 GI = 2**30
 MI = 2**20
 MIG_1G = "nvidia.com/mig-1g.18gb"

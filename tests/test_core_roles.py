@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from hub_ext.core import roles
+
+pytestmark = pytest.mark.unit
 
 STAFF = roles.CourseStaff.from_group_properties(
     {"classhub": {"teachers": ["tina"], "tas": ["tom", "tina2"]}}

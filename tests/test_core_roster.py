@@ -26,6 +26,8 @@ from hub_ext.core.roster import (
     parse_roster,
 )
 
+pytestmark = pytest.mark.unit
+
 DATA = Path(__file__).parent / "data" / "roster"
 
 

@@ -47,6 +47,8 @@ from hub_ext.core.seeding import (
     sidecar_name,
 )
 
+pytestmark = pytest.mark.unit
+
 
 def f(content: str, executable: bool = False) -> Entry:
     data = content.encode()

@@ -26,6 +26,8 @@ from hub_ext.core.sharing import (
     with_paths,
 )
 
+pytestmark = pytest.mark.unit
+
 OWN, S = "student1", ""
 RESOURCES = ["contents", "files", "kernels", "sessions", "terminals", "kernelspecs", "config", "api",
              "events", "nbconvert", "lab", "server"]

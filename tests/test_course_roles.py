@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
 import requests
 
 from hub_ext.core import roles
 from tests.hubproc import start_server
 
 
+@pytest.mark.unit
 def test_generated_roles():
     generated = roles.hub_roles({"cs101": {"tina": "teacher", "tom": "ta", "sam": "student"},
                                  "Art & Design": {"ada": "teacher"}})
@@ -32,6 +34,7 @@ def test_generated_roles():
     assert "access:servers!user=sam" in with_admin[0]["scopes"]
 
 
+@pytest.mark.hub
 def test_teacher_and_ta_reach_their_students_servers_through_the_hub(login, demo_hub):
     student = login("student1")
     student_token = student.new_token()

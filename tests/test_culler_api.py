@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from hub_ext.demo import DEMO_COURSE
 from tests.hubproc import HubSession, api
+
+pytestmark = pytest.mark.hub
 
 
 def token(hub, user: str) -> str:

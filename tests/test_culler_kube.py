@@ -23,6 +23,8 @@ from tests.hubproc import HubSession, api, free_port, wait_for
 from tests.kubehub import KubeHub, process_cluster, request_server, server_model, wait_ready, wait_stopped
 from tests.test_culler_local import move_clock
 
+pytestmark = pytest.mark.cluster
+
 NODES = [
     {"name": "cpu-0", "allocatable": {"cpu": "16", "memory": "64Gi"}},
     {"name": "h200-0", "allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": "2"},

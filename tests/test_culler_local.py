@@ -25,6 +25,8 @@ import websocket
 
 from tests.hubproc import HubSession, LocalHub, api, wait_for
 
+pytestmark = pytest.mark.hub
+
 INVENTORY = Path(__file__).parent / "data" / "nvidia-smi" / "h200-2gpu-7x1g.txt"
 GPU = "nvidia-h200-gpu"
 MIG = "mig-1g-18gb"

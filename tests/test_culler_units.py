@@ -23,6 +23,8 @@ from hub_ext.core.culling import CullPolicy, resolve_policy
 from hub_ext.singleuser.activity import gpu_activity, kernel_activity
 from tests.hubproc import free_port
 
+pytestmark = pytest.mark.unit
+
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=timezone.utc)
 
 

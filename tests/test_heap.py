@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.hubproc import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,6 +31,7 @@ def _frozen_after(*code: str) -> int:
     return int(out.stdout.split()[-1])
 
 
+@pytest.mark.unit
 def test_building_a_configuration_outside_a_hub_leaves_the_heap_alone():
     # a test, `classhub local` building its configuration, a tool printing one: not a hub
     assert _frozen_after('configure(Config(), mode="kubernetes")') == 0
@@ -46,6 +49,7 @@ HUB_ABOUT_TO_START = """
 """
 
 
+@pytest.mark.unit
 def test_a_hub_loading_the_configuration_freezes_its_heap_when_started():
     frozen = _frozen_after(HUB_ABOUT_TO_START, """
         configure(Config(), mode="kubernetes")
@@ -56,6 +60,7 @@ def test_a_hub_loading_the_configuration_freezes_its_heap_when_started():
     assert frozen > 50_000  # JupyterHub's and classhub's imports: modules, classes, functions
 
 
+@pytest.mark.unit
 def test_a_hub_told_not_to_freeze_does_not():
     assert _frozen_after(HUB_ABOUT_TO_START, """
         configure(Config(), mode="kubernetes", freeze_heap=False)
@@ -63,6 +68,7 @@ def test_a_hub_told_not_to_freeze_does_not():
     """) == 0
 
 
+@pytest.mark.hub
 def test_a_running_hub_froze_its_heap_once_started(demo_hub):
     # `classhub local` (its own hook, see hub_ext.cli): once the hub runs, in the hub's log
     assert demo_hub.log_path is not None

@@ -23,6 +23,8 @@ from hub_ext import store
 from hub_ext.store.culler_models import CullWarning
 from tests.hubproc import HubSession, LocalHub, wait_for
 
+pytestmark = pytest.mark.hub
+
 
 @pytest.fixture(scope="module")
 def hub(hub_root: Path):

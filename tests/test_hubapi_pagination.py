@@ -20,6 +20,8 @@ from hub_ext.hubapi import HubAPI
 from hub_ext.service.reconcile import reconcile_once, running_server_keys
 from tests.hubproc import HubSession, api, hub_with_config, start_server
 
+pytestmark = pytest.mark.hub
+
 USERS = ["p1", "p2", "p3", "p4", "p5"]
 RUNNING = USERS[:4]
 COURSES = ["c1", "c2", "c3", "c4", "c5"]

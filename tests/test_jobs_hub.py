@@ -23,6 +23,8 @@ import requests
 from hub_ext.backends.local.jobs import job_processes
 from tests.hubproc import HubSession, api, hub_with_config, start_server, wait_for
 
+pytestmark = pytest.mark.hub
+
 DATA = Path(__file__).parent / "data" / "jobs"
 INVENTORY = DATA / "three-h200.txt"
 RENDEZVOUS = DATA / "rendezvous.py"

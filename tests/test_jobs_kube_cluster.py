@@ -27,6 +27,8 @@ from tests.hubproc import wait_for
 from tests.kubefake import EXIT_AFTER_ANNOTATION, FakeCluster
 from tests.kubefake.training import POD_GROUP_LABEL, SCHEDULER_NAME, TrainingOperator
 
+pytestmark = pytest.mark.cluster
+
 NS = "classhub"
 NOW = datetime.now(timezone.utc)
 NODES = [{"name": name, "allocatable": {"cpu": "32", "memory": "256Gi", "nvidia.com/gpu": "4"},

@@ -18,6 +18,8 @@ from tests.hubproc import api, wait_for
 from tests.kubefake.training import SCHEDULER_NAME, TrainingOperator
 from tests.kubehub import KubeHub, process_cluster
 
+pytestmark = pytest.mark.cluster
+
 NS = "classhub-jobs"
 NODES = [{"name": f"node-{i}", "allocatable": {"cpu": "8", "memory": "32Gi"}} for i in range(2)]
 #: An image no default names: a replica carrying it was made with the hub's setting.

@@ -18,6 +18,8 @@ from hub_ext.core.resources import ResourceVector
 from tests.kubefake import EXIT_AFTER_ANNOTATION, RUN_ANNOTATION, FakeCluster
 from tests.kubefake.waiting import wait_for
 
+pytestmark = pytest.mark.cluster
+
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 

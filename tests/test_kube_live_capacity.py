@@ -16,6 +16,8 @@ from hub_ext.core.capacity import PodUsage
 from tests.kubefake import FakeCluster
 from tests.kubefake.waiting import async_wait_for
 
+pytestmark = pytest.mark.cluster
+
 NODES = [{"name": f"gpu-{i}", "allocatable": {"cpu": "16", "memory": "64Gi", "nvidia.com/gpu": "4"}}
          for i in range(2)]
 

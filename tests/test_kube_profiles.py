@@ -18,6 +18,8 @@ from tests.kubefake import FakeCluster
 from tests.kubefake.waiting import wait_for
 from tests.kubehub import KubeHub, request_server, server_model, wait_stopped
 
+pytestmark = pytest.mark.cluster
+
 TORCH = "quay.io/jupyter/pytorch-notebook:cuda12-2025-06-01"
 SCIPY = "quay.io/jupyter/scipy-notebook:2025-06-01"
 GPU_TAINT = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]

@@ -14,6 +14,8 @@ from hub_ext.core.scheduling import (
     unschedulable_message,
 )
 
+pytestmark = pytest.mark.cluster
+
 # Real FailedScheduling messages, as kube-scheduler versions 1.18 to 1.32 word them.
 MIG = (
     "0/3 nodes are available: 3 Insufficient nvidia.com/mig-1g.18gb. preemption: 0/3 nodes are "

@@ -8,6 +8,8 @@ import pytest
 from hub_ext.backends.kubernetes import servers
 from tests.kubefake import FakeCluster
 
+pytestmark = pytest.mark.cluster
+
 CLAIM = {"metadata": {"name": "claim-ann"},
          "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}
 

@@ -26,6 +26,8 @@ from tests.kubehub import (
     wait_stopped,
 )
 
+pytestmark = pytest.mark.cluster
+
 # The hub's start_timeout. A pod's jupyterhub-singleuser takes up to ~20 s to answer on two busy
 # cores; 40 s (the spawner gives up 3 s earlier) keeps every spawn here inside it.
 START_TIMEOUT = 40

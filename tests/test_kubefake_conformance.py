@@ -21,6 +21,8 @@ import pytest
 
 from tests.kubefake.waiting import wait_for
 
+pytestmark = pytest.mark.cluster
+
 ROOT = Path(__file__).resolve().parents[1]
 SUITE = ROOT / "tests" / "upstream_kubespawner"
 JUPYTERHUB_6 = (

@@ -22,6 +22,8 @@ from kubernetes.stream import stream
 from tests.kubefake import FakeCluster
 from tests.kubefake.waiting import wait_for
 
+pytestmark = pytest.mark.cluster
+
 KUBECTL = shutil.which("kubectl")
 
 

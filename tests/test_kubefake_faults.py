@@ -12,6 +12,8 @@ from kubernetes.client.rest import ApiException
 
 from tests.kubefake import FakeCluster
 
+pytestmark = pytest.mark.cluster
+
 
 @pytest.fixture
 def cluster(tmp_path):

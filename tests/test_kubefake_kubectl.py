@@ -13,6 +13,8 @@ import pytest
 
 from tests.kubefake.waiting import wait_for
 
+pytestmark = pytest.mark.cluster
+
 KUBECTL = shutil.which("kubectl")
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -17,6 +17,8 @@ from kubernetes.client.rest import ApiException
 from tests.kubefake import EXIT_AFTER_ANNOTATION, EXIT_CODE_ANNOTATION, RUN_ANNOTATION, FakeCluster
 from tests.kubefake.waiting import async_wait_for, wait_for
 
+pytestmark = pytest.mark.cluster
+
 PROCESS = {RUN_ANNOTATION: "process"}
 
 

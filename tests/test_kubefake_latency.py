@@ -15,6 +15,8 @@ from tests.kubefake import FakeCluster
 from tests.kubefake.latency import Latencies
 from tests.kubefake.waiting import wait_for
 
+pytestmark = pytest.mark.cluster
+
 SLOW = Latencies(
     image_pull=0.6, container_start=0.3, volume_bind=0.5, container_stop=0.4, too_large_rv_wait=0.3
 )

@@ -9,6 +9,8 @@ import pytest
 from tests.kubefake import FakeCluster
 from tests.kubefake.waiting import wait_for
 
+pytestmark = pytest.mark.cluster
+
 GPU_TOLERATION = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 
 

@@ -22,6 +22,8 @@ from tests.hubproc import wait_for
 from tests.kubefake import FakeCluster
 from tests.kubehub import KubeHub, progress_events, request_server, wait_ready, wait_stopped
 
+pytestmark = pytest.mark.cluster
+
 START_TIMEOUT = 15
 NAMESPACE = "default"
 NODES = [

@@ -19,6 +19,8 @@ from kubernetes.client.rest import ApiException
 from tests.kubefake import FakeCluster
 from tests.kubefake.waiting import wait_for
 
+pytestmark = pytest.mark.cluster
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):

@@ -15,6 +15,8 @@ from tests.kubefake.scheduler import Scheduler
 from tests.kubefake.selection import match_labels, parse_label_selector
 from tests.kubefake.status import ApiError
 
+pytestmark = pytest.mark.cluster
+
 
 @pytest.mark.parametrize(
     ("text", "value"),

@@ -16,6 +16,8 @@ from kubernetes_asyncio.client.rest import ApiException
 
 from tests.kubefake import FakeCluster
 
+pytestmark = pytest.mark.cluster
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):

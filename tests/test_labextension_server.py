@@ -17,6 +17,8 @@ from hub_ext.service.panel import copy_name
 from hub_ext.singleuser.panel import relayable
 from tests.hubproc import HubSession, LocalHub, api, start_server
 
+pytestmark = pytest.mark.hub
+
 NOTEBOOK = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
             "cells": [{"cell_type": "markdown", "id": "m1", "metadata": {}, "source": "# week 1"}]}
 RELAY = "api/classhub/panel/service"

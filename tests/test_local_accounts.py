@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from hub_ext.backends.local import accounts
 
+pytestmark = pytest.mark.unit
+
 
 @given(st.text(min_size=1, max_size=80))
 def test_safe_name_is_safe(name):

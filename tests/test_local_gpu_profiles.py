@@ -18,6 +18,8 @@ from hub_ext.backends.local.gpu_pool import GPUPool
 from hub_ext.core.profiles import Catalog, propose_profiles
 from tests.hubproc import HubSession, LocalHub, wait_for
 
+pytestmark = pytest.mark.hub
+
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
 INVENTORY = DATA / "h200-2gpu-7x1g.txt"
 WHOLE_GPU = "GPU-26fc62e2-2a15-5eb8-b8d1-400eaec00de5"

@@ -27,6 +27,8 @@ from hub_ext.backends.local.gpus import (
 from hub_ext.core.devices import GPU, MIG, Assignments, Inventory
 from hub_ext.core.resources import NVIDIA_GPU, NVIDIA_GPU_SHARED
 
+pytestmark = pytest.mark.unit
+
 DATA = Path(__file__).parent / "data" / "nvidia-smi"
 MiB = 2**20
 

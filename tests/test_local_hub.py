@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import requests
 
 from tests.hubproc import HubSession, api, wait_for
+
+pytestmark = pytest.mark.hub
 
 
 def test_health_needs_no_login(demo_hub):

@@ -46,6 +46,8 @@ from hub_ext.core.seeding import (
 )
 from tests.test_core_seeding import scenarios
 
+pytestmark = pytest.mark.unit
+
 CAFE = b"caf\xe9"  # a Latin-1 name: not valid UTF-8, must survive byte for byte
 
 

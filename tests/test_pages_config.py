@@ -3,9 +3,12 @@ without taking a site's own page templates away."""
 
 from __future__ import annotations
 
+import pytest
 from traitlets.config import Config
 
 from hub_ext.config import HUB_TEMPLATES, SERVICE_NAME, configure
+
+pytestmark = pytest.mark.unit
 
 
 def test_the_hub_nav_template_is_added_after_a_sites_own_templates():

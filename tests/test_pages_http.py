@@ -14,6 +14,8 @@ import pytest
 
 from tests.hubproc import HubSession
 
+pytestmark = pytest.mark.hub
+
 PAGES = ["/services/classhub/", "/services/classhub/courses/demo101", "/services/classhub/templates",
          "/services/classhub/shares"]
 

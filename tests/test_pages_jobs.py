@@ -108,6 +108,7 @@ def waiting(hub, people):
                  in ("cancelled", "succeeded", "failed"), 30, f"{job_id} to end")
 
 
+@pytest.mark.hub
 def test_my_jobs_show_their_state_place_and_why_one_waits(people, waiting):
     student = people["student1"]
     r = student.get(JOBS)
@@ -129,6 +130,7 @@ def test_my_jobs_show_their_state_place_and_why_one_waits(people, waiting):
     assert re.search(r"1 queued, 1 running", home) and f'href="{JOBS}"' in home
 
 
+@pytest.mark.hub
 def test_staff_see_the_course_queue_and_cancel_only_where_the_api_allows(hub, people, waiting):
     holder, waiter = waiting["holder"], waiting["waiter"]
     teacher = rows(people["teacher1"].get(JOBS).text)
@@ -148,6 +150,7 @@ def test_staff_see_the_course_queue_and_cancel_only_where_the_api_allows(hub, pe
     assert f"No job {waiter} among the jobs you can see" in refused.json()["message"]
 
 
+@pytest.mark.hub
 def test_cancel_as_the_page_does_it(hub, people, waiting):
     r = page_api(people["student1"], "POST", f"jobs/{waiting['waiter']}/cancel")
     assert r.status_code == 200 and r.json()["state"] == "cancelled", r.text
@@ -161,6 +164,7 @@ def test_cancel_as_the_page_does_it(hub, people, waiting):
         assert cells(row)["state"] == "cancelled" and "classhub-cancel" not in row["buttons"]
 
 
+@pytest.mark.hub
 def test_a_bad_submit_answers_the_apis_sentence_and_queues_nothing(hub, people):
     student = people["student1"]
     before = len(rows(student.get(JOBS).text).rows)
@@ -174,6 +178,7 @@ def test_a_bad_submit_answers_the_apis_sentence_and_queues_nothing(hub, people):
     assert len(rows(student.get(JOBS).text).rows) == before
 
 
+@pytest.mark.unit
 def test_without_the_job_service_the_page_says_so_and_no_nav_offers_jobs():
     from hub_ext.core.authz import Caller
     from hub_ext.service.pages.render import environment

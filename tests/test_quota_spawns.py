@@ -25,6 +25,8 @@ from hub_ext.core.quota import parse_limits
 from tests.hubproc import HubSession, LocalHub, wait_for
 from tests.pg import postgres_server  # noqa: F401 - fixture
 
+pytestmark = pytest.mark.hub
+
 STUDENTS = [f"u{i:02d}" for i in range(50)]
 COURSE = "gpu101"
 #: Round 1 admits 4 of 50 on a fresh ledger; round 2 shows the stops released all of it and the

@@ -16,6 +16,8 @@ from hub_ext import store
 from hub_ext.store.models import AuditLog
 from tests.hubproc import HubSession, api, hub_with_config, start_server
 
+pytestmark = pytest.mark.hub
+
 C, OTHER = "cs101", "bio201"
 USERS = ["t_cs", "a_cs", "s_cs", "t_bio", "s_bio", "s_new", "s_new2", "s_other"]
 ROLES = {C: {"t_cs": "teacher", "a_cs": "ta", "s_cs": "student"},

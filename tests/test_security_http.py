@@ -20,6 +20,8 @@ import requests
 from hub_ext.service.handlers import DRAIN_BYTES
 from tests.hubproc import HubSession
 
+pytestmark = pytest.mark.hub
+
 P = "/services/classhub"
 #: What every classhub response says (like the hub's own pages: no frame of any origin).
 FRAMING = {"Content-Security-Policy": "frame-ancestors 'none'", "X-Frame-Options": "DENY",

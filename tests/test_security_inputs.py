@@ -35,6 +35,7 @@ ARGUMENTS = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("text", "number"), [
     ("0", 0), ("007", 7), ("-0", 0), (str(2**62), 2**62), ("-1", None), (str(2**62 + 1), None),
     ("9" * 21, None), ("", None), (None, None), ("1.5", None), ("1e3", None), ("+1", None),
@@ -81,6 +82,7 @@ def _message(r: requests.Response) -> str:
     return body["message"]
 
 
+@pytest.mark.hub
 @pytest.mark.parametrize("value", OUT_OF_RANGE)
 @pytest.mark.parametrize(("path", "name", "who", "low", "high"), ARGUMENTS,
                          ids=[f"{p.split('/')[-1]}-{n}" for p, n, *_ in ARGUMENTS])
@@ -95,6 +97,7 @@ def test_an_integer_argument_out_of_range_is_a_400_saying_the_range(hub, tokens,
     assert f"{name} must be a whole number from {low} to {high}" in message, message
 
 
+@pytest.mark.hub
 @pytest.mark.parametrize(("path", "name", "who", "low", "high"), ARGUMENTS,
                          ids=[f"{p.split('/')[-1]}-{n}" for p, n, *_ in ARGUMENTS])
 def test_the_edges_of_each_range_are_taken_and_one_past_them_is_not(hub, tokens, job, path, name, who,
@@ -111,6 +114,7 @@ def test_the_edges_of_each_range_are_taken_and_one_past_them_is_not(hub, tokens,
         assert r.status_code == 400 and f"from {low} to {high}" in _message(r), (value, r.text[:300])
 
 
+@pytest.mark.hub
 def test_the_attack_runs_requests_are_answered_400(hub, tokens, job):
     student = tokens["student1"]
     for query in ("offset=99999999999999999999999", "offset=9223372036854775807"):
@@ -125,12 +129,14 @@ def test_the_attack_runs_requests_are_answered_400(hub, tokens, job):
     assert r.status_code == 200 and r.json()["jobs"] == [] and r.json()["next_offset"] is None
 
 
+@pytest.mark.hub
 def test_a_missing_job_is_a_404_whatever_its_arguments(hub, tokens):
     for value in ("10000000000000000000000", "-1", "abc"):
         r = _get(hub, tokens["student1"], "jobs/no-such-job/logs", f"offset={value}")
         assert r.status_code == 404 and "No job no-such-job" in _message(r)
 
 
+@pytest.mark.hub
 @pytest.mark.parametrize(("who", "field", "value", "says"), [
     ("student1", "roles", -1, "roles must be a list of"),
     ("student1", "roles", 1.5, "roles must be a list of"),

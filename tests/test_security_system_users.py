@@ -26,6 +26,8 @@ from hub_ext.backends.local import accounts
 from tests.hubproc import HubSession, LocalHub, api, wait_for
 from tests.system_accounts import require_root, system_users_hub
 
+pytestmark = pytest.mark.hub
+
 #: hub users of this module only (other modules' accounts may come and go meanwhile)
 MALLORY, VICTIM = "mallory", "victim"
 PREFIX = "jupyter-"

@@ -17,6 +17,8 @@ import requests
 
 from tests.hubproc import HubSession, api, hub_with_config
 
+pytestmark = pytest.mark.hub
+
 SERVICE_TOKEN = secrets.token_hex(16)
 C, OTHER = "cs101", "bio201"
 USERS = ["t_cs", "a_cs", "s_cs", "t_bio", "s_bio"]

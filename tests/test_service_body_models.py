@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from hub_ext.service import body_models
 from hub_ext.service.culling import PersistentBody, PolicyBody, WindowBody, WindowIdBody
 
+pytestmark = pytest.mark.unit
+
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner, max_size=4),

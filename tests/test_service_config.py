@@ -18,6 +18,8 @@ from hub_ext.config import CULLER_NAME, SERVICE_NAME, SERVICE_SECTIONS, configur
 from hub_ext.envtraits import CONFIG_ENV, ConfigError, apply_env
 from hub_ext.service.app import ClasshubService
 
+pytestmark = pytest.mark.unit
+
 
 def service(tmp_path: Path, env: dict[str, str], *args: str,
             module: str = "hub_ext.service") -> subprocess.CompletedProcess:

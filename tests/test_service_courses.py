@@ -17,6 +17,8 @@ from hub_ext import store
 from hub_ext.core.resources import ResourceVector
 from tests.hubproc import HubSession, LocalHub, api
 
+pytestmark = pytest.mark.hub
+
 ADMIN_TOKEN_NOTE = "classhub test"
 
 

@@ -45,6 +45,8 @@ from hub_ext.store.share_models import Share
 from tests.hubproc import HubSession, LocalHub, api, wait_for
 from tests.pg import postgres_server, postgres_url  # noqa: F401
 
+pytestmark = pytest.mark.hub
+
 COURSE = "demo101"  # the demo course: teacher1 teaches, student1 and student2 learn
 SCRATCH = "fuzz-scratch"  # the course the corpus may delete
 TEMPLATE_MAX_BYTES = 1024 * 1024

@@ -22,6 +22,8 @@ from hub_ext.service.app import ClasshubService
 from spawner import quota
 from tests.hubproc import free_port
 
+pytestmark = pytest.mark.unit
+
 PREFIX = "/services/classhub/"
 
 

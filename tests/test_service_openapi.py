@@ -30,6 +30,8 @@ LAB = ROOT / "labextension"
 TYPES = LAB / "src" / "api-types.ts"
 STALE = "labextension/src/api-types.ts is stale: run `make types` (and commit it)"
 
+pytestmark = pytest.mark.unit
+
 METHODS = ("get", "post", "put", "patch", "delete")
 
 

@@ -22,6 +22,8 @@ from tornado.websocket import websocket_connect
 
 from tests.hubproc import HubSession, LocalHub, api, start_server, wait_for
 
+pytestmark = pytest.mark.hub
+
 NOTEBOOK = {
     "nbformat": 4, "nbformat_minor": 5, "metadata": {},
     "cells": [{"cell_type": "code", "id": "c1", "execution_count": 1, "metadata": {},

@@ -16,6 +16,8 @@ import requests
 from tests.hubproc import api
 from tests.kubehub import KubeHub, process_cluster, request_server, wait_ready
 
+pytestmark = pytest.mark.cluster
+
 ROOT = Path(__file__).resolve().parent.parent
 NODES = [{"name": "cpu-0", "allocatable": {"cpu": "8", "memory": "32Gi"}}]
 

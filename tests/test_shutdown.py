@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.hubproc import HubSession, LocalHub, start_server, wait_for
+
+pytestmark = pytest.mark.hub
 
 
 def test_sigterm_leaves_no_process_behind(hub_root):

@@ -11,11 +11,15 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timezone
 
+import pytest
+
 from hub_ext import store
 from hub_ext.core.profiles import Catalog, Viewer
 from hub_ext.store import add_member, engine, ensure_course
 from spawner import quota
 from tests.kubefake.waiting import async_wait_for
+
+pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 12, 2, 9, 0, tzinfo=timezone.utc)
 CATALOG = Catalog.from_config([{"slug": "cpu", "kind": "cpu", "groups": ["cs101"]}])

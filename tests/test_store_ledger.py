@@ -40,6 +40,8 @@ from hub_ext.store import (
 )
 from tests.pg import database_url, postgres_server, postgres_url  # noqa: F401
 
+pytestmark = pytest.mark.unit
+
 UTC = timezone.utc
 T0 = datetime(2025, 3, 5, 9, 0, tzinfo=UTC)  # a Wednesday
 GPU = "nvidia.com/gpu"

@@ -35,6 +35,8 @@ from hub_ext.store import (
 from hub_ext.store.engine import VERSION_TABLE, alembic_config
 from tests.pg import database_url, postgres_server, postgres_url  # noqa: F401
 
+pytestmark = pytest.mark.unit
+
 NOW = datetime(2025, 3, 5, 9, 0, tzinfo=timezone.utc)
 CORE_TABLES = {
     "classhub_courses",

@@ -31,6 +31,8 @@ from hub_ext.store import (
 )
 from tests.pg import database_url, postgres_server, postgres_url  # noqa: F401
 
+pytestmark = pytest.mark.unit
+
 NOW = datetime(2025, 3, 5, 9, 0, tzinfo=timezone.utc)
 STUDENTS = 50
 CEILING = 4

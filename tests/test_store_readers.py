@@ -17,6 +17,8 @@ from hub_ext import store
 from hub_ext.store import Course, ensure_course
 from tests.pg import database_url, postgres_server, postgres_url  # noqa: F401
 
+pytestmark = pytest.mark.unit
+
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=timezone.utc)
 
 

@@ -22,6 +22,8 @@ from hub_ext.store import engine
 from hub_ext.store.culler_models import Shortfall
 from spawner import pressure, quota
 
+pytestmark = pytest.mark.unit
+
 
 def test_the_hubs_classhub_code_opens_each_database_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     url = f"sqlite:///{tmp_path / 'classhub.sqlite'}"

@@ -25,6 +25,8 @@ from tests.hubproc import CLASSHUB
 from tests.pg import database_url, postgres_server, postgres_url  # noqa: F401
 from tests.test_store_migrations import at_once
 
+pytestmark = pytest.mark.unit
+
 HEAD = head_revision()
 OLD = "0007"
 NOW = datetime(2025, 3, 5, 9, 0, tzinfo=timezone.utc)

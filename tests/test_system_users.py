@@ -14,6 +14,8 @@ import websocket
 from tests.hubproc import HubSession, LocalHub, start_server, wait_for
 from tests.system_accounts import system_users_hub
 
+pytestmark = pytest.mark.hub
+
 ACCOUNTS = ["jupyter-student1", "jupyter-student2"]
 
 

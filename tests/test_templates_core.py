@@ -23,6 +23,8 @@ from hub_ext.core.templates import (
     version_on_start,
 )
 
+pytestmark = pytest.mark.unit
+
 TEACHER = Caller("t", courses={"cs101": "teacher"})
 TA = Caller("a", courses={"cs101": "ta"})
 STUDENT = Caller("s", courses={"cs101": "student"})

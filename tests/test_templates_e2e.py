@@ -22,6 +22,8 @@ import requests
 
 from tests.hubproc import HubSession, LocalHub, api, start_server, wait_for
 
+pytestmark = pytest.mark.hub
+
 COURSE = "demo101"
 CAFE = "café ü.txt"
 README_V1 = "# Lab 1\nRun every cell.\n"

@@ -23,6 +23,8 @@ import requests
 from tests.kubefake.waiting import wait_for
 from tests.kubehub import KubeHub, process_cluster, wait_ready
 
+pytestmark = pytest.mark.cluster
+
 NODES = [{"name": "cpu-0", "allocatable": {"cpu": "16", "memory": "64Gi"}}]
 CAFE = "café ü.txt"
 

@@ -11,9 +11,13 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from pathlib import Path
 
+import pytest
+
 from hub_ext import store
 from hub_ext.backends.templates_spawn import course_roles, resolve
 from hub_ext.store.template_models import TemplateSettings
+
+pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 12, 2, 9, 0, tzinfo=timezone.utc)
 

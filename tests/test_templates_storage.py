@@ -18,6 +18,8 @@ import pytest
 from hub_ext.backends.templates import ClasshubTemplates, Stager, TemplateStorage
 from hub_ext.core.seeding import SeedLimits, TemplateRefused
 
+pytestmark = pytest.mark.unit
+
 
 def publish(storage: TemplateStorage, files: dict[str, str], location: str) -> str:
     staged = storage.staging()
