@@ -7,7 +7,7 @@ CHP_VERSION := 4.6.3
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test test-unit lint install clean labextension types flake-check
+.PHONY: run test test-unit test-hub test-cluster test-browser lint install clean labextension types flake-check
 
 $(VENV)/bin/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "classhub needs Python 3.10+; set PYTHON=/path/to/python3.10+")'
@@ -48,16 +48,21 @@ install: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/classhub local $(ARGS)
 
-# The suite runs its modules on TEST_WORKERS pytest-xdist workers (each module on one worker):
-# most of its time is spent waiting for hub, server and cluster processes, so three workers
-# share two cores well. TEST_WORKERS=0 runs it in one process.
+# The suite runs its modules on TEST_WORKERS pytest-xdist workers (each module on one worker,
+# the slowest first: tests/conftest.py): most of its time is spent waiting for hub, server and
+# cluster processes, so three workers share two cores well. TEST_WORKERS=0 runs it in one process.
 TEST_WORKERS ?= 3
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile) $(ARGS)
+	$(VENV)/bin/python -m pytest $(XDIST) $(ARGS)
 
 # The quick tier: pure logic and the store, no hub, no cluster (under a minute).
 test-unit: $(STAMP)
 	$(VENV)/bin/python -m pytest -m unit -q $(ARGS)
+
+# One tier of the suite (each test is marked with its tier; see TIERS in tests/conftest.py).
+test-hub test-cluster test-browser: test-%: $(STAMP)
+	$(VENV)/bin/python -m pytest -m $* $(XDIST) $(ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
