@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from tests.hubproc import HubSession, LocalHub, hub_with_config, proxy_available
+from tests.scheduling import SlowestModulesFirst
 
 # Property tests run beside hub processes on 2 shared cores: how fast examples are generated says
 # nothing about the code under test, so neither a deadline nor the "too slow" health check applies.
@@ -46,8 +47,9 @@ def _tier_problem(item: pytest.Item) -> str | None:
 
 #: The slowest modules, longest first (seconds on 2 cores, from a full run's junit report). `make
 #: test` runs modules on several workers (pytest-xdist, ``--dist loadfile``), each module on one
-#: worker, handed out in collection order: starting the longest first keeps one long module from
-#: running alone at the end (longest-processing-time-first). Update it when a module grows.
+#: worker, handed out in collection order (tests/scheduling.py): starting the longest first keeps
+#: one long module from running alone at the end (longest-processing-time-first). Update it when a
+#: module grows.
 SLOWEST_FIRST = (
     "test_quota_spawns",  # 205
     "test_service_fuzz",  # 106
@@ -87,6 +89,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:  # a module's rank is its first test's (a module keeps its tests together)
         first.setdefault(item.module, _module_rank(item))
     items.sort(key=lambda item: first[item.module])
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadfile`` hands modules out in collection order (see tests/scheduling.py)."""
+    if config.getvalue("dist") == "loadfile":
+        return SlowestModulesFirst(config, log)
+    return None
 
 
 @pytest.fixture(autouse=True)

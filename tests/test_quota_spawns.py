@@ -183,7 +183,7 @@ def crash_hub(request, hub_root):
     hub.db_url = db_url
     yield hub
     hub.stop()
-    for p in standins():  # a failed round may leave its stand-ins behind
+    for p in standins_of(hub):  # a failed round may leave its stand-ins behind
         p.kill()
 
 
@@ -199,14 +199,26 @@ def standins() -> list[psutil.Process]:
     return found
 
 
-def running_users(hub: LocalHub) -> set[str]:
-    """Users whose server process of ``hub`` runs on this machine (what holds memory and a
-    port); a server runs in its user's home, inside the hub's data dir."""
-    users = set()
+def standins_of(hub: LocalHub) -> list[psutil.Process]:
+    """The live stand-in servers of ``hub`` (a server runs in its user's home, inside the hub's
+    data dir), not those of another run of this module beside it (``make flake-check J=3``)."""
+    found = []
     for p in standins():
         try:
             if Path(p.cwd()).is_relative_to(hub.data_dir.resolve()):
-                users.add(p.environ()["JUPYTERHUB_USER"])
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def running_users(hub: LocalHub) -> set[str]:
+    """Users whose server process of ``hub`` runs on this machine (what holds memory and a
+    port)."""
+    users = set()
+    for p in standins_of(hub):
+        try:
+            users.add(p.environ()["JUPYTERHUB_USER"])
         except (psutil.Error, KeyError):
             continue
     return users
