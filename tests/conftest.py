@@ -50,33 +50,35 @@ def _tier_problem(item: pytest.Item) -> str | None:
 #: worker, handed out in collection order (tests/scheduling.py): starting the longest first keeps
 #: one long module from running alone at the end (longest-processing-time-first). Update it when a
 #: module grows.
-SLOWEST_FIRST = (
-    "test_quota_spawns",  # 205
-    "test_service_fuzz",  # 106
-    "test_browser_pages",  # 103
+SLOWEST_FIRST = (  # seconds: the larger of two CI runs' reports (--durations, junit)
+    "test_quota_spawns",  # 368
+    "test_service_fuzz",  # 205
+    "test_local_gpu_profiles",  # 162
+    "test_browser_lab",  # 146
+    "test_kube_spawner",  # 137
+    "test_browser_pages",  # 108
     "test_culler_local",  # 92
+    "test_jobs_restart",  # 92
     "test_culler_kube",  # 86
-    "test_browser_lab",  # 85
-    "test_kube_spawner",  # 84
-    "test_local_gpu_profiles",  # 66
+    "test_bench_storm",  # 70
     "test_sharing_hub",  # 65
-    "test_jobs_restart",  # 38
+    "test_templates_e2e",  # 63
+    "test_templates_kube",  # 60
+    "test_hubapi_pagination",  # 52
+    "test_service_courses",  # 42
     "test_helm_chart_hub",  # 36
     "test_jobs_hub",  # 35
+    "test_shutdown",  # 35
     "test_kubefake_spawner_paths",  # 34
-    "test_hubapi_pagination",  # 34
-    "test_templates_e2e",  # 34
-    "test_templates_kube",  # 33
 )
 _TIER_ORDER = {"browser": 0, "hub": 1, "cluster": 2, "unit": 3}
 
 
-def _module_rank(item: pytest.Item) -> tuple[int, int]:
+def _rank(item: pytest.Item) -> tuple[int, int]:
     module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
     if module in SLOWEST_FIRST:
         return (0, SLOWEST_FIRST.index(module))
-    tier = next((t for t in TIERS if item.get_closest_marker(t)), "unit")
-    return (1, _TIER_ORDER[tier])
+    return (1, min(_TIER_ORDER[t] for t in TIERS if item.get_closest_marker(t)))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -85,10 +87,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     problems = [p for p in map(_tier_problem, items) if p]
     if problems:
         raise pytest.UsageError("\n".join(problems))
-    first = {}
-    for item in items:  # a module's rank is its first test's (a module keeps its tests together)
-        first.setdefault(item.module, _module_rank(item))
-    items.sort(key=lambda item: first[item.module])
+    rank: dict = {}
+    for item in items:  # a module's rank is its heaviest test's: one hub test makes it a hub module
+        rank[item.module] = min(rank.get(item.module, (2, 0)), _rank(item))
+    items.sort(key=lambda item: rank[item.module])  # stable: a module keeps its tests' order
 
 
 @pytest.hookimpl(optionalhook=True)
