@@ -10,6 +10,7 @@ are known (they are never enrolled by a teacher).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from datetime import timedelta
 from pathlib import Path
 
@@ -44,8 +45,10 @@ def admin_token(hub) -> str:
     token = HubSession(hub, "admin").new_token()
     for course in COURSES:
         assert api(hub, "POST", "courses", token, json={"name": course}).status_code == 201
-    for user in RUNNING:
-        start_server(hub, user, HubSession(hub, user).new_token())
+    # the four servers start at once (each start waits for its server to answer, seconds apiece)
+    with concurrent.futures.ThreadPoolExecutor(len(RUNNING)) as pool:
+        list(pool.map(lambda user: start_server(hub, user, HubSession(hub, user).new_token()),
+                      RUNNING))
     return token
 
 
