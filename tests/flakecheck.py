@@ -51,7 +51,7 @@ class Tally:
 
 
 def slow_modules() -> list[str]:
-    """Modules with at least one test of the hub, cluster or browser tier (as conftest marks)."""
+    """Modules with at least one test of the hub, cluster or browser tier (as the modules mark them)."""
     out = subprocess.run([*PYTEST, "--collect-only", "-m", "hub or cluster or browser", "tests"],
                          cwd=ROOT, capture_output=True, text=True)
     modules = {line.split("::", 1)[0] for line in out.stdout.splitlines() if "::" in line}

@@ -6,6 +6,7 @@ are the real processes that ``make run`` starts.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import re
@@ -243,6 +244,15 @@ def start_server(hub: LocalHub, username: str, token: str, timeout: float = 60) 
         return server if server and server.get("ready") else None
 
     return wait_for(ready, timeout, f"{username}'s server to be ready", interval=0.25)
+
+
+def start_servers(hub: LocalHub, tokens: dict[str, str], timeout: float = 60) -> dict[str, dict]:
+    """``start_server`` for each user of ``{username: token}`` at once: each start mostly waits
+    for its server process to answer, so a fixture that needs several waits for them together."""
+    with concurrent.futures.ThreadPoolExecutor(max(1, len(tokens))) as pool:
+        futures = {user: pool.submit(start_server, hub, user, token, timeout)
+                   for user, token in tokens.items()}
+        return {user: future.result() for user, future in futures.items()}
 
 
 def proxy_available() -> bool:

@@ -21,7 +21,7 @@ import requests
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.browser import Clicks, hub_login, screenshot
-from tests.hubproc import HubSession, LocalHub, api, start_server, wait_for
+from tests.hubproc import HubSession, LocalHub, api, start_server, start_servers, wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -91,8 +91,7 @@ def server_api(hub: LocalHub, owner: str, method: str, path: str, token: str, **
 
 @pytest.fixture(scope="module")
 def servers(hub: LocalHub, tokens: dict[str, str], course: None) -> None:
-    for user in ("student1", "ta1"):
-        start_server(hub, user, tokens[user])
+    start_servers(hub, {user: tokens[user] for user in ("student1", "ta1")})
     r = server_api(hub, "student1", "PUT", "api/contents/week1.ipynb", tokens["student1"],
                    json={"type": "notebook", "content": NOTEBOOK})
     assert r.status_code in (200, 201), r.text

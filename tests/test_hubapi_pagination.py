@@ -10,7 +10,6 @@ are known (they are never enrolled by a teacher).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import pytest
 from hub_ext import store
 from hub_ext.hubapi import HubAPI
 from hub_ext.service.reconcile import reconcile_once, running_server_keys
-from tests.hubproc import HubSession, api, hub_with_config, start_server
+from tests.hubproc import HubSession, api, hub_with_config, start_servers
 
 pytestmark = pytest.mark.hub
 
@@ -45,10 +44,7 @@ def admin_token(hub) -> str:
     token = HubSession(hub, "admin").new_token()
     for course in COURSES:
         assert api(hub, "POST", "courses", token, json={"name": course}).status_code == 201
-    # the four servers start at once (each start waits for its server to answer, seconds apiece)
-    with concurrent.futures.ThreadPoolExecutor(len(RUNNING)) as pool:
-        list(pool.map(lambda user: start_server(hub, user, HubSession(hub, user).new_token()),
-                      RUNNING))
+    start_servers(hub, {user: HubSession(hub, user).new_token() for user in RUNNING})
     return token
 
 
