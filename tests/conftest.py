@@ -32,17 +32,22 @@ _PROCESS_FIXTURES = frozenset({"hub_root", "demo_hub", "login", "hub", "shared_h
                                "page", "browser"})
 
 
-def _tier_problem(item: pytest.Item) -> str | None:
-    """What is wrong with a test's tier marks, as a sentence saying what to change; None if fine."""
-    marked = [t for t in TIERS if item.get_closest_marker(t)]
-    if not marked:
-        return (f"{item.nodeid} has no tier: add `pytestmark = pytest.mark.unit` (or hub, cluster, "
-                f"browser: see TIERS in tests/conftest.py) to its module")
-    needs = sorted(_PROCESS_FIXTURES & set(item.fixturenames))
-    if marked == ["unit"] and needs:
-        return (f"{item.nodeid} is marked unit but uses {', '.join(needs)}, which start processes: "
-                f"mark it hub, cluster or browser")
-    return None
+def _tier_problems(items: list[pytest.Item]) -> list[str]:
+    """What is wrong with the tests' tier marks, a sentence per module saying what to change."""
+    untiered: dict[str, int] = {}
+    problems = []
+    for item in items:
+        marked = [t for t in TIERS if item.get_closest_marker(t)]
+        needs = sorted(_PROCESS_FIXTURES & set(item.fixturenames))
+        if not marked:
+            path = item.nodeid.split("::", 1)[0]
+            untiered[path] = untiered.get(path, 0) + 1
+        elif marked == ["unit"] and needs:
+            problems.append(f"{item.nodeid} is marked unit but uses {', '.join(needs)}, which start "
+                            f"processes: mark it hub, cluster or browser")
+    return [f"{path}: {count} test(s) without a tier: add `pytestmark = pytest.mark.unit` (or hub, "
+            f"cluster, browser: see TIERS in tests/conftest.py) to the module, or mark each test"
+            for path, count in untiered.items()] + problems
 
 
 #: The slowest modules, longest first (seconds on 2 cores, from a full run's junit report). `make
@@ -84,7 +89,7 @@ def _rank(item: pytest.Item) -> tuple[int, int]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Check every test's tier (see TIERS); order modules slowest first (SLOWEST_FIRST, then the
     tiers that start processes), each module's tests as written."""
-    problems = [p for p in map(_tier_problem, items) if p]
+    problems = _tier_problems(items)
     if problems:
         raise pytest.UsageError("\n".join(problems))
     rank: dict = {}

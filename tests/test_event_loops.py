@@ -67,6 +67,7 @@ def slow_callbacks(out: Path) -> list[dict]:
     return [r for r in records(out) if "wall" in r]
 
 
+@pytest.mark.unit
 def test_the_watch_blames_a_stall_in_classhub_code_and_not_one_in_its_host(tmp_path: Path):
     """The watch itself: a coroutine of "classhub" code that sleeps 200 ms on the loop is
     reported as classhub's, one that calls a host's (here tornado's) stalling code is not."""
@@ -167,6 +168,7 @@ def hold_the_database(hub: LocalHub, seconds: float) -> threading.Thread:
     return thread
 
 
+@pytest.mark.hub
 def test_a_class_start_a_cull_a_template_upload_and_a_job_leave_no_slow_callback_in_classhub_code(
         hub: LocalHub, watch_dir: Path):
     tokens = {u: HubSession(hub, u).new_token() for u in ("admin", "teacher1")}

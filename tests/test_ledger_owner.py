@@ -20,6 +20,8 @@ import pytest
 
 from tests.sources import parse_module
 
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("hub_ext", "spawner", "culler")
 

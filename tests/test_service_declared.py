@@ -8,11 +8,14 @@ routes of the service's app (hub_ext.service.app.ROUTES) and names every method 
 
 from __future__ import annotations
 
+import pytest
 from tornado import web
 
 from hub_ext.core import authz
 from hub_ext.service import app
 from hub_ext.service.declare import PUBLIC, action_of
+
+pytestmark = pytest.mark.unit
 
 METHODS = ("get", "head", "post", "put", "patch", "delete", "options")
 
