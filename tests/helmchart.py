@@ -250,6 +250,7 @@ class ChartHub(HubProcess):
     proc: subprocess.Popen | None = None
     proxy: subprocess.Popen | None = None
     log_path: Path | None = None
+    init_outputs: list[str] = field(default_factory=list)  # what the last start's init containers said
 
     @property
     def mount(self) -> Path:
@@ -299,7 +300,13 @@ class ChartHub(HubProcess):
             # in a pod, the service account's credentials; here the fake cluster's kubeconfig
             "KUBECONFIG": str(self.kubeconfig),
         }
-        extra = self.values["hub"].get("extraEnv") or {}
+        env.update(self.env_values(self.values["hub"].get("extraEnv") or {}))
+        return env
+
+    def env_values(self, extra: Mapping[str, Any] | list[Mapping[str, Any]]) -> dict[str, str]:
+        """A container's env as the kubelet resolves it: a map (z2jh's extraEnv) or a list of
+        ``{name, value}`` / ``{name, valueFrom: {secretKeyRef}}`` (``secret_refs`` answers those)."""
+        env = {}
         items = extra.items() if isinstance(extra, Mapping) else ((e["name"], e) for e in extra)
         for name, spec in items:
             if isinstance(spec, Mapping) and "valueFrom" in spec:
@@ -308,6 +315,23 @@ class ChartHub(HubProcess):
             else:
                 env[name] = str(spec["value"] if isinstance(spec, Mapping) else spec)
         return env
+
+    def run_init_containers(self) -> list[str]:
+        """``hub.initContainers`` in order, as the kubelet runs them before the hub's container:
+        each its command and args with its own env (the hub image's commands are this Python's
+        scripts); one that fails stops the start. Returns each one's output."""
+        outputs = []
+        scripts = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+        for spec in self.values["hub"].get("initContainers") or []:
+            env = {**os.environ, "PATH": scripts, **self.env_values(spec.get("env") or [])}
+            out = subprocess.run([*spec.get("command", []), *spec.get("args", [])], env=env,
+                                 cwd=self.root, capture_output=True, text=True, timeout=120)
+            output = out.stdout + out.stderr
+            (self.root / f"init-{spec['name']}.log").write_text(output)
+            if out.returncode != 0:
+                raise RuntimeError(f"init container {spec['name']} exited {out.returncode}: {output[-2000:]}")
+            outputs.append(output)
+        return outputs
 
     def command(self) -> list[str]:
         """The container's args as the chart's Deployment renders them."""
@@ -322,6 +346,7 @@ class ChartHub(HubProcess):
         workdir = self.root / "srv" / "jupyterhub"  # the hub image's working directory
         workdir.mkdir(parents=True, exist_ok=True)
         env = self.environment()
+        self.init_outputs = self.run_init_containers()  # the pod's init containers, then the hub
         if self.proxy is None or self.proxy.poll() is not None:  # the proxy pod outlives hub restarts
             log = open(self.root / "proxy.log", "ab")  # noqa: SIM115 - the proxy keeps writing to it
             self.proxy = subprocess.Popen(

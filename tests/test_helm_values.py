@@ -32,6 +32,7 @@ from tests.kubefake.nodes import node_object
 pytestmark = pytest.mark.unit
 
 BASE = HELM_VALUES / "base.yaml"
+JOBS = HELM_VALUES / "jobs.yaml"
 OVERLAYS = overlays()
 GPU_OVERLAYS = [o for o in OVERLAYS if o != "cpu-only"]
 #: The machines each GPU setup is written for: (node, gpu_product label, GPUs per node).
@@ -62,7 +63,7 @@ def test_the_chart_defaults_alone_validate():
     assert schema_errors(chart_values()) == []
 
 
-@pytest.mark.parametrize("path", [BASE, *map(overlay_path, OVERLAYS)], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [BASE, JOBS, *map(overlay_path, OVERLAYS)], ids=lambda p: p.stem)
 def test_each_values_file_validates_on_its_own(path):
     assert schema_errors(chart_values(path)) == []
 
@@ -155,6 +156,7 @@ def test_profile_images_are_built_from_images():
     # templates' publisher pod (a trait the chart's hub.config sets, README "Configuration")
     assert base["hub"]["config"]["ClasshubTemplates"]["publisher_image"] == hub_image
     named = {hub_image, f"{base['singleuser']['image']['name']}:{base['singleuser']['image']['tag']}"}
+    named.add(read_yaml(JOBS)["hub"]["config"]["ClasshubJobs"]["image"])  # the jobs' replicas
     for name in OVERLAYS:
         for entry in profiles_of(name):
             named.update(entry.get("images", []))
@@ -188,3 +190,111 @@ def test_the_capacity_rbac_is_valid_and_grants_what_the_live_view_reads():
     assert {("nodes", "list"), ("pods", "list"), ("pods", "watch")} <= granted
     assert binding["roleRef"]["name"] == role["metadata"]["name"]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "hub", "namespace": "classhub"}]
+
+
+# ---------------------------------------------------------------------------- jobs, upgrades
+def rbac_docs(name: str) -> list[dict]:
+    import yaml
+
+    return list(yaml.safe_load_all((HELM_VALUES / name).read_text()))
+
+
+@pytest.mark.parametrize("name", OVERLAYS)
+def test_base_with_each_overlay_and_the_jobs_overlay_validates(name):
+    values = chart_values(BASE, overlay_path(name), JOBS)
+    assert schema_errors(values) == []
+    config = values["hub"]["config"]
+    assert config["ClasshubKubeSpawner"]["profiles"] == profiles_of(name)  # the overlay's survive
+    assert config["ClasshubJobs"] == read_yaml(JOBS)["hub"]["config"]["ClasshubJobs"]
+    assert config["ClasshubTemplates"]["publisher_image"]  # and the base's sections
+
+
+def test_the_jobs_overlays_settings_are_what_the_job_service_takes():
+    """Each key is a ClasshubJobs trait and each value one it accepts: the check the classhub
+    service makes at start (a bad one stops it with a sentence, README "Configuration")."""
+    from traitlets.config import Config
+
+    from hub_ext.envtraits import ConfigError, check_sections
+    from hub_ext.service.jobs.settings import ClasshubJobs
+
+    section = read_yaml(JOBS)["hub"]["config"]["ClasshubJobs"]
+    check_sections(Config({"ClasshubJobs": section}), [ClasshubJobs])
+    settings = ClasshubJobs(config=Config({"ClasshubJobs": section}))
+    assert settings.job_kind in ("pytorchjob", "trainjob")
+    assert settings.namespace == "classhub" and settings.kueue_queue == ""  # Kueue is opt-in
+    # the commented Kueue pattern is one the service takes, per course
+    text = JOBS.read_text()
+    assert '# kueue_queue: "{course}-queue"' in text
+    check_sections(Config({"ClasshubJobs": {"kueue_queue": "{course}-queue"}}), [ClasshubJobs])
+    with pytest.raises(ConfigError, match=re.escape("c.ClasshubJobs.job_kind")):  # the check can fail
+        check_sections(Config({"ClasshubJobs": {"job_kind": "mpijob"}}), [ClasshubJobs])
+    # where the GPU Operator settings come from, as the GPU overlays say beside them
+    assert "GPU Operator settings: those of your GPU overlay" in text
+
+
+def test_the_rbac_manifests_are_valid_kubernetes_objects():
+    import kubernetes_validate
+
+    version = kubernetes_validate.latest_version()
+    for name in ("capacity-rbac.yaml", "jobs-rbac.yaml"):
+        for doc in rbac_docs(name):
+            kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_the_jobs_rbac_grants_the_job_kinds_in_the_jobs_namespace_to_the_hub():
+    """A namespaced Role and RoleBinding in the overlay's jobs namespace for the chart's hub
+    ServiceAccount; create, delete and watch on each job kind (what each verb is needed for:
+    tests/test_helm_jobs_rbac.py records it)."""
+    docs = rbac_docs("jobs-rbac.yaml")
+    assert sorted(d["kind"] for d in docs) == ["Role", "RoleBinding"]
+    role = next(d for d in docs if d["kind"] == "Role")
+    binding = next(d for d in docs if d["kind"] == "RoleBinding")
+    namespace = read_yaml(JOBS)["hub"]["config"]["ClasshubJobs"]["namespace"]
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == namespace
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                  "name": role["metadata"]["name"]}
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "hub", "namespace": "classhub"}]
+    granted = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+               for v in rule["verbs"]}
+    for group, plural in (("kubeflow.org", "pytorchjobs"), ("trainer.kubeflow.org", "trainjobs")):
+        assert {(group, plural, v) for v in ("create", "patch", "delete", "watch")} <= granted
+    assert all("*" not in (g, r, v) for g, r, v in granted)  # no wildcard
+
+
+def test_nothing_cluster_wide_beyond_reading_nodes_and_pods():
+    for name in ("capacity-rbac.yaml", "jobs-rbac.yaml"):
+        for doc in rbac_docs(name):
+            if doc["kind"] == "ClusterRole":
+                for rule in doc["rules"]:
+                    assert rule["apiGroups"] == [""] and set(rule["resources"]) <= {"nodes", "pods"}
+                    assert set(rule["verbs"]) <= {"get", "list", "watch"}, (name, rule)
+
+
+def test_the_hub_pod_upgrades_classhubs_database_before_the_hub_starts():
+    """hub.initContainers: ``classhub upgrade-db`` in the hub image, with the database URL from
+    the same Secret as the hub's (README, "Deploy": upgrades)."""
+    hub = chart_values(BASE)["hub"]
+    [init] = hub["initContainers"]
+    assert init["image"] == f"{hub['image']['name']}:{hub['image']['tag']}"
+    assert init["command"] == ["classhub", "upgrade-db"]
+    assert init["env"] == [{"name": "CLASSHUB_DB_URL", **hub["extraEnv"]["CLASSHUB_DB_URL"]}]
+    # the hub container's own restrictions apply to it too
+    assert init["securityContext"] == {k: v for k, v in hub["containerSecurityContext"].items()}
+
+
+def test_the_init_container_upgrades_an_old_schema_once(tmp_path):
+    """The init container run as the kubelet runs it (its command, its env with the Secret's
+    value): a database two releases behind is brought to head; the next pod start finds it there."""
+    from hub_ext.store import head_revision, make_engine, upgrade
+    from tests.helmchart import ChartHub
+
+    url = f"sqlite:///{tmp_path / 'classhub.sqlite'}"
+    engine = make_engine(url)
+    upgrade(engine, "0001")
+    engine.dispose()
+    pod = ChartHub(tmp_path, values=chart_values(BASE), kubeconfig=tmp_path / "kubeconfig",
+                   secret_refs={("classhub-db", "url"): url})
+    [first] = pod.run_init_containers()
+    assert f"upgraded from revision 0001 to {head_revision()}" in first, first
+    [again] = pod.run_init_containers()
+    assert f"already at revision {head_revision()}" in again, again
