@@ -38,7 +38,9 @@ from tests.helmchart import (
     read_yaml,
     schema_errors,
 )
+from tests.hubproc import api
 from tests.kubefake import FakeCluster
+from tests.kubefake.training import TrainingOperator
 from tests.kubefake.waiting import wait_for
 from tests.kubehub import request_server, server_model, wait_stopped
 from tests.pg import postgres_server  # noqa: F401 - fixture
@@ -48,6 +50,8 @@ pytestmark = [pytest.mark.hub, pytest.mark.cluster]
 OVERLAY = "mig-mixed"
 HARDWARE = [("h200-mig-0", "NVIDIA-H200", 2)]  # 2 GPUs x (2 x 1g.18gb + 2g.35gb + 3g.71gb)
 PYTORCH = "registry.example.org/classhub/pytorch:0.1.0"
+#: The release namespace: the hub's, the users' and (helm-values/jobs.yaml) the jobs'.
+NS = "classhub"
 
 
 def test_overlay(hub: ChartHub, hub_db: str, data: str) -> dict[str, Any]:
@@ -78,6 +82,8 @@ test_overlay.__test__ = False  # a helper, not a test
 def cluster(tmp_path_factory):
     with FakeCluster(nodes=operator_nodes(OVERLAY, HARDWARE)) as fake:
         fake.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
+        fake.create("namespaces", {"metadata": {"name": NS}}, None)
+        TrainingOperator(fake)  # the training operator and scheduler-plugins' stand-ins
         yield fake
 
 
@@ -88,10 +94,10 @@ def hub(cluster, postgres_server, tmp_path_factory):  # noqa: F811 - fixture
     data = root / "data"
     data.mkdir()
     password = demo.demo_password(data)
-    hub = ChartHub(root, values={}, kubeconfig=cluster.kubeconfig_path,
+    hub = ChartHub(root, values={}, kubeconfig=cluster.kubeconfig_path, namespace=NS,
                    secret_refs={("classhub-db", "url"): classhub_db})
     hub.values = chart_values(HELM_VALUES / "base.yaml", HELM_VALUES / "overlays" / f"{OVERLAY}.yaml",
-                              test_overlay(hub, hub_db, str(data)))
+                              HELM_VALUES / "jobs.yaml", test_overlay(hub, hub_db, str(data)))
     assert schema_errors(hub.values) == []
     hub.password = password
     hub.start()
@@ -127,7 +133,7 @@ def test_a_student_spawns_the_overlays_gpu_profile(hub, cluster):
     assert r.status_code in (201, 202), r.text
     wait_for(lambda: (m := server_model(student)) and m.get("ready"), timeout=60, what="student1's server")
 
-    pod = cluster.get("pods", "jupyter-student1", "default")
+    pod = cluster.get("pods", "jupyter-student1", NS)
     spec = pod["spec"]
     container = spec["containers"][0]
     limits, requests_ = container["resources"]["limits"], container["resources"]["requests"]
@@ -144,7 +150,7 @@ def test_a_student_spawns_the_overlays_gpu_profile(hub, cluster):
     claim = home["persistentVolumeClaim"]["claimName"]
     assert {"name": "home", "mountPath": "/home/jovyan"} in [
         {k: m[k] for k in ("name", "mountPath")} for m in container["volumeMounts"]]
-    pvc = cluster.get("persistentvolumeclaims", claim, "default")
+    pvc = cluster.get("persistentvolumeclaims", claim, NS)
     assert pvc["spec"]["resources"]["requests"]["storage"] == "10Gi"
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["CLASSHUB_PROFILE"] == "mig-1g"
@@ -155,6 +161,42 @@ def test_a_student_spawns_the_overlays_gpu_profile(hub, cluster):
     assert offers(hub.login("student2", hub.password))["mig-1g"] == "3 free now"
     student.hub_api("DELETE", "users/student1/server")
     wait_stopped(student, 60)
+
+
+def test_the_jobs_overlay_reaches_the_job_loop(hub, cluster):
+    """base + jobs overlay through the chart's config: the classhub service's job loop makes the
+    overlay's PyTorchJob (its image, its gang scheduler, in its namespace), both replicas start
+    together on the MIG node, the logs are readable, and cancel removes every pod."""
+    admin = hub.login(demo.DEMO_ADMIN, hub.password).new_token()
+    assert api(hub, "POST", "courses", admin, json={"name": "dl101"}).status_code == 201
+    r = api(hub, "PUT", "courses/dl101/members", admin,
+            json={"add": [{"username": "student1", "role": "student"}]})
+    assert r.status_code == 200, r.text
+    # student1's home claim exists (their server ran in the test above)
+    student = hub.login("student1", hub.password).new_token()
+    body = {"name": "ranks", "course": "dl101", "command": ["sleep", "600"], "replicas": 2,
+            "resources": {"nvidia.com/mig-1g.18gb": 1, "cpu": "1", "memory": "1Gi"}}
+    r = api(hub, "POST", "jobs", student, json=body)
+    assert r.status_code == 201, r.text
+    job_id = r.json()["id"]
+    jobs = read_yaml(HELM_VALUES / "jobs.yaml")["hub"]["config"]["ClasshubJobs"]
+
+    def replicas() -> list[dict[str, Any]]:
+        return [p for p in cluster.list("pods", NS)
+                if p["metadata"]["labels"].get("training.kubeflow.org/job-name") == job_id]
+
+    wait_for(lambda: api(hub, "GET", f"jobs/{job_id}", student).json()["state"] == "running", 120,
+             "the job to run")
+    pods = replicas()
+    assert len(pods) == 2 and {p["spec"]["nodeName"] for p in pods} == {"h200-mig-0"}
+    for pod in pods:
+        assert pod["spec"]["containers"][0]["image"] == jobs["image"]
+        assert pod["spec"]["schedulerName"] == jobs["scheduler_name"]
+    assert cluster.get("pytorchjobs", job_id, jobs["namespace"])["spec"]["runPolicy"]["suspend"] is False
+    assert api(hub, "GET", f"jobs/{job_id}/logs?index=1", student).status_code == 200
+    assert api(hub, "POST", f"jobs/{job_id}/cancel", student).status_code in (200, 202)
+    wait_for(lambda: not replicas(), 120, "the job's pods to go")
+    assert cluster.get("pytorchjobs", job_id, NS) is None
 
 
 def scrape_jobs() -> dict[str, dict[str, Any]]:
