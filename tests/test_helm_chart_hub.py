@@ -185,8 +185,9 @@ def test_the_jobs_overlay_reaches_the_job_loop(hub, cluster):
         return [p for p in cluster.list("pods", NS)
                 if p["metadata"]["labels"].get("training.kubeflow.org/job-name") == job_id]
 
-    wait_for(lambda: api(hub, "GET", f"jobs/{job_id}", student).json()["state"] == "running", 120,
-             "the job to run")
+    job = wait_for(lambda: (j := api(hub, "GET", f"jobs/{job_id}", student).json())["state"]
+                   not in ("queued", "admitted") and j, timeout=120, what="the job to start")
+    assert job["state"] == "running", job
     pods = replicas()
     assert len(pods) == 2 and {p["spec"]["nodeName"] for p in pods} == {"h200-mig-0"}
     for pod in pods:
@@ -195,7 +196,7 @@ def test_the_jobs_overlay_reaches_the_job_loop(hub, cluster):
     assert cluster.get("pytorchjobs", job_id, jobs["namespace"])["spec"]["runPolicy"]["suspend"] is False
     assert api(hub, "GET", f"jobs/{job_id}/logs?index=1", student).status_code == 200
     assert api(hub, "POST", f"jobs/{job_id}/cancel", student).status_code in (200, 202)
-    wait_for(lambda: not replicas(), 120, "the job's pods to go")
+    wait_for(lambda: not replicas(), timeout=120, what="the job's pods to go")
     assert cluster.get("pytorchjobs", job_id, NS) is None
 
 
