@@ -160,7 +160,7 @@ def hold_the_database(hub: LocalHub, seconds: float) -> threading.Thread:
                                        details={}))
             session.flush()
             held.set()
-            time.sleep(seconds)
+            time.sleep(seconds)  # the hold itself is the scenario: a writer keeping the lock this long
 
     thread = threading.Thread(target=hold)
     thread.start()

@@ -140,7 +140,7 @@ def _gc(phase: str, info: dict) -> None:
 
 def _sampler() -> None:
     while True:
-        time.sleep(SAMPLE_EVERY)
+        time.sleep(SAMPLE_EVERY)  # a sampling profiler's period, not a wait for a condition
         frames = sys._current_frames()
         now = time.monotonic()
         for tid, watch in list(_watches.items()):
