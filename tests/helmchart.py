@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import psutil
 import requests
 import yaml
 
@@ -50,6 +52,8 @@ MOUNT = "/usr/local/etc/jupyterhub"
 #: (templates/_helpers-names.tpl renders them without a prefix then).
 NAMES = ("hub", "proxy-api", "proxy-public", "proxy-http", "user-scheduler", "priority",
          "image-pull-secret", "singleuser")
+#: What JupyterHub logs once its start (managed services included) is over.
+RUNNING = "JupyterHub is now running"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 
 
@@ -251,6 +255,7 @@ class ChartHub(HubProcess):
     proxy: subprocess.Popen | None = None
     log_path: Path | None = None
     init_outputs: list[str] = field(default_factory=list)  # what the last start's init containers said
+    _log_start: int = 0
 
     @property
     def mount(self) -> Path:
@@ -356,19 +361,70 @@ class ChartHub(HubProcess):
                  "--error-target", f"http://127.0.0.1:{self.hub_port}/hub/error"],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env={**os.environ, "CONFIGPROXY_AUTH_TOKEN": env["CONFIGPROXY_AUTH_TOKEN"]})
-        self._launch(self.command(), self.root / "hub.log", env, cwd=workdir, timeout=90)
+        log = self.root / "hub.log"
+        self._log_start = log.stat().st_size if log.exists() else 0  # this start's part of the log
+        self._launch(self.command(), log, env, cwd=workdir, timeout=90)
         return self
 
+    def _ready(self) -> bool:
+        """Ready once this start's log says the hub runs, then as any hub (its API and the
+        classhub service answer through the proxy). The hub answers before it has started its
+        managed services (and a kept proxy still routes to them), and a SIGTERM is not handled as
+        a shutdown until it runs; reading the log also keeps the hub free of readiness requests
+        while the service starts."""
+        if self.proc.poll() is None:
+            with open(self.root / "hub.log", "rb") as log:
+                log.seek(self._log_start)
+                if RUNNING.encode() not in log.read():
+                    return False
+        return super()._ready()
+
     def stop(self, timeout: float = 20) -> None:
-        for proc in (self.proc, self.proxy):
-            if proc is None or proc.poll() is not None:
-                continue
-            proc.send_signal(signal.SIGTERM)
+        self._stop_hub(timeout)
+        if self.proxy is not None and self.proxy.poll() is None:
+            self.proxy.send_signal(signal.SIGTERM)
             try:
-                proc.wait(timeout)
+                self.proxy.wait(timeout)
             except subprocess.TimeoutExpired:
+                self.proxy.kill()
+                self.proxy.wait()
+
+    def pod_processes(self) -> list[psutil.Process]:
+        """The processes of the hub container: the hub's managed services (each in a session of
+        its own, and left behind if the hub dies) are found by the hub API URL in their
+        environment."""
+        marker = f":{self.hub_port}/"
+        found = []
+        for proc in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                if proc.pid != os.getpid() and marker in proc.environ().get("JUPYTERHUB_API_URL", ""):
+                    found.append(proc)
+        return found
+
+    def _stop_hub(self, timeout: float) -> None:
+        """The hub container ends: SIGTERM to the hub (which stops its managed services), then,
+        as the container runtime does, SIGKILL to whatever of the container is left."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        left = self.pod_processes()
+        for proc in left:
+            with contextlib.suppress(psutil.Error):
                 proc.kill()
-                proc.wait()
+        psutil.wait_procs(left, timeout=timeout)
+
+    def restart(self, values: dict[str, Any] | None = None, timeout: float = 20) -> ChartHub:
+        """The hub pod restarted (``kubectl delete pod``, or ``helm upgrade`` with new ``values``):
+        its container ends (``_stop_hub``); the proxy pod keeps running. The new pod runs its init
+        containers and the hub again, with the same Secret (generated tokens kept)."""
+        self._stop_hub(timeout)
+        if values is not None:
+            self.values = values
+        return self.start()
 
     def login(self, username: str, password: str) -> HubSession:
         return HubSession(self, username, password)  # type: ignore[arg-type] - same url surface

@@ -9,8 +9,12 @@ its GPU nodes made from the GPU Operator settings beside the overlay (tests/helm
 
 The values layered over base + overlay say only what this machine has instead of a cluster:
 loopback addresses instead of the hub's and the proxy's Service names, the test database URL,
-the demo login instead of a site's authenticator, and no user-scheduler (the fake cluster runs
-the default scheduler only). They are validated against the chart's schema like the rest.
+the demo login instead of a site's authenticator, no user-scheduler (the fake cluster runs
+the default scheduler only), and a longer wait for the managed services to answer. They are
+validated against the chart's schema like the rest.
+
+The hub pod is restarted as Kubernetes restarts it (its container ends, the proxy pod stays; a
+``helm upgrade`` restarts it with new values) in the middle of a job of each job kind.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from tests.helmchart import (
     HELM_VALUES,
     ChartHub,
     chart_values,
+    coalesce,
     dashboard_metrics,
     dcgm_default_metrics,
     exported_names,
@@ -54,8 +59,15 @@ PYTORCH = "registry.example.org/classhub/pytorch:0.1.0"
 NS = "classhub"
 
 
+SERVICE_TIMEOUT = """
+for _service in c.JupyterHub.services:
+    if _service["name"].startswith("classhub"):
+        _service["timeout"] = 180
+"""
+
+
 def test_overlay(hub: ChartHub, hub_db: str, data: str) -> dict[str, Any]:
-    return {
+    values: dict[str, Any] = {
         "hub": {
             "db": {"url": hub_db},
             "extraEnv": {"CLASSHUB_SERVICE_URL": f"http://127.0.0.1:{hub.service_port}"},
@@ -73,6 +85,11 @@ def test_overlay(hub: ChartHub, hub_db: str, data: str) -> dict[str, Any]:
         },
         "scheduling": {"userScheduler": {"enabled": False}},
     }
+    # and the time the hub gives its managed services to answer: on two cores shared by the
+    # whole suite, the classhub service can take longer than JupyterHub's 30 s to import and
+    # start, and the hub then exits (the pod would restart); the restarts are what is tested here.
+    values["hub"]["extraConfig"] = {"zz-test-service-timeout": SERVICE_TIMEOUT}
+    return values
 
 
 test_overlay.__test__ = False  # a helper, not a test
@@ -163,41 +180,89 @@ def test_a_student_spawns_the_overlays_gpu_profile(hub, cluster):
     wait_stopped(student, 60)
 
 
-def test_the_jobs_overlay_reaches_the_job_loop(hub, cluster):
-    """base + jobs overlay through the chart's config: the classhub service's job loop makes the
-    overlay's PyTorchJob (its image, its gang scheduler, in its namespace), both replicas start
-    together on the MIG node, the logs are readable, and cancel removes every pod."""
+#: What tells a job's pods, per job kind: the training operator's label, JobSet's for a TrainJob.
+POD_LABEL = {"pytorchjob": "training.kubeflow.org/job-name", "trainjob": "jobset.sigs.k8s.io/jobset-name"}
+PLURAL = {"pytorchjob": "pytorchjobs", "trainjob": "trainjobs"}
+#: Each kind's rank label on its pods (the operator's replica index, JobSet's completion index).
+RANK_1 = {"pytorchjob": {"training.kubeflow.org/replica-type": "worker",
+                         "training.kubeflow.org/replica-index": "0"},
+          "trainjob": {"batch.kubernetes.io/job-completion-index": "1"}}
+
+
+def jobs_values(hub: ChartHub, kind: str) -> dict[str, Any]:
+    """The chart's values with the jobs overlay's job kind switched, as
+    ``helm upgrade ... --set hub.config.ClasshubJobs.job_kind=<kind>`` leaves them."""
+    values = coalesce(hub.values, {"hub": {"config": {"ClasshubJobs": {"job_kind": kind}}}})
+    assert schema_errors(values) == []
+    return values
+
+
+@pytest.mark.parametrize("kind", ["pytorchjob", "trainjob"])
+def test_a_job_of_the_jobs_overlay_survives_a_hub_restart(kind, hub, cluster):
+    """base + jobs overlay through the chart's config, with each job kind of the overlay's switch
+    (Kubeflow's training operator v1 PyTorchJob, Trainer v2 TrainJob; the stand-in operator runs
+    both): the classhub service's job loop makes the overlay's job object (its image, its gang
+    scheduler, in its namespace) and both replicas start together on the MIG node. The hub pod
+    then restarts in the middle of the job (its classhub service with it): the job object and its
+    pods are kept, not made again; the new service follows the job, reads its logs, and its
+    cancel removes every pod."""
+    jobs = read_yaml(HELM_VALUES / "jobs.yaml")["hub"]["config"]["ClasshubJobs"]
+    if hub.values["hub"]["config"]["ClasshubJobs"]["job_kind"] != kind:  # helm upgrade --set
+        hub.restart(jobs_values(hub, kind))
+    course = f"dl-{kind}"
     admin = hub.login(demo.DEMO_ADMIN, hub.password).new_token()
-    assert api(hub, "POST", "courses", admin, json={"name": "dl101"}).status_code == 201
-    r = api(hub, "PUT", "courses/dl101/members", admin,
+    assert api(hub, "POST", "courses", admin, json={"name": course}).status_code == 201
+    r = api(hub, "PUT", f"courses/{course}/members", admin,
             json={"add": [{"username": "student1", "role": "student"}]})
     assert r.status_code == 200, r.text
     # student1's home claim exists (their server ran in the test above)
     student = hub.login("student1", hub.password).new_token()
-    body = {"name": "ranks", "course": "dl101", "command": ["sleep", "600"], "replicas": 2,
+    body = {"name": "ranks", "course": course, "command": ["sleep", "600"], "replicas": 2,
             "resources": {"nvidia.com/mig-1g.18gb": 1, "cpu": "1", "memory": "1Gi"}}
     r = api(hub, "POST", "jobs", student, json=body)
     assert r.status_code == 201, r.text
     job_id = r.json()["id"]
-    jobs = read_yaml(HELM_VALUES / "jobs.yaml")["hub"]["config"]["ClasshubJobs"]
 
     def replicas() -> list[dict[str, Any]]:
-        return [p for p in cluster.list("pods", NS)
-                if p["metadata"]["labels"].get("training.kubeflow.org/job-name") == job_id]
+        return [p for p in cluster.list("pods", NS) if p["metadata"]["labels"].get(POD_LABEL[kind]) == job_id]
 
-    job = wait_for(lambda: (j := api(hub, "GET", f"jobs/{job_id}", student).json())["state"]
-                   not in ("queued", "admitted") and j, timeout=120, what="the job to start")
-    assert job["state"] == "running", job
-    pods = replicas()
-    assert len(pods) == 2 and {p["spec"]["nodeName"] for p in pods} == {"h200-mig-0"}
+    def job() -> dict[str, Any]:
+        reply = api(hub, "GET", f"jobs/{job_id}", student)
+        assert reply.status_code == 200, reply.text
+        return reply.json()
+
+    running = wait_for(lambda: (j := job())["state"] not in ("queued", "admitted") and j,
+                       timeout=120, what="the job to start")
+    assert running["state"] == "running", running
+    pods = wait_for(lambda: len(p := replicas()) == 2 and all(
+        x["status"].get("phase") == "Running" for x in p) and p, timeout=60, what="both replicas running")
+    assert {p["spec"]["nodeName"] for p in pods} == {"h200-mig-0"}
     for pod in pods:
         assert pod["spec"]["containers"][0]["image"] == jobs["image"]
-        assert pod["spec"]["schedulerName"] == jobs["scheduler_name"]
-    assert cluster.get("pytorchjobs", job_id, jobs["namespace"])["spec"]["runPolicy"]["suspend"] is False
-    assert api(hub, "GET", f"jobs/{job_id}/logs?index=1", student).status_code == 200
+        if kind == "pytorchjob":  # scheduler-plugins binds a PyTorchJob's PodGroup
+            assert pod["spec"]["schedulerName"] == jobs["scheduler_name"]
+    made = cluster.get(PLURAL[kind], job_id, jobs["namespace"])
+    suspend = made["spec"]["runPolicy"]["suspend"] if kind == "pytorchjob" else made["spec"]["suspend"]
+    assert suspend is False  # classhub admitted it
+
+    hub.restart()  # the hub pod restarts mid-job: a new hub, a new classhub service
+
+    assert cluster.get(PLURAL[kind], job_id, NS)["metadata"]["uid"] == made["metadata"]["uid"]
+    assert sorted(p["metadata"]["uid"] for p in replicas()) == sorted(p["metadata"]["uid"] for p in pods)
+    after = job()
+    assert after["state"] == "running", after
+    assert [(r["rank"], r["node"]) for r in after["replicas"]] == [(0, "h200-mig-0"), (1, "h200-mig-0")]
+    assert [e["state"] for e in after["events"]].count("running") == 1  # started once, not relaunched
+    # the rank-1 replica's log, read by the new service (the kubelet's stand-in names its pod)
+    [rank1] = [p for p in replicas() if RANK_1[kind].items() <= p["metadata"]["labels"].items()]
+    log = api(hub, "GET", f"jobs/{job_id}/logs?index=1", student)
+    assert log.status_code == 200 and rank1["metadata"]["name"] in log.text, log.text
     assert api(hub, "POST", f"jobs/{job_id}/cancel", student).status_code in (200, 202)
     wait_for(lambda: not replicas(), timeout=120, what="the job's pods to go")
-    assert cluster.get("pytorchjobs", job_id, NS) is None
+    assert cluster.get(PLURAL[kind], job_id, NS) is None
+    ended = wait_for(lambda: (j := job())["state"] not in ("running",) and j, timeout=60,
+                     what="the job to end")
+    assert ended["state"] == "cancelled", ended
 
 
 def scrape_jobs() -> dict[str, dict[str, Any]]:
