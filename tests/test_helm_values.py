@@ -9,6 +9,7 @@ extended resource, the product label its node selector asks for, the GPU taint t
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 from hub_ext.core.capacity import CapacitySnapshot
 from hub_ext.core.profiles import parse_profile, pod_settings
 from tests.helmchart import (
+    CHART,
     HELM_VALUES,
     Z2JH,
     chart_values,
@@ -172,6 +174,11 @@ def test_the_chart_copies_name_their_source():
     assert "tag:        4.4.0" in source and "5c5f5df751588a68a7781ead01d0f62e88e2e72f" in source
     for name in ("values.schema.yaml", "values.yaml", "jupyterhub_config.py", "z2jh.py", "LICENSE"):
         assert (Z2JH / name).stat().st_size > 0 and f"-> {name}" in source
+        # copied unchanged: the file is the one whose checksum SOURCE records
+        digest = hashlib.sha256((Z2JH / name).read_bytes()).hexdigest()
+        assert f"{digest}  {name}" in source, f"tests/data/z2jh/{name} differs from chart 4.4.0's"
+    # the version the chart's Secret reports to its config (tests/helmchart.py) is the copy's
+    assert CHART["Version"] == "4.4.0"
 
 
 def test_the_capacity_rbac_is_valid_and_grants_what_the_live_view_reads():
