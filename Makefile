@@ -7,7 +7,8 @@ CHP_VERSION := 4.6.3
 STAMP := $(VENV)/.installed
 ARGS ?=
 
-.PHONY: run test test-unit test-hub test-cluster test-browser lint install clean labextension types flake-check
+.PHONY: run test test-unit test-hub test-cluster test-browser lint install clean labextension types flake-check \
+	docs dist
 
 $(VENV)/bin/python:
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 10) else "classhub needs Python 3.10+; set PYTHON=/path/to/python3.10+")'
@@ -37,7 +38,7 @@ types: $(STAMP)
 		sh -c 'jlpm install && jlpm gen:types'
 
 $(STAMP): $(VENV)/bin/python setup.cfg pyproject.toml $(LABEXT_OUT)
-	$(VENV)/bin/pip install -q -e '.[test]'
+	$(VENV)/bin/pip install -q -e '.[test,docs]'
 	@# jsonschema's optional "iri" format check (rfc3987-syntax, via jupyter-events' format-nongpl
 	@# extra) builds a grammar at import: 1.6 s of CPU in every hub, service and server process.
 	@# No schema of JupyterHub, jupyter_server, JupyterLab or classhub uses the "iri" format.
@@ -67,6 +68,19 @@ test-unit: $(STAMP)
 # One tier of the suite (each test is marked with its tier; see TIERS in tests/conftest.py).
 test-hub test-cluster test-browser: test-%: $(STAMP)
 	$(VENV)/bin/python -m pytest -m $* $(XDIST) $(ARGS)
+
+# The documentation site (docs/, Sphinx + MyST) into docs/_build/html, warnings as errors: a broken
+# link between pages, a missing page or a bad directive fails it. The reference pages are
+# generated from the code (docs/_ext/classhub_docs.py). .ci/check_refs.py checks that the pages
+# and headings code comments cite exist.
+docs: $(STAMP)
+	$(VENV)/bin/python -m sphinx -W --keep-going -n -b html -q docs docs/_build/html
+	$(VENV)/bin/python .ci/check_refs.py
+
+# A release: the sdist and the wheel in dist/, both carrying the JupyterLab panel prebuilt
+# (setup.py builds it when labextension/prebuilt is missing; Node.js is needed only then).
+dist: $(STAMP)
+	$(VENV)/bin/python -m build --outdir dist .
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

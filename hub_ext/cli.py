@@ -189,7 +189,7 @@ def older_variables(c: Config, environ: Mapping[str, str]) -> None:
     traits only, as the traits they name (``CLASSHUB_JOB_INTERVAL=1`` is
     ``c.ClasshubJobs.interval = 1``): read from each trait's own ``env`` tag, never from a list
     here, and only where the configuration does not set the trait. The documented way is
-    ``<data-dir>/jupyterhub_config.py`` (README, "Configuration")."""
+    ``<data-dir>/jupyterhub_config.py`` (docs/configuration.md, "Configuration: one channel, traits")."""
     from traitlets import TraitError
 
     from hub_ext.backends.templates import ClasshubTemplates
@@ -273,7 +273,7 @@ SHARED_ENTRIES = frozenset({"homes"})
 
 
 def prepare_data_dir(path: Path) -> Path:
-    """Create the data dir and prove it is writable; then keep its secrets (README, "Security
+    """Create the data dir and prove it is writable; then keep its secrets (docs/admins/security.md, "Security
     model"): see `secure_data_dir`."""
     path = path.expanduser().resolve()
     try:
@@ -395,7 +395,7 @@ def print_banner(args: argparse.Namespace, data_dir: Path, password: str | None)
     if password:
         lines += [
             f"  demo accounts: {', '.join(demo.DEMO_ACCOUNTS)} (course {demo.DEMO_COURSE})",
-            f"  demo password: {password}   (a demo login; see README to use a real one)",
+            f"  demo password: {password}   (a demo login; a real one: docs/admins/local-hub.md)",
         ]
     if not args.system_users:
         lines.append("  note: all servers run as this account; users can read each other's files")
@@ -403,5 +403,5 @@ def print_banner(args: argparse.Namespace, data_dir: Path, password: str | None)
             lines.append(
                 "  WARNING: running as root without --system-users: every user's server, terminal "
                 "and job runs as root. On a machine shared by several people start with "
-                "--system-users (README, 'Security model')")
+                "--system-users (docs/admins/security.md, 'Security model')")
     print("\n".join(lines) + "\n", flush=True)

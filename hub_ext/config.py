@@ -27,8 +27,8 @@ MODES = ("local", "kubernetes")
 
 #: The config sections each classhub service process loads, whole (its traitlets Application
 #: and the configurables it makes; tests/test_service_config.py checks this against them).
-#: Everything a deployer sets as ``c.<Section>.<name>`` reaches the process (README,
-#: "Configuration"); there is no list of single settings to forward.
+#: Everything a deployer sets as ``c.<Section>.<name>`` reaches the process (docs/configuration.md,
+#: "Configuration: one channel, traits"); there is no list of single settings to forward.
 SERVICE_SECTIONS: dict[str, tuple[str, ...]] = {
     SERVICE_NAME: ("ClasshubService", "ClasshubTemplates", "ClasshubJobs"),
     CULLER_NAME: ("ClasshubCuller",),
@@ -92,7 +92,8 @@ def configure(
 
     ``freeze_heap``: once the hub has started, freeze its heap so that Python's full garbage
     collections (pauses of the hub's event loop) skip the objects a hub keeps for its lifetime
-    (hub_ext.heap; README, "Development"). Only inside a hub process.
+    (hub_ext.heap; docs/contributing/benchmarks.md, "Benchmarks and their history"). Only inside a hub
+    process.
     """
     if mode not in MODES:
         raise ValueError(f"unknown classhub mode {mode!r}: use one of {', '.join(MODES)}")

@@ -5,7 +5,7 @@ with the same password, so the whole teacher journey can be tried on ``make run`
 store is asked at each login, so a student added a minute ago can log in now.
 
 This is a demo login, not an authentication system. Real sites configure another
-authenticator (see the README); the demo one then no longer applies.
+authenticator (docs/admins/local-hub.md, "The local hub"); the demo one then no longer applies.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ starts the service and the culler as its managed services, and ``configure()`` h
 its whole sections (`CONFIG_ENV`, one JSON variable, no list of forwarded settings). The process
 loads them as its traitlets config (`handed_config`), under its own config file and command line,
 and refuses a value it cannot take with one sentence naming ``c.<Class>.<name>``
-(`check_sections`), at start rather than at first use (README, "Configuration").
+(`check_sections`), at start rather than at first use (docs/configuration.md, "Configuration: one channel,
+traits").
 
 Older ``CLASSHUB_*`` variables (``.tag(env="CLASSHUB_...")``) are still read by `apply_env` where
 nothing configured the trait; they are no longer documented and nothing passes them on.
@@ -59,7 +60,7 @@ def env_help(obj: HasTraits) -> dict[str, str]:
 
 #: The one variable through which the hub hands a service its configuration sections: JSON
 #: ``{"ClasshubJobs": {"image": "..."}, ...}``, made by ``configure()`` from the hub's own config
-#: (README, "Configuration"; docs/architecture.md, rule 5).
+#: (docs/configuration.md, "Configuration: one channel, traits"; docs/architecture.md, rule 5).
 CONFIG_ENV = "CLASSHUB_CONFIG"
 
 

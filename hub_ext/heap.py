@@ -6,7 +6,8 @@ kubernetes_asyncio's models, KubeSpawner, classhub), and none of them ever becom
 full collection still walks them all, on the hub's event loop, while every request waits. During
 a 300-student class start (``bench/storm.py``) a stock hub ran 3-4 full collections of 190-270 ms
 each, and the classhub hub, whose imports and state make its heap larger, 4-5 of 170-390 ms: those
-pauses were most of the difference between the two hubs' p95 ready times (README, "Development").
+pauses were most of the difference between the two hubs' p95 ready times (docs/contributing/benchmarks.md,
+"Benchmarks and their history").
 
 ``gc.freeze()`` (Python's mechanism for long-lived heaps) moves every object alive at that moment
 to a permanent generation that collections skip. It runs once, when the hub's ``start()`` has

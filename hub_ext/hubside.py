@@ -1,8 +1,8 @@
 """Code that runs inside the hub process: course roles applied while the hub runs, and the
 culler's warning on hub pages (`Announcement`).
 
-Why: a course role is power over other people's servers (README, "Security model"). JupyterHub
-reads ``load_roles`` only when it starts and has no REST API for roles, so roles made from the
+Why: a course role is power over other people's servers (docs/admins/security.md, "Security model").
+JupyterHub reads ``load_roles`` only when it starts and has no REST API for roles, so roles made from the
 configuration would apply to a new TA only after a hub restart and, worse, a removed TA would
 keep opening students' servers until then. This endpoint lets the classhub service replace the
 generated course roles in the hub's own database right after every membership change: the hub

@@ -6,7 +6,7 @@ against real ``classhub local`` hubs. Chromium is found at ``$CLASSHUB_CHROMIUM`
 fails with what to install, never skips.
 
 Journeys count their clicks: ``Clicks`` wraps a page so every ``click()`` a test makes is counted,
-and the README states the number each journey must take.
+and the docs state the number each journey must take (docs/teachers/pages.md, "The classhub pages").
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-#: Where screenshots for the README go (``docs/screenshots``), written by the browser tests.
+#: Where screenshots for the docs go (``docs/screenshots``), written by the browser tests.
 SCREENSHOTS = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
 
-#: Chromium flags for a closed network and a root user (see README "Tests").
+#: Chromium flags for a closed network and a root user (see docs/contributing/development.md, "Development").
 CHROMIUM_ARGS = [
     "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -92,7 +92,7 @@ class Clicks:
 
 
 def screenshot(page, name: str) -> Path:
-    """Save a README screenshot ``docs/screenshots/<name>.png`` of the current page."""
+    """Save a docs screenshot ``docs/screenshots/<name>.png`` of the current page."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)

@@ -4,7 +4,7 @@ home of a logged-in user, so that the user's next click lands on a button of cla
 
 The attacker's page is served on the hub's origin (as a file in a user's server would be) by
 Playwright's request routing; the frame it holds loads the real classhub page from the real hub.
-The browser must refuse to show classhub inside it (README "Security model", rule 9).
+The browser must refuse to show classhub inside it (docs/admins/security.md, "Security model", rule 9).
 """
 
 from __future__ import annotations

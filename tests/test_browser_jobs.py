@@ -1,7 +1,7 @@
 """The Jobs page in Chromium against a real ``classhub local`` hub with the job service (the
 session's hub of test_jobs_hub's configuration): a student goes from the hub's home to the Jobs
 page, submits a 1-replica CPU job, sees it, opens its logs and reads what it printed, counting
-clicks (the README's number, "Distributed jobs: submit, run, watch, cancel"); a submit the API
+clicks (the number in docs/teachers/jobs.md, "Distributed jobs: submit, run, watch, cancel"); a submit the API
 refuses shows the API's sentence next to the form and queues nothing.
 """
 
@@ -16,7 +16,7 @@ from tests.test_jobs_hub import CONFIG, ENV
 
 pytestmark = pytest.mark.browser
 
-#: The README's number: hub home -> Jobs, Submit, Logs.
+#: The docs' number (docs/teachers/jobs.md): hub home -> Jobs, Submit, Logs.
 STUDENT_SUBMITS_AND_READS_LOGS = 3
 
 

@@ -5,7 +5,7 @@ templates; shares a notebook with the TA from the file browser's context menu; t
 from "Shared with me", sees it read-only (banner, no typing, no kernel error) and copies it to
 their own server, where the copy is editable; a student submits a Python script as a job from
 the file browser's context menu and reads its log from the panel's Jobs section (issue 17).
-Clicks are counted (README, "The JupyterLab panel").
+Clicks are counted (docs/teachers/lab-panel.md, "The JupyterLab panel").
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The classhub pages in Chromium against a real ``classhub local`` hub: the journeys of the
-README's "Using classhub", each counting its clicks and asserting the README's number.
+docs/teachers/pages.md, "The classhub pages", each counting its clicks and asserting the number
+there (docs/tutorials/first-class.md, "Your first class", walks the same steps).
 
 (a) a teacher adds two students by roster upload (one bad row shown with its line), sets a
     per-student limit and publishes a folder picked from the tree; a new student logs in and
@@ -31,7 +32,7 @@ from tests.hubproc import HubSession, LocalHub, start_server, wait_for
 
 pytestmark = pytest.mark.browser
 
-#: The README's numbers ("Using classhub"): clicks of each journey after logging in.
+#: The docs' numbers (docs/teachers/pages.md): clicks of each journey after logging in.
 TEACHER_ROSTER_LIMIT_PUBLISH = 9
 STUDENT_STARTS_TEMPLATE = 1
 STUDENT_RESTARTS_FROM_TEMPLATE = 2

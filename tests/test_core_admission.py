@@ -1,4 +1,5 @@
-"""Gang admission, rule by rule (hub_ext/core/admission; README "Distributed jobs: gang admission")."""
+"""Gang admission, rule by rule (hub_ext/core/admission; docs/explanation/gang-admission.md, "Distributed
+jobs: gang admission")."""
 
 from __future__ import annotations
 

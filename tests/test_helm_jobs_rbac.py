@@ -6,7 +6,8 @@ claim checked, the job created suspended and admitted, its pods followed, its lo
 job cancelled. Every request the fake served is turned into what kube-apiserver's authorizer would
 ask RBAC (API group, resource or subresource, verb, namespace or cluster scope: the request-info
 rules of k8s.io/apiserver ``RequestInfoFactory``), and each must be granted by the manifests a
-deployer applies (README, "Deploy"): ``jobs-rbac.yaml`` in the jobs' namespace, and
+deployer applies (docs/admins/kubernetes.md, "Deploy on Kubernetes"): ``jobs-rbac.yaml`` in the jobs'
+namespace, and
 ``capacity-rbac.yaml`` cluster-wide. The Role must grant nothing beyond what was recorded but
 reads of the objects classhub makes.
 """

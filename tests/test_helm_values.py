@@ -155,7 +155,8 @@ def test_profile_images_are_built_from_images():
     images = Path(__file__).resolve().parent.parent / "images"
     base = chart_values(BASE)
     hub_image = f"{base['hub']['image']['name']}:{base['hub']['image']['tag']}"
-    # templates' publisher pod (a trait the chart's hub.config sets, README "Configuration")
+    # templates' publisher pod (a trait the chart's hub.config sets, docs/configuration.md, "Configuration:
+    # one channel, traits")
     assert base["hub"]["config"]["ClasshubTemplates"]["publisher_image"] == hub_image
     named = {hub_image, f"{base['singleuser']['image']['name']}:{base['singleuser']['image']['tag']}"}
     named.add(read_yaml(JOBS)["hub"]["config"]["ClasshubJobs"]["image"])  # the jobs' replicas
@@ -218,7 +219,8 @@ def test_base_with_each_overlay_and_the_jobs_overlay_validates(name):
 
 def test_the_jobs_overlays_settings_are_what_the_job_service_takes():
     """Each key is a ClasshubJobs trait and each value one it accepts: the check the classhub
-    service makes at start (a bad one stops it with a sentence, README "Configuration")."""
+    service makes at start (a bad one stops it with a sentence, docs/configuration.md, "Configuration: one
+    channel, traits")."""
     from traitlets.config import Config
 
     from hub_ext.envtraits import ConfigError, check_sections
@@ -279,7 +281,7 @@ def test_nothing_cluster_wide_beyond_reading_nodes_and_pods():
 
 def test_the_hub_pod_upgrades_classhubs_database_before_the_hub_starts():
     """hub.initContainers: ``classhub upgrade-db`` in the hub image, with the database URL from
-    the same Secret as the hub's (README, "Deploy": upgrades)."""
+    the same Secret as the hub's (docs/admins/kubernetes.md, "Deploy on Kubernetes": upgrades)."""
     hub = chart_values(BASE)["hub"]
     [init] = hub["initContainers"]
     assert init["image"] == f"{hub['image']['name']}:{hub['image']['tag']}"

@@ -48,7 +48,8 @@ def test_refusals_say_who_may() -> None:
 
 
 def test_a_job_the_caller_may_not_see_is_a_missing_job() -> None:
-    """With the job's id, a refusal does not say whether the job exists (README, "Security model")."""
+    """With the job's id, a refusal does not say whether the job exists (docs/admins/security.md, "Security
+    model")."""
     for who in ("classmate", "other-teacher"):
         for action in (authz.READ_JOB, authz.CANCEL_JOB):
             verdict = decide(CALLERS[who], action, course=C, user="sam", job="j1")

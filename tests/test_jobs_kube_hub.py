@@ -26,7 +26,7 @@ NODES = [{"name": f"node-{i}", "allocatable": {"cpu": "8", "memory": "32Gi"}} fo
 JOB_IMAGE = "registry.example.org/classhub/jobs:7"
 #: The job service's settings as a deployer writes them, in the hub's jupyterhub_config.py after
 #: configure(c) (z2jh: hub.config.ClasshubJobs): the service runs in its own process and gets
-#: them only through configure()'s hand-over (README, "Configuration").
+#: them only through configure()'s hand-over (docs/configuration.md, "Configuration: one channel, traits").
 EXTRA = f"""
 c.ClasshubJobs.namespace = "{NS}"
 c.ClasshubJobs.scheduler_name = "{SCHEDULER_NAME}"

@@ -31,7 +31,7 @@ STUDENTS = [f"u{i:02d}" for i in range(50)]
 COURSE = "gpu101"
 #: Round 1 admits 4 of 50 on a fresh ledger; round 2 shows the stops released all of it and the
 #: next 50 again get exactly 4. More rounds repeat round 2 (about 20 s each alone, 45 s in the
-#: suite): CLASSHUB_QUOTA_ROUNDS=20 runs the full proof (README).
+#: suite): CLASSHUB_QUOTA_ROUNDS=20 runs the full proof (docs/contributing/development.md).
 ROUNDS = int(os.environ.get("CLASSHUB_QUOTA_ROUNDS", "2"))
 INVENTORY = Path(__file__).parent / "data" / "nvidia-smi" / "h200-2gpu-7x1g.txt"
 MESSAGE = f"Course {COURSE} uses 4 of its 4 nvidia.com/gpu.shared"
@@ -141,7 +141,7 @@ def test_fifty_concurrent_spawns_admit_exactly_the_quota(quota_hub):
 
 # ---- a hub killed in the middle of spawns ---------------------------------------------------------
 
-CRASH_ROUNDS = int(os.environ.get("CLASSHUB_CRASH_ROUNDS", "3"))  # 20: see README
+CRASH_ROUNDS = int(os.environ.get("CLASSHUB_CRASH_ROUNDS", "3"))  # 20: docs/contributing/reliability.md
 CRASH_STUDENTS = STUDENTS[:6]  # 6 ask at once, the course holds 4
 MARK = "classhub-crash-test-server"
 
@@ -311,7 +311,8 @@ def crash_round(hub: LocalHub, moment: str) -> tuple[set[str], set[str], float]:
 
 @pytest.mark.timeout(120 + 90 * CRASH_ROUNDS)
 def test_a_hub_killed_during_spawns_leaves_each_student_ready_or_free_to_start(crash_hub):
-    """README, "A hub killed during spawns": after the restart every interrupted spawn is either
+    """docs/contributing/reliability.md, "A hub killed during spawns": after the restart every interrupted
+    spawn is either
     adopted (ready, its reservation kept) or gone without a trace (no process, no reservation),
     and every student whose spawn was lost starts again at once. The crash hits a different
     moment of the spawns each round: right after the first reservation, right after the first

@@ -2,7 +2,7 @@
 
 Each test sends the request a malicious teacher, student or narrowed token sent, asserts the
 refusal, and then asserts that nothing changed: no membership, no hub role, no audit row, no
-server restarted. The rules are the README's "Security model".
+server restarted. The rules are docs/admins/security.md, "Security model".
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A student of a shared machine holds a real Unix account and a home; classhub's s
 root. Each test here acts as that account (a process with the student's uid and gid, as their
 terminal or job would be) against a real `classhub local --system-users` hub with jobs, and
 asserts that nothing happened: no secret read, no file changed owner, no process of someone else
-died, no root process ran the student's code. The rules are the README's "Security model".
+died, no root process ran the student's code. The rules are docs/admins/security.md, "Security model".
 """
 
 from __future__ import annotations

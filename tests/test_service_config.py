@@ -1,5 +1,6 @@
 """The services' settings: traits set in the hub's jupyterhub_config.py and handed to each service
-by configure() (README, "Configuration"), the service's own config file and command line, older
+by configure() (docs/configuration.md, "Configuration: one channel, traits"), the service's own config file
+and command line, older
 environment variables; and a sentence at start for a value a service cannot use (never a traceback
 at first use)."""
 

@@ -392,7 +392,7 @@ def decide(caller: Caller, action: str, *, course: str | None = None, user: str 
 
     Jobs: `job` is the id of the job READ_JOB or CANCEL_JOB acts on, `course` and `user` its
     course and owner (course None: there is no such job); a caller who may not see it gets the
-    404 of a missing job, so the answer does not reveal which jobs exist (README, "Security
+    404 of a missing job, so the answer does not reveal which jobs exist (docs/admins/security.md, "Security
     model"). SUBMIT_JOB with a `priority` other than 0 also needs SET_JOB_PRIORITY. LIST_JOBS:
     `course` and `user` are the listing's filters (``?course=``, ``?owner=``). Templates
     (READ_TEMPLATES, USE_TEMPLATE, PUBLISH_TEMPLATE) need the `course`.
@@ -502,7 +502,7 @@ def _decide_share(caller: Caller, action: str, share: ShareRef | None) -> Verdic
     if action == SHARE_SERVER and not owns:
         return _deny(f"Only {share.owner} (or a hub admin) can share or revoke shares of "
                      f"{share.owner}'s server.")
-    if action in HUB_SCOPES:  # no confused deputy (README, "Security model", rule 2)
+    if action in HUB_SCOPES:  # no confused deputy (docs/admins/security.md, "Security model", rule 2)
         missing = _missing_scopes(caller, action, None, share.owner)
         if not missing:
             return missing

@@ -113,7 +113,7 @@ def hub_roles(
     reach members who must stay out of reach (hub admins, other teachers), and a single-user
     server cannot resolve a group filter without the hub's database (JupyterHub's documented
     limit of ``check_scopes``). ``hub_admins`` are left out of every server scope: no course role
-    reaches a hub admin's server (README, "Security model", rule 1).
+    reaches a hub admin's server (docs/admins/security.md, "Security model", rule 1).
     """
     admins = frozenset(hub_admins)
     result = []

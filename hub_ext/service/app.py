@@ -124,7 +124,8 @@ class ClasshubService(Application):
 
     def initialize(self, argv: list[str] | None = None) -> None:
         """The hub's sections, then the config file, then the command line (which wins); refuse
-        what cannot work with a sentence naming the setting (README, "Configuration")."""
+        what cannot work with a sentence naming the setting (docs/configuration.md, "Configuration: one
+        channel, traits")."""
         super().initialize(argv)
         handed = handed_config()
         check_sections(handed, [type(self), *self.classes])
@@ -226,7 +227,7 @@ class ClasshubService(Application):
 
     async def _roles(self, courses: Courses) -> None:
         """Re-apply the course roles every `reconcile_interval`: someone made a hub admin since
-        the last membership change leaves every course role at the latest here (README,
+        the last membership change leaves every course role at the latest here (docs/admins/security.md,
         "Security model", rule 1), and a push that failed is retried."""
         while True:
             await asyncio.sleep(self.reconcile_interval)

@@ -610,7 +610,8 @@ class AllUsageHandler(APIHandler):
 
 def _metrics_open(handler: APIHandler, arguments: dict[str, Any]) -> bool:
     """Whether the deployment opened the metrics to anonymous scrapes: the documented setting
-    ``ClasshubService.authenticate_metrics = False`` (README), which authz.READ_METRICS reads."""
+    ``ClasshubService.authenticate_metrics = False`` (docs/admins/monitoring.md), which authz.READ_METRICS
+    reads."""
     return not handler.settings.get("authenticate_metrics", True)
 
 

@@ -2,7 +2,7 @@
 
 Why: joining a course gives its teachers and TAs power over the member's server, so a teacher
 cannot enrol someone who already belongs to another course; they are invited instead
-(hub_ext.core.authz.enrolment, README "Security model"). The invited person answers on the
+(hub_ext.core.authz.enrolment, docs/admins/security.md, "Security model"). The invited person answers on the
 classhub home page (hub_ext.service.pages; the hub's Services menu links to it) or through
 the API:
 

@@ -522,7 +522,7 @@ class ShareAccessHandler(_ShareHandler):
     token (the one JupyterHub gave it at spawn, noted "Server at /user/<owner>/<server>/"). Who
     used it comes from the hub, which is asked whom ``viewer_token`` (the viewer's token for
     this server) belongs to and whether it may open this server; a name in the body is never
-    believed (README, "Security model", rule 3)."""
+    believed (docs/admins/security.md, "Security model", rule 3)."""
 
     body_model: type[ShareAccessBody] = ShareAccessBody
 

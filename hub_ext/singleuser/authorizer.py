@@ -121,7 +121,7 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
 
         The report carries this server's own token (who reports) and the viewer's token for
         this server (who used it): classhub asks the hub who that token belongs to and never
-        takes a viewer's name from a report (README, "Security model", rule 3).
+        takes a viewer's name from a report (docs/admins/security.md, "Security model", rule 3).
         """
         if self.audit_seconds <= 0 or not self.service_api_url or not viewer_token:
             return

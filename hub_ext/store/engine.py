@@ -261,7 +261,8 @@ def _serialize_sqlite_writers(engine: Engine, *, in_memory: bool) -> None:
             # never corrupts; only a power loss or an OS crash may roll back the last commits,
             # which `Ledger.reconcile` then finds as servers running without a reservation.
             # Why: a class start commits a reservation per student, and a sync of the disk per
-            # commit slowed the hub's own commits on the same disk (README, "Courses and quotas").
+            # commit slowed the hub's own commits on the same disk (docs/teachers/courses.md, "Courses and
+            # quotas").
             cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.close()
 

@@ -101,7 +101,7 @@ class Membership(_CourseRole, Base):
 
 
 class Invitation(_CourseRole, Base):
-    """A pending enrolment the invited person must accept (README, "Security model", rule 1).
+    """A pending enrolment the invited person must accept (docs/admins/security.md, "Security model", rule 1).
 
     Made when a teacher enrols someone who already belongs to another course: joining gives this
     course's staff power over that person's server, so it waits for their consent. Accepting

@@ -65,9 +65,9 @@ class _AllPods(MultiNamespaceResourceReflector):
 
     Why longer watches than KubeSpawner's (10 s): each watch restart lists every pod of the
     cluster again, and during a class start that list (hundreds of pods, every 10 s) was a
-    measurable part of the hub's extra CPU (README, "Development", the storm benchmark). The
-    watch's events keep the view current between lists; a dead connection is still noticed by
-    the reflector's read timeout (``request_timeout``, 60 s).
+    measurable part of the hub's extra CPU (docs/contributing/benchmarks.md, "Benchmarks and their
+    history", the storm benchmark). The watch's events keep the view current between lists; a dead
+    connection is still noticed by the reflector's read timeout (``request_timeout``, 60 s).
     """
 
     kind = "pods"

@@ -1,6 +1,6 @@
 """Kubernetes objects of a distributed job: a suspended PyTorchJob and its coscheduling PodGroup.
 
-Why these objects and this order (README, "Distributed jobs"):
+Why these objects and this order (docs/admins/jobs.md, "Running distributed jobs"):
 - **PyTorchJob** (`kubeflow.org/v1`, the training operator): the operator creates the Master and
   Worker pods with the torchrun environment (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, PET_*)
   and reports the conditions Created/Running/Succeeded/Failed/Suspended. classhub creates it

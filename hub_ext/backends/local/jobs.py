@@ -11,11 +11,11 @@ Why it looks like this:
   CUDA_VISIBLE_DEVICES): the running processes are the truth (docs/architecture.md, rule 4).
 - **As the user, in the user's home**: with system users each replica runs as the user's Unix
   account, working in the home (or the job's workdir in it).
-- **Nothing the user controls steers the service** (README, "Security model"): the job's logs and
-  bookkeeping (claims, exit statuses, the command's environment) live in ``<state_dir>/<job id>/``,
-  a 0700 folder of the service's account; the service never creates, opens or changes a path in
-  the home. Processes are found by what the service started (a claim holds the wrapper's pid
-  and start time), never by a pid a user could write.
+- **Nothing the user controls steers the service** (docs/admins/security.md, "Security model"): the
+  job's logs and bookkeeping (claims, exit statuses, the command's environment) live in
+  ``<state_dir>/<job id>/``, a 0700 folder of the service's account; the service never creates,
+  opens or changes a path in the home. Processes are found by what the service started (a claim
+  holds the wrapper's pid and start time), never by a pid a user could write.
 - **Nothing is left behind**: every replica runs in its own session under a small wrapper
   (hub_ext.backends.local.jobwrap) that claims it (no duplicate after a crash) and records its
   exit status; a stop sends SIGTERM to the process groups, SIGKILL after the grace period, then

@@ -13,8 +13,8 @@ must know, without having been their parent, which replicas run and how each one
 - it survives the SIGTERM sent to its process group on cancel, preemption or max_runtime (the
   command gets it and may checkpoint), so the exit status is still recorded.
 
-Why it runs as the service's account, never as the job's owner (README, "Security model"): the
-claim, the exit status and the log live in the service's own folder (0700), where no user can
+Why it runs as the service's account, never as the job's owner (docs/admins/security.md, "Security model"):
+the claim, the exit status and the log live in the service's own folder (0700), where no user can
 write, so nothing a student controls names a process for the service to signal or a file for it
 to open. Only the command switches to the owner's account (``--uid``/``--gid``) and enters its
 working folder *after* switching, so the kernel checks that folder against the owner, not root.

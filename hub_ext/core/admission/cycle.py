@@ -2,7 +2,8 @@
 
 As in Kueue's scheduler, `admission_cycle(snapshot, queues)` decides on an immutable snapshot and
 returns decisions; creating pods, writing the ledger and signalling preempted jobs happen elsewhere
-(issue 17). The rules, in the order a job meets them (README, "Distributed jobs: gang admission"):
+(issue 17). The rules, in the order a job meets them (docs/explanation/gang-admission.md, "Distributed jobs:
+gang admission"):
 
 1. Fair order: the job that held the reservation after the last cycle comes first; then courses
    take turns by Dominant Resource Fairness (fairness.py), each course's queue in priority, submit

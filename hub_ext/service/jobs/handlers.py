@@ -4,8 +4,8 @@ Thin, like every handler: each method declares its action of hub_ext.core.authz 
 lookups of the job's course and owner) and its body model (``@takes``,
 hub_ext.service.jobs.bodies) -> hub_ext.core.jobs checks what the job means (``@refuses`` makes
 its sentences body_models.BodyError, a 400) -> `JobStore` records it -> the loop is woken. A job
-someone may not see answers 404, the same as one that does not exist (README, "Security model",
-rule 4).
+someone may not see answers 404, the same as one that does not exist (docs/admins/security.md, "Security
+model", rule 4).
 
 - ``GET /api/jobs``: my jobs, and the jobs of the courses I teach or assist (all for admins);
   ``?course=``, ``?owner=``, ``?state=queued,running``, ``?offset=`` (0 to 2**62),
