@@ -37,7 +37,7 @@ types: $(STAMP)
 	cd labextension && PATH="$(abspath $(VENV))/bin:$$PATH" PYTHON="$(abspath $(VENV))/bin/python" \
 		sh -c 'jlpm install && jlpm gen:types'
 
-$(STAMP): $(VENV)/bin/python setup.cfg pyproject.toml $(LABEXT_OUT)
+$(STAMP): $(VENV)/bin/python setup.cfg setup.py build_backend.py pyproject.toml $(LABEXT_OUT)
 	$(VENV)/bin/pip install -q -e '.[test,docs]'
 	@# jsonschema's optional "iri" format check (rfc3987-syntax, via jupyter-events' format-nongpl
 	@# extra) builds a grammar at import: 1.6 s of CPU in every hub, service and server process.
