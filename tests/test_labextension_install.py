@@ -1,9 +1,15 @@
-"""The JupyterLab panel ships prebuilt: installing classhub needs no Node.js (issue 15).
+"""The JupyterLab panel ships prebuilt: installing classhub needs no Node.js (issues 15 and 33).
 
-A wheel is built from the source tree (with the prebuilt extension that ``make`` builds) and
-installed into a fresh venv; JupyterLab, run from that venv with no Node.js on the PATH, lists
-the extension as enabled and OK. The jest tests of the panel's state logic run here too, so
-``make test`` runs them.
+As a Python user would package it, from a clean clone (the checkout's tracked files only):
+``python -m build`` builds the panel (setup.py, hatch-jupyter-builder's npm_builder) and makes an
+sdist and a wheel that both carry it; a wheel built from that sdist with no Node.js on the PATH
+carries it too; the wheel installed into a fresh venv, with no Node.js, makes JupyterLab list the
+extension as enabled and OK. A clean clone built without Node.js stops with a sentence naming it.
+The jest tests of the panel's state logic run here too, so ``make test`` runs them.
+
+The clean clone gets the checkout's ``labextension/node_modules`` (copied, not linked: yarn
+rewrites it) so the build runs offline; building it with the network takes minutes more and
+nothing else.
 """
 
 from __future__ import annotations
@@ -14,21 +20,22 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
 
-#: Builds a wheel, makes a venv and runs node: too slow for the quick (unit) tier, so it runs with
-#: the integration tiers of ``make test``.
+#: Builds the panel, an sdist and wheels, makes a venv and runs node: too slow for the quick
+#: (unit) tier, so it runs with the integration tiers of ``make test``.
 pytestmark = pytest.mark.hub
 
 ROOT = Path(__file__).resolve().parent.parent
 LABEXT = ROOT / "labextension"
 PREBUILT = LABEXT / "prebuilt"
 NAME = "classhub-jupyterlab"
-#: What a wheel is built from (the rest of the checkout plays no part in it).
-SOURCES = ("setup.cfg", "pyproject.toml", "README.md", "hub_ext", "spawner", "culler",
-           "labextension/prebuilt", "labextension/install.json")
+#: Where a wheel puts the panel, under the installation's prefix.
+SHARED = f"share/jupyter/labextensions/{NAME}"
 
 
 def _prebuilt() -> Path:
@@ -38,22 +45,93 @@ def _prebuilt() -> Path:
     return PREBUILT
 
 
+def clean_clone(dest: Path) -> Path:
+    """The checkout's tracked files, as ``git clone`` would give them (no prebuilt panel)."""
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], check=True,
+                            capture_output=True, text=True, timeout=60).stdout
+    for name in filter(None, listed.split("\0")):
+        source = ROOT / name
+        if source.is_file():  # a file deleted in the working tree is not in a clone of it either
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, dest / name)
+    assert not (dest / "labextension" / "prebuilt").exists()
+    return dest
+
+
+def build(source: Path, out: Path, *args: str, path: str) -> subprocess.CompletedProcess[str]:
+    """``python -m build`` in this venv (no isolated environment: no download), PATH as given."""
+    env = {**os.environ, "PATH": path}
+    return subprocess.run([sys.executable, "-m", "build", "--no-isolation", "--skip-dependency-check",
+                           "--outdir", str(out), *args, str(source)], cwd=source, env=env,
+                          capture_output=True, text=True, timeout=900)
+
+
+def no_node(tmp: Path) -> str:
+    """A PATH without Node.js (the build itself runs this venv's Python by its full path)."""
+    empty = tmp / "no-node-bin"
+    empty.mkdir(exist_ok=True)
+    assert shutil.which("node", path=str(empty)) is None
+    return str(empty)
+
+
+def _names(archive: Path) -> list[str]:
+    if archive.suffix == ".whl":
+        return zipfile.ZipFile(archive).namelist()
+    with tarfile.open(archive) as tar:
+        return tar.getnames()
+
+
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    _prebuilt()
-    src = tmp_path_factory.mktemp("src")
-    for name in SOURCES:
-        path = ROOT / name
-        if path.is_dir():
-            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
-            (src / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, src / name)
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "-w", str(out), str(src)], check=True, cwd=src, timeout=300)
-    (found,) = out.glob("classhub-*.whl")
-    return found
+def dist(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """An sdist and a wheel built from a clean clone, the panel built on the way."""
+    if shutil.which("node") is None or not (LABEXT / "node_modules").is_dir():
+        pytest.fail("building the panel needs Node.js and labextension/node_modules: run 'make install'")
+    clone = clean_clone(tmp_path_factory.mktemp("clone"))
+    shutil.copytree(LABEXT / "node_modules", clone / "labextension" / "node_modules", symlinks=True)
+    if (LABEXT / ".yarn").is_dir():
+        shutil.copytree(LABEXT / ".yarn", clone / "labextension" / ".yarn", symlinks=True)
+    out = tmp_path_factory.mktemp("dist")
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    done = build(clone, out, path=path)
+    shutil.rmtree(clone / "labextension" / "node_modules")  # 400+ MB; the rest is small
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    (sdist,) = out.glob("classhub-*.tar.gz")
+    (wheel,) = out.glob("classhub-*.whl")
+    return {"sdist": sdist, "wheel": wheel}
+
+
+def test_the_sdist_and_the_wheel_of_a_clean_clone_carry_the_panel(dist: dict[str, Path]) -> None:
+    wheel = _names(dist["wheel"])
+    assert any(n.endswith(f".data/data/{SHARED}/package.json") for n in wheel), wheel
+    assert any(f".data/data/{SHARED}/static/remoteEntry." in n for n in wheel), wheel
+    sdist = _names(dist["sdist"])
+    top = sdist[0].split("/")[0]
+    assert f"{top}/labextension/prebuilt/package.json" in sdist
+    assert any(n.startswith(f"{top}/labextension/prebuilt/static/remoteEntry.") for n in sdist)
+    assert not any("/node_modules/" in n for n in sdist)
+
+
+def test_a_wheel_built_from_the_sdist_needs_no_node(dist: dict[str, Path], tmp_path: Path) -> None:
+    with tarfile.open(dist["sdist"]) as tar:
+        tar.extractall(tmp_path / "sdist", filter="data")
+    (source,) = (tmp_path / "sdist").iterdir()
+    done = build(source, tmp_path / "out", "--wheel", path=no_node(tmp_path))
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    (wheel,) = (tmp_path / "out").glob("classhub-*.whl")
+    assert any(f".data/data/{SHARED}/static/remoteEntry." in n for n in _names(wheel))
+
+
+def test_a_clean_clone_without_node_stops_with_a_sentence(tmp_path: Path) -> None:
+    clone = clean_clone(tmp_path / "clone")
+    done = build(clone, tmp_path / "out", "--wheel", path=no_node(tmp_path))
+    out = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert "Node.js is not on the PATH: install Node.js 18+ and npm" in out, out[-3000:]
+
+
+@pytest.fixture(scope="module")
+def wheel(dist: dict[str, Path]) -> Path:
+    return dist["wheel"]
 
 
 def test_pip_install_without_node_lists_the_extension_enabled(wheel: Path, tmp_path: Path) -> None:
