@@ -35,6 +35,7 @@ CONFIG_CLASSES = (
     "spawner.kube.ClasshubKubeSpawner",
     "hub_ext.singleuser.authorizer.ClasshubAuthorizer",
     "hub_ext.backends.kubernetes.capacity.KubernetesBackend",
+    "hub_ext.demo.DemoAuthenticator",
 )
 
 #: The packages whose classes are classhub's own (their traits are documented here).
