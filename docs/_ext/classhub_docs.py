@@ -118,7 +118,9 @@ def write_generated(docs: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     _write(out / "configuration.md", configuration_page())
     _write(out / "openapi.json", json.dumps(document(), indent=1, sort_keys=True) + "\n")
-    _write(out / "metrics.md", metrics_page(docs.parent))
+    import hub_ext
+
+    _write(out / "metrics.md", metrics_page(Path(hub_ext.__file__).resolve().parent.parent))
 
 
 def _write(path: Path, text: str) -> None:
@@ -129,7 +131,8 @@ def _write(path: Path, text: str) -> None:
 
 #: Pages other branches are adding (their section's toctree names them already): until a page
 #: exists, its toctree line is dropped, so the site builds with and without it.
-PENDING_PAGES = ("admission", "jobs-loop", "kueue", "kubefake", "performance")
+PENDING_PAGES = ("admission", "jobs-loop", "kueue", "kubefake", "performance", "pages", "templates",
+                 "jupyterhub-versions")
 
 
 def drop_pending(app: Any, docname: str, source: list[str]) -> None:
