@@ -30,6 +30,10 @@ import pytest
 #: (unit) tier, so it runs with the integration tiers of ``make test``.
 pytestmark = pytest.mark.hub
 
+#: The tests that use the clean clone's build: copying node_modules (400+ MB) and building the
+#: panel take one to two minutes on 2 idle cores, several on a busy machine.
+BUILD_TIMEOUT = 1200
+
 ROOT = Path(__file__).resolve().parent.parent
 LABEXT = ROOT / "labextension"
 PREBUILT = LABEXT / "prebuilt"
@@ -87,19 +91,21 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     if shutil.which("node") is None or not (LABEXT / "node_modules").is_dir():
         pytest.fail("building the panel needs Node.js and labextension/node_modules: run 'make install'")
     clone = clean_clone(tmp_path_factory.mktemp("clone"))
-    shutil.copytree(LABEXT / "node_modules", clone / "labextension" / "node_modules", symlinks=True)
-    if (LABEXT / ".yarn").is_dir():
-        shutil.copytree(LABEXT / ".yarn", clone / "labextension" / ".yarn", symlinks=True)
+    for name in ("node_modules", ".yarn"):  # cp: three times faster than copytree on 400+ MB
+        if (LABEXT / name).is_dir():
+            subprocess.run(["cp", "-a", f"{LABEXT / name}/.", str(clone / "labextension" / name)],
+                           check=True, timeout=600)
     out = tmp_path_factory.mktemp("dist")
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     done = build(clone, out, path=path)
-    shutil.rmtree(clone / "labextension" / "node_modules")  # 400+ MB; the rest is small
+    subprocess.run(["rm", "-rf", str(clone / "labextension" / "node_modules")], check=True, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     (sdist,) = out.glob("classhub-*.tar.gz")
     (wheel,) = out.glob("classhub-*.whl")
     return {"sdist": sdist, "wheel": wheel}
 
 
+@pytest.mark.timeout(BUILD_TIMEOUT)
 def test_the_sdist_and_the_wheel_of_a_clean_clone_carry_the_panel(dist: dict[str, Path]) -> None:
     wheel = _names(dist["wheel"])
     assert any(n.endswith(f".data/data/{SHARED}/package.json") for n in wheel), wheel
@@ -111,6 +117,7 @@ def test_the_sdist_and_the_wheel_of_a_clean_clone_carry_the_panel(dist: dict[str
     assert not any("/node_modules/" in n for n in sdist)
 
 
+@pytest.mark.timeout(BUILD_TIMEOUT)
 def test_a_wheel_built_from_the_sdist_needs_no_node(dist: dict[str, Path], tmp_path: Path) -> None:
     with tarfile.open(dist["sdist"]) as tar:
         # the "data" filter where this Python has it (3.11.4+): our own archive, but no links out
@@ -136,6 +143,7 @@ def wheel(dist: dict[str, Path]) -> Path:
     return dist["wheel"]
 
 
+@pytest.mark.timeout(BUILD_TIMEOUT)
 def test_pip_install_without_node_lists_the_extension_enabled(wheel: Path, tmp_path: Path) -> None:
     venv = tmp_path / "fresh"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
