@@ -22,9 +22,9 @@ from pathlib import Path
 
 #: Where citations are looked for (folders, recursively, and single files).
 CODE = ("hub_ext", "spawner", "culler", "tests", "bench", "labextension/src", "labextension/scripts",
-        "images", "helm-values", "docs/_ext", ".ci", "Makefile", "setup.cfg", "pyproject.toml",
-        "setup.py")
-CODE_SUFFIXES = {".py", ".ts", ".tsx", ".js", ".yaml", ".yml", ".cfg", ".toml", ".html", ".sh", ""}
+        "images", "helm-values", "docs", "README.md", ".ci", "Makefile", "setup.cfg", "pyproject.toml",
+        "setup.py", "build_backend.py")
+CODE_SUFFIXES = {".py", ".ts", ".tsx", ".js", ".yaml", ".yml", ".cfg", ".toml", ".html", ".sh", ".md", ""}
 #: Not ours, or data: never scanned.
 SKIP = (".ci/check_refs.py", "tests/data", "tests/upstream_kubespawner", "node_modules", "__pycache__",
         "docs/_build", "docs/reference/_generated")

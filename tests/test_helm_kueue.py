@@ -1,5 +1,5 @@
 """helm-values/ with Kueue: what ``kubectl apply`` would make of the Kueue objects shipped there,
-and the ``hub.config`` settings that turn Kueue on (docs/deploy-jobs.md, "Kueue").
+and the ``hub.config`` settings that turn Kueue on (docs/deploy-jobs.md, "Distributed jobs": its Kueue step).
 
 Every Kueue object in helm-values/ (the ResourceFlavor and the ClusterQueue of
 ``kueue-queues.yaml``) is validated against the CustomResourceDefinitions of the Kueue release the
