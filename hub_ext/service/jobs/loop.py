@@ -38,10 +38,12 @@ from hub_ext.core.admission import (
     Snapshot,
     admission_cycle,
 )
+from hub_ext.core.admission.preemption import preemption_message
 from hub_ext.core.jobs import Job, JobError
 from hub_ext.core.quota import Limits, Usage
 from hub_ext.core.resources import is_gpu_resource, sum_vectors
 from hub_ext.service.jobs.kueue import KUEUE_QUEUE, queue_refusals
+from hub_ext.service.jobs.pressure import CullerAsk
 from hub_ext.service.jobs.records import Admitted, JobStore, to_core, utcnow
 from hub_ext.store import Course, QuotaDenied, UserQuota
 from hub_ext.store import CourseQuota as QuotaRow
@@ -77,6 +79,7 @@ class JobLoop:
         self._stopping: dict[str, asyncio.Task] = {}
         self._reserved: tuple[str | None, tuple[tuple[str, int, str], ...]] = (None, ())
         self._limits = limits or course_limits(store)
+        self._culler = CullerAsk(store.sessions)
         self.cycles = 0
 
     def poke(self) -> None:
@@ -262,8 +265,11 @@ class JobLoop:
         for preemption in result.preemptions:
             record = await asyncio.to_thread(
                 self.store.request_stop, preemption.job, J.STOP_PREEMPT, "classhub", now,
-                f"preempted: it runs on capacity borrowed from other courses, and "
-                f"{preemption.for_job} of a course within its share needs it")
+                preemption_message(preemption.course, preemption.for_job,
+                                   jobs[preemption.for_job][1].course, self.grace))
+        if result.pressure and result.reservation is not None and result.reservation.job in jobs:
+            await asyncio.to_thread(self._culler.ask, result.reservation.job,
+                                    jobs[result.reservation.job][0].owner, result.pressure, now)
         reasons = {}
         for name in jobs:
             if name in started:
