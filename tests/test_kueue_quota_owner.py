@@ -7,8 +7,8 @@ whose student submits three 8-GPU jobs has one handed to Kueue and two waiting i
 with the course-quota sentence (Kueue never sees them, so it never holds one for quota); the
 ledger holds 8 GPUs for the course at every cycle, never 16; each job runs in turn. classhub makes
 the course's LocalQueue, feeding the one ClusterQueue; a LocalQueue an admin pointed at a
-per-course ClusterQueue gets no job, and the job says why. The RBAC file for Kueue grants what
-this path asks.
+per-course ClusterQueue gets no job, and the job says why (as when Kueue is not installed). The
+RBAC file for Kueue grants what this path asks.
 """
 
 from __future__ import annotations
@@ -208,3 +208,17 @@ async def test_a_localqueue_feeding_a_per_course_clusterqueue_gets_no_job_and_sa
         await loop.cycle()
     assert store.get(job_id).state == J.ADMITTED
     assert cluster.get("localqueues", "gpu101-queue", NS)["spec"]["clusterQueue"] == "classhub"
+
+
+async def test_without_kueue_installed_the_job_waits_and_says_so(store, tmp_path):
+    with FakeCluster(nodes=NODES) as bare:  # no Kueue CRDs served
+        bare.write_kubeconfig(tmp_path / "bare-kubeconfig")
+        bare.create("namespaces", {"metadata": {"name": NS}}, None)
+        loop, api = await make_loop(bare, store)
+        job_id = submit(store, "train")
+        async with api:
+            await loop.cycle()
+        record = store.get(job_id)
+        assert (record.state, record.reason_code) == (J.QUEUED, "kueue_queue")
+        assert "Kueue is not installed in this cluster" in record.reason, record.reason
+        assert bare.get("pytorchjobs", job_id, NS) is None and store.ledger.held_keys(kind="job") == set()

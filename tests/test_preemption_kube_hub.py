@@ -9,6 +9,7 @@ import pytest
 
 from tests import preemption_story as story
 from tests.hubproc import api
+from tests.kubefake import RUN_ANNOTATION
 from tests.kubefake.training import TrainingOperator
 from tests.kubehub import KubeHub, process_cluster
 
@@ -23,6 +24,9 @@ c.ClasshubKubeSpawner.profiles = [
     {{"slug": "cpu", "kind": "cpu", "default": True}},
     {{"slug": "gpu", "kind": "gpu", "gpu_product": "NVIDIA-H200"}},
 ]
+# the notebook pod answers as jupyterhub-singleuser would (kubefake's stand-in, quick on a busy
+# machine); the jobs' pods run their commands
+c.KubeSpawner.extra_annotations = {{"{RUN_ANNOTATION}": "standin"}}
 c.ClasshubJobs.namespace = "{NS}"
 c.ClasshubJobs.interval = 0.5
 c.ClasshubJobs.grace = {GRACE}

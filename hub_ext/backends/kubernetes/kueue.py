@@ -11,6 +11,7 @@ second controller counting the course's quota).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -22,6 +23,10 @@ KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta1"
 LOCAL_QUEUES = "localqueues"
 MANAGED_BY = "app.kubernetes.io/managed-by"
+
+
+class NoKueue(Exception):
+    """The cluster serves no LocalQueue kind; the message says what an admin does."""
 
 
 def local_queue(name: str, namespace: str, cluster_queue: str, course: str) -> dict[str, Any]:
@@ -45,7 +50,10 @@ class LocalQueues:
     async def refusal(self, name: str, course: str) -> str | None:
         if name in self._checked:
             return None
-        found = await self._get(name)
+        try:
+            found = await self._get(name)
+        except NoKueue as e:
+            return str(e)
         if found is None:
             try:
                 found = await self.custom.create_namespaced_custom_object(
@@ -67,10 +75,20 @@ class LocalQueues:
         return None
 
     async def _get(self, name: str) -> dict[str, Any] | None:
+        """The LocalQueue, None when it does not exist; NoKueue when the API server serves no
+        LocalQueue kind at all (a plain-text 404 instead of a NotFound Status)."""
         try:
             return await self.custom.get_namespaced_custom_object(
                 KUEUE_GROUP, KUEUE_VERSION, self.namespace, LOCAL_QUEUES, name)
         except ApiException as e:
-            if e.status == 404:
+            if e.status != 404:
+                raise
+            try:
+                status = json.loads(e.body or "")
+            except ValueError:
+                status = None
+            if isinstance(status, dict) and status.get("kind") == "Status":
                 return None
-            raise
+            raise NoKueue(f"Kueue is not installed in this cluster (it serves no {KUEUE_GROUP}/"
+                          f"{KUEUE_VERSION} LocalQueue): an admin installs Kueue v0.14.1 "
+                          "(docs/deploy-jobs.md) or unsets c.ClasshubJobs.kueue_queue") from None
