@@ -57,6 +57,23 @@ def submit(hub, token: str, body: dict) -> str:
     return r.json()["id"]
 
 
+def until(hub, token: str, job_id: str, predicate: Callable[[dict], bool], timeout: float, what: str) -> dict:
+    """The job once `predicate(job)` holds, polled with a deadline; the job's state, reason and
+    events in the failure."""
+    seen: list[dict] = []
+
+    def check() -> dict | None:
+        seen[:] = [job(hub, token, job_id)]
+        return seen[0] if predicate(seen[0]) else None
+
+    try:
+        return wait_for(check, timeout, what)
+    except AssertionError as e:
+        last = seen[0] if seen else {}
+        raise AssertionError(f"{e}: {last.get('state')}, {last.get('reason')!r}, "
+                             f"{[ev['message'] for ev in last.get('events', [])]}") from None
+
+
 def notebook_ready(hub, admin: str, user: str) -> bool:
     model = requests.get(f"{hub.url}/hub/api/users/{user}", headers={"Authorization": f"token {admin}"},
                          timeout=10).json()
@@ -80,19 +97,18 @@ def tell(hub, tokens: dict[str, str], mine: str, grace: float, scratch: Path,
     # owl borrows the two idle GPUs, and queues a small job behind
     borrower = submit(hub, owl, {"name": "borrow", "command": TRAIN, "env": env,
                                  "resources": {GPU: 2, "cpu": "100m"}})
-    running = wait_for(lambda: (j := job(hub, owl, borrower))["state"] == "running" and j, 90,
-                       "owl's job to run")
+    running = until(hub, owl, borrower, lambda j: j["state"] == "running", 90, "owl's job to run")
     assert any("(on borrowed capacity)" in e["message"] for e in running["events"]), running["events"]
     later = submit(hub, owl, {"name": "small", "command": [sys.executable, "-c", "print('small job done')"],
                               "resources": {GPU: 1, "cpu": "100m"}})
-    wait_for(lambda: job(hub, owl, later)["reason_code"], 30, "owl's second job to wait")
+    until(hub, owl, later, lambda j: bool(j["reason_code"]), 30, "owl's second job to wait")
 
     # student1, within the course's share, needs a GPU back
     claimed = submit(hub, student1, {"name": "mine", "command": UNTIL_RELEASED, "env": env,
                                      "max_runtime": 600, "resources": {GPU: 1, "cpu": "100m"}})
-    wait_for(lambda: job(hub, student1, claimed)["state"] == "running", 90, "student1's job to start")
-    requeued = wait_for(lambda: (j := job(hub, owl, borrower))["state"] == "queued" and j["preemptions"] == 1
-                        and j["queue_position"] == 1 and j, 30, "owl's job back in the queue, first")
+    until(hub, student1, claimed, lambda j: j["state"] == "running", 90, "student1's job to start")
+    requeued = until(hub, owl, borrower, lambda j: j["state"] == "queued" and j["preemptions"] == 1
+                     and j["queue_position"] == 1, 30, "owl's job back in the queue, first")
     messages = [e["message"] for e in requeued["events"]]
     why = next(m for m in messages if m.startswith("preempted: "))
     assert "beyond course night101's guaranteed share" in why and f"job {claimed}" in why, why
@@ -109,12 +125,12 @@ def tell(hub, tokens: dict[str, str], mine: str, grace: float, scratch: Path,
 
     # student1's job ends: owl's job starts again, before the later one, and resumes
     release.write_text("")
-    assert wait_for(lambda: (j := job(hub, student1, claimed))["state"] in ("succeeded", "failed") and j,
-                    60, "student1's job to end")["state"] == "succeeded"
-    done = wait_for(lambda: (j := job(hub, owl, borrower))["state"] in ("succeeded", "failed") and j,
-                    90, "owl's job to end")
+    ended = until(hub, student1, claimed, lambda j: j["state"] in ("succeeded", "failed"), 60,
+                  "student1's job to end")
+    assert ended["state"] == "succeeded", ended["events"]
+    done = until(hub, owl, borrower, lambda j: j["state"] in ("succeeded", "failed"), 90, "owl's job to end")
     assert done["state"] == "succeeded", done["events"]
     log = api(hub, "GET", f"jobs/{borrower}/logs?index=0", owl).text
     assert "resumed from step 42" in log, log
-    small = wait_for(lambda: (j := job(hub, owl, later))["state"] == "succeeded" and j, 90, "the small job")
+    small = until(hub, owl, later, lambda j: j["state"] == "succeeded", 90, "the small job")
     assert small["started_at"] > done["started_at"]

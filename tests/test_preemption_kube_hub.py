@@ -60,6 +60,9 @@ def test_a_borrowing_pytorchjob_is_preempted_requeued_in_its_place_and_resumes(h
                 json={"add": [{"username": u, "role": role} for u, role in members.items()]})
         assert r.status_code == 200, r.text
     tokens = {u: hub.login(u).new_token() for u in ("owl", "student1", "student2")}
+    for user in ("owl", "student1"):  # their homes (KubeSpawner's claim-{user}), which jobs mount
+        cluster.create("persistentvolumeclaims", {"metadata": {"name": f"claim-{user}"}, "spec": {
+            "accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}}, NS)
     story.start_gpu_notebook(hub, admin, tokens["student2"], "student2", "gpu")
     notebook = cluster.get("pods", "jupyter-student2", NS)
     assert notebook["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
