@@ -23,7 +23,8 @@ Why these objects and this order (README, "Distributed jobs"):
   cannot name a scheduler, and gang binding is the runtime's (`podGroupPolicy.coscheduling`,
   which makes a PodGroup named after the job).
 - **Kueue** (a setting): the job carries the course's LocalQueue in `kueue.x-k8s.io/queue-name`
-  and stays suspended for Kueue to admit; classhub then only shows status.
+  and stays suspended for Kueue to start; classhub's ledger still counts the course's quota (the
+  LocalQueues feed one ClusterQueue without course quotas, `kueue.py`, docs/kueue.md).
 - **The student's home**: every replica mounts the volume the owner's notebook pod mounts at its
   home, as the hub's KubeSpawner expands it for that user (`Home`, from
   ``ClasshubKubeSpawner.home_volume`` through the hub), runs in the submission's folder inside it,

@@ -89,7 +89,7 @@ class ClasshubJobs(Configurable):
     kueue_cluster_queue = Unicode("classhub", config=True, help="Kubernetes mode with kueue_queue: "
                                   "the one ClusterQueue every course's LocalQueue feeds (classhub "
                                   "makes the LocalQueues; course quotas are counted by classhub only, "
-                                  "docs/kueue.md).").tag(env="CLASSHUB_JOB_KUEUE_CLUSTER_QUEUE")
+                                  "docs/kueue.md).")
     course_shares = Dict(config=True, help="Each course's guaranteed share, e.g. "
                          '{"bio101": {"nvidia.com/gpu": 4}}: jobs beyond it run on idle capacity of '
                          "others and are preempted (after grace seconds, then requeued) when a course "
