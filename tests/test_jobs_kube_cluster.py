@@ -40,6 +40,7 @@ def cluster(tmp_path_factory):
     with FakeCluster(nodes=NODES) as fake:
         fake.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
         fake.create("namespaces", {"metadata": {"name": NS}}, None)
+        fake.register_crd("kueue.x-k8s.io", "v1beta1", "LocalQueue", "localqueues")  # Kueue installed
         TrainingOperator(fake)
         yield fake
 

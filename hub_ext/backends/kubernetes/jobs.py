@@ -23,7 +23,8 @@ Why these objects and this order (docs/admins/jobs.md, "Running distributed jobs
   cannot name a scheduler, and gang binding is the runtime's (`podGroupPolicy.coscheduling`,
   which makes a PodGroup named after the job).
 - **Kueue** (a setting): the job carries the course's LocalQueue in `kueue.x-k8s.io/queue-name`
-  and stays suspended for Kueue to admit; classhub then only shows status.
+  and stays suspended for Kueue to start; classhub's ledger still counts the course's quota (the
+  LocalQueues feed one ClusterQueue without course quotas, `kueue.py`, docs/kueue.md).
 - **The student's home**: every replica mounts the volume the owner's notebook pod mounts at its
   home, as the hub's KubeSpawner expands it for that user (`Home`, from
   ``ClasshubKubeSpawner.home_volume`` through the hub), runs in the submission's folder inside it,
@@ -51,6 +52,7 @@ from kubespawner.clients import shared_client
 from hub_ext.backends.jobs import ENDED, PENDING, RUNNING, Launch, ReplicaStatus
 from hub_ext.backends.kubernetes import client
 from hub_ext.backends.kubernetes.capacity import KubernetesBackend
+from hub_ext.backends.kubernetes.kueue import LocalQueues
 from hub_ext.core.admission import NodeState, Snapshot
 from hub_ext.core.jobs import RESERVED_ENV
 from hub_ext.core.resources import (
@@ -382,9 +384,11 @@ class KubernetesJobs:
                  scheduler: str | None = None, kueue_queue: str | None = None,
                  pod_annotations: Mapping[str, str] | None = None,
                  home_of: Callable[[str], Awaitable[Mapping[str, Any] | None]] | None = None,
-                 kind: str = "pytorchjob", runtime: str = "torch-distributed") -> None:
+                 kind: str = "pytorchjob", runtime: str = "torch-distributed",
+                 kueue_cluster_queue: str = "classhub") -> None:
         """`kueue_queue`: the LocalQueue of a course (``{course}`` is replaced), when Kueue
-        admits; None when classhub does. `home_of(user)`: the home volume the user's notebook
+        admits; None when classhub does. `kueue_cluster_queue`: the one ClusterQueue every
+        course's LocalQueue feeds (docs/kueue.md). `home_of(user)`: the home volume the user's notebook
         pod mounts (`Home.from_answer`'s fields: the hub's ``ClasshubKubeSpawner.home_volume``),
         None for none; without it the replicas mount nothing. `kind`: ``pytorchjob`` or
         ``trainjob`` (on the ClusterTrainingRuntime `runtime`)."""
@@ -394,6 +398,8 @@ class KubernetesJobs:
         self.namespace, self.image, self.scheduler = namespace, image, scheduler
         self.kind, self.runtime = kind, runtime
         self.kueue_queue = kueue_queue
+        self.kueue_cluster_queue = kueue_cluster_queue
+        self._local_queues: LocalQueues | None = None
         self.pod_annotations = dict(pod_annotations or {})
         self.home_of = home_of
 
@@ -442,6 +448,15 @@ class KubernetesJobs:
     def devices_for(self, node: str, resource: str, count: int, taken: set[str],
                     product: str | None = None) -> list[str]:
         return []  # the device plugin picks the devices on the node
+
+    async def queue_refusal(self, course: str) -> str | None:
+        """With Kueue: make the course's LocalQueue (feeding `kueue_cluster_queue`) if absent;
+        the sentence why jobs must not be handed over to it, or None (docs/kueue.md)."""
+        if not self.kueue_queue:
+            return None
+        if self._local_queues is None:
+            self._local_queues = LocalQueues(self.custom, self.namespace, self.kueue_cluster_queue)
+        return await self._local_queues.refusal(self.kueue_queue.format(course=course), course)
 
     # -- running
     async def launch(self, launch: Launch) -> None:

@@ -321,6 +321,14 @@ class LocalJobs:
                     proc.kill()
             await asyncio.sleep(0.05)
         await asyncio.to_thread(self._status, launch)  # reap
+        await asyncio.to_thread(self._set_aside_all, launch)
+
+    def _set_aside_all(self, launch: Launch) -> None:
+        """After a stop, every replica's claim and exit status are set aside (kept as ``.n``, as
+        for a restart): a job preempted and admitted again starts anew, instead of finding its
+        stopped run's claims and ending at once with that run's exit status."""
+        for replica in launch.replicas:
+            self._set_aside(launch, replica_name(replica.role, replica.index))
 
     def _anything_left(self, launch: Launch, wrappers: Iterable[psutil.Process],
                        uid: int | None) -> bool:

@@ -39,7 +39,7 @@ from typing import Any
 from hub_ext.core.admission.assigner import NANO, FreeIndex, Placement, nanos
 from hub_ext.core.admission.backfill import Release, Reservation, earliest_start
 from hub_ext.core.admission.fairness import FairOrder
-from hub_ext.core.admission.preemption import choose_victims
+from hub_ext.core.admission.preemption import choose_victims, first_reclaimer
 from hub_ext.core.admission.queue import QueueSnapshot
 from hub_ext.core.admission.snapshot import CourseWindow, RunningJob, Snapshot
 from hub_ext.core.admission.windows import WindowBook
@@ -178,6 +178,10 @@ class _Cycle:
     # -- the scan
     def run(self) -> int:
         sticky = self.q.jobs.get(self.s.reserved_job) if self.s.reserved_job else None
+        if sticky is None or self.borrowing(sticky)[0]:  # reclaiming goes first (preemption.py)
+            reclaimer = self._reclaimer()
+            if reclaimer is not None:
+                sticky, self.order.skip = reclaimer, {reclaimer.name}
         smallest_nanos = self.q.smallest_gpu_need
         examined = 0
         if sticky is not None:
@@ -193,6 +197,19 @@ class _Cycle:
             examined += 1
             self.consider(job)
         return examined
+
+    def _reclaimer(self) -> Job | None:
+        if not any(run.borrowed and not run.preempted for run in self.s.running):
+            return None
+
+        def may_reclaim(job: Job) -> bool:
+            return (self.quota(job, None) is None and not self.borrowing(job)[0]
+                    and self.book.blocking(job, self.now, self.now + job.max_runtime) is None
+                    and not self._fits_ignoring_reservation(job))
+
+        return first_reclaimer(
+            (jobs[0] for jobs in self.q.by_course.values() if jobs), may_reclaim,
+            lambda job: choose_victims(job, self.index, self.s.running, self.over_share, self.positions))
 
     def consider(self, job: Job) -> None:
         res = self.reservation

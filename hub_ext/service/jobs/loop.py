@@ -38,9 +38,12 @@ from hub_ext.core.admission import (
     Snapshot,
     admission_cycle,
 )
+from hub_ext.core.admission.preemption import preemption_message
 from hub_ext.core.jobs import Job, JobError
 from hub_ext.core.quota import Limits, Usage
 from hub_ext.core.resources import is_gpu_resource, sum_vectors
+from hub_ext.service.jobs.kueue import KUEUE_QUEUE, queue_refusals
+from hub_ext.service.jobs.pressure import CullerAsk
 from hub_ext.service.jobs.records import Admitted, JobStore, to_core, utcnow
 from hub_ext.store import Course, QuotaDenied, UserQuota
 from hub_ext.store import CourseQuota as QuotaRow
@@ -76,6 +79,7 @@ class JobLoop:
         self._stopping: dict[str, asyncio.Task] = {}
         self._reserved: tuple[str | None, tuple[tuple[str, int, str], ...]] = (None, ())
         self._limits = limits or course_limits(store)
+        self._culler = CullerAsk(store.sessions)
         self.cycles = 0
 
     def poke(self) -> None:
@@ -261,8 +265,11 @@ class JobLoop:
         for preemption in result.preemptions:
             record = await asyncio.to_thread(
                 self.store.request_stop, preemption.job, J.STOP_PREEMPT, "classhub", now,
-                f"preempted: it runs on capacity borrowed from other courses, and "
-                f"{preemption.for_job} of a course within its share needs it")
+                preemption_message(preemption.course, preemption.for_job,
+                                   jobs[preemption.for_job][1].course, self.grace))
+        if result.pressure and result.reservation is not None and result.reservation.job in jobs:
+            await asyncio.to_thread(self._culler.ask, result.reservation.job,
+                                    jobs[result.reservation.job][0].owner, result.pressure, now)
         reasons = {}
         for name in jobs:
             if name in started:
@@ -280,9 +287,17 @@ class JobLoop:
         await asyncio.to_thread(self.store.set_waiting, reasons)
 
     async def _hand_over(self, jobs: Mapping[str, tuple[JobRecord, Job]], now: datetime) -> None:
-        """Kueue admits: every queued job is created at once (suspended, in its course's queue)
-        with its replicas unplaced; Kueue un-suspends it when it fits."""
+        """Kueue places: every queued job within its course's quota (the ledger reserves it here,
+        the one place the quota is counted, docs/kueue.md) is created at once, suspended, in its
+        course's LocalQueue, with its replicas unplaced; Kueue un-suspends it when it fits. A
+        course whose LocalQueue feeds another ClusterQueue keeps its jobs here."""
+        refused = await queue_refusals(self.backend, {r.course.name for r, _ in jobs.values()})
+        await asyncio.to_thread(self.store.set_waiting, {
+            r.job_id: (KUEUE_QUEUE, refused[r.course.name], None, None)
+            for r, _ in jobs.values() if r.course.name in refused})
         for record, job in jobs.values():
+            if record.course.name in refused:
+                continue
             order = {role.name: i for i, role in enumerate(job.roles)}
             ranked = sorted(((role.name, i) for role in job.roles for i in range(role.replicas)),
                             key=lambda p: (order[p[0]], p[1]))

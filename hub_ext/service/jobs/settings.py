@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
-from traitlets import Bool, CaselessStrEnum, Float, List, Unicode
+from traitlets import Bool, CaselessStrEnum, Dict, Float, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from hub_ext.backends.jobs import JobBackend
 from hub_ext.envtraits import apply_env
 from hub_ext.service.jobs.loop import JobLoop, course_limits
 from hub_ext.service.jobs.records import JobStore
+from hub_ext.service.jobs.shares import parse_shares, with_shares
 from hub_ext.store import Ledger
 
 __all__ = ["ClasshubJobs", "JobService"]
@@ -85,6 +86,23 @@ class ClasshubJobs(Configurable):
                           "this LocalQueue per course ({course} is replaced, e.g. {course}-queue); "
                           "empty: classhub admits.").tag(
         env="CLASSHUB_JOB_KUEUE_QUEUE")
+    kueue_cluster_queue = Unicode("classhub", config=True, help="Kubernetes mode with kueue_queue: "
+                                  "the one ClusterQueue every course's LocalQueue feeds (classhub "
+                                  "makes the LocalQueues; course quotas are counted by classhub only, "
+                                  "docs/kueue.md).")
+    course_shares = Dict(config=True, help="Each course's guaranteed share, e.g. "
+                         '{"bio101": {"nvidia.com/gpu": 4}}: jobs beyond it run on idle capacity of '
+                         "others and are preempted (after grace seconds, then requeued) when a course "
+                         "within its share needs it; without one every GPU job borrows. Not a ceiling: "
+                         "course quotas are. Without Kueue only (docs/kueue.md).")
+
+    @validate("course_shares")
+    def _valid_shares(self, proposal: Any) -> dict:
+        try:
+            parse_shares(proposal["value"])
+        except ValueError as e:
+            raise TraitError(str(e)) from None
+        return proposal["value"]
 
     job_kind = CaselessStrEnum(
         ["pytorchjob", "trainjob"], "pytorchjob", config=True,
@@ -111,6 +129,7 @@ class ClasshubJobs(Configurable):
         namespace = self.namespace or os.environ.get("POD_NAMESPACE", "default")
         return KubernetesJobs(namespace=namespace, image=self.image,
                               scheduler=self.scheduler_name or None, kueue_queue=self.kueue_queue or None,
+                              kueue_cluster_queue=self.kueue_cluster_queue,
                               home_of=home_of, kind=self.job_kind.lower(), runtime=self.training_runtime)
 
     def local_backend(self) -> JobBackend:
@@ -139,7 +158,8 @@ class JobService:
              settings: ClasshubJobs) -> JobService:
         store = JobStore(sessions, Ledger(sessions))
         loop = JobLoop(store, backend, interval=settings.interval, grace=settings.grace,
-                       delegate="Kueue" if settings.kueue_queue else None)
+                       delegate="Kueue" if settings.kueue_queue else None,
+                       limits=with_shares(course_limits(store), parse_shares(settings.course_shares)))
         return cls(store, loop, backend, settings)
 
     def limits(self, courses: set[str], now: datetime) -> dict:
