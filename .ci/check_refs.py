@@ -34,7 +34,7 @@ PAGES = ("README.md", "docs")
 #: Pages other branches are adding (docs/_ext/classhub_docs.py, PENDING_PAGES, places them in the
 #: site): a citation of one of them is not reported while it does not exist yet. Remove a name
 #: once its page is on main.
-PENDING = {"docs/kueue.md", "docs/admission.md", "docs/jobs-loop.md", "docs/performance.md",
+PENDING = {"docs/admission.md", "docs/jobs-loop.md", "docs/performance.md",
            "docs/pages.md", "docs/templates.md"}
 
 _PAGE = r"(?P<page>README(?:\.md)?|docs/[\w./-]+?\.md)"

@@ -165,7 +165,6 @@ def test_kueue_through_hub_config_validates_and_names_the_shipped_clusterqueue()
         assert kueue_errors({"apiVersion": "kueue.x-k8s.io/v1beta1", "kind": "LocalQueue",
                              "metadata": {"name": queue, "namespace": settings.namespace},
                              "spec": {"clusterQueue": "classhub"}}) == []
-    cluster_queue = getattr(settings, "kueue_cluster_queue", None)
     shipped = {o["metadata"]["name"] for _, o in kueue_objects() if o["kind"] == "ClusterQueue"}
-    if cluster_queue is not None:  # the trait classhub feeds each course's LocalQueue from
-        assert cluster_queue in shipped, (cluster_queue, shipped)
+    # the trait classhub feeds each course's LocalQueue from names the shipped ClusterQueue
+    assert settings.kueue_cluster_queue in shipped, (settings.kueue_cluster_queue, shipped)

@@ -4,7 +4,7 @@ Why: jobs may run beyond their course's share on idle GPUs of other courses (bor
 Kueue's cohorts do), which keeps GPUs busy at night; a course within its share gets them back by
 preempting those borrowing jobs after the grace period (hub_ext.core.admission.preemption).
 Without a share every GPU job borrows and none may preempt. The share is not a ceiling: a
-course's hard limits stay the ledger's quota (docs/kueue.md, "Borrowing and preemption").
+course's hard limits stay the ledger's quota (docs/kueue.md, "Borrowing and preemption (classhub admits)").
 """
 
 from __future__ import annotations
