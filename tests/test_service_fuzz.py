@@ -9,8 +9,12 @@ tell "someone else's" from "missing", or a message showing the service's own fol
   and one of the statuses the document declares for it;
 - schemathesis' coverage phase (boundary values, and each method the document does not declare
   for a path) checks each answer is no server error, and an undeclared method a 405 with Allow;
-- a corpus of malformed bodies goes to every POST/PUT/PATCH/DELETE route of the document;
-- the requests of the attack run, each answered as a user expects.
+- a body over an endpoint's limit, and uploads refused before their body was read, are answered
+  through the proxy (not reset);
+- the requests of the attack run that need the hub, each answered as a user expects.
+
+The malformed-body corpus and the attack run's requests whose subject is the service's own checks
+run against the service in the test's event loop: tests/test_service_bad_input.py.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from hub_ext import store
 from hub_ext.service.handlers import APIHandler
 from hub_ext.store.models import AuditLog
 from hub_ext.store.share_models import Share
-from tests.hubproc import HubSession, LocalHub, api, wait_for
+from tests.hubproc import HubSession, LocalHub, api, hub_with_config, wait_for
 from tests.pg import postgres_server, postgres_url  # noqa: F401
 
 pytestmark = pytest.mark.hub
@@ -60,9 +64,9 @@ EXAMPLES = 6  # per operation, caller and generation mode
 
 @pytest.fixture(scope="module")
 def hub(hub_root):
-    env = {"CLASSHUB_TEMPLATE_MAX_BYTES": str(TEMPLATE_MAX_BYTES),
-           "CLASSHUB_TEMPLATE_MAX_FILES": str(TEMPLATE_MAX_FILES)}
-    hub = LocalHub(data_dir=hub_root / "fuzz", env=env).start()
+    config = (f"c.ClasshubTemplates.max_bytes = {TEMPLATE_MAX_BYTES}\n"
+              f"c.ClasshubTemplates.max_files = {TEMPLATE_MAX_FILES}\n")
+    hub = hub_with_config(hub_root, "fuzz", config)
     yield hub
     hub.stop()
 
@@ -101,9 +105,8 @@ def _cases(operation, mode: GenerationMode) -> list:
     """The requests hypothesis generates for one operation in one mode (nothing is shrunk).
 
     Generated once and sent as each caller: derandomized, hypothesis draws the same cases whoever
-    sends them, so generating per caller only repeated the work (most of this test's time: an
-    operation with nothing that can be wrong takes about 460 rejected draws, a second or more, to
-    end in Unsatisfiable). A case sends the same request each time it is called."""
+    sends them, so generating per caller only repeated the work. A case sends the same request
+    each time it is called."""
     cases = []
 
     @given(case=operation.as_strategy(generation_mode=mode))
@@ -114,6 +117,35 @@ def _cases(operation, mode: GenerationMode) -> list:
 
     collect()
     return cases
+
+
+#: Schema keys that say nothing a value could break (a string parameter with only these takes
+#: any string).
+_UNCONSTRAINED = {"type", "description", "title"}
+
+
+def can_be_wrong(document: dict, path: str, method: str) -> bool:
+    """Whether a request to the operation can be wrong by the document (schemathesis' negative
+    mode has something to generate): a body, a required query or header parameter (left out),
+    or a parameter that is not a string taking any text.
+
+    Why: for an operation with none of these (e.g. ``GET /api/me``, ``GET /api/courses/{course}``:
+    a path segment is always some string), hypothesis ends in Unsatisfiable only after about 460
+    rejected draws, 1.5-2 s of CPU each, 58 of the 63 s this test spent generating. The answer
+    agrees with hypothesis' for every operation of the document (checked once per run on one
+    operation below, and for all of them when this was written)."""
+    operation = document["paths"][path][method.lower()]
+    if "requestBody" in operation:
+        return True
+    for parameter in operation.get("parameters", []):
+        while "$ref" in parameter:
+            parameter = document["components"]["parameters"][parameter["$ref"].rsplit("/", 1)[1]]
+        schema = parameter.get("schema", {})
+        if parameter["in"] != "path" and parameter.get("required"):
+            return True
+        if schema.get("type") != "string" or set(schema) - _UNCONSTRAINED:
+            return True
+    return False
 
 
 def _send(cases: list, who: str, token: str, base_url: str, problems: list[str],
@@ -140,17 +172,22 @@ def test_schemathesis_finds_no_server_error_and_no_undeclared_status(hub, tokens
     problems: list[str] = []
     counts = {"requests": 0, "operations": 0, "no negative input": 0}
     started = time.monotonic()
+    checked = False
     for result in schema.get_all_operations():
         operation = result.ok()
         if (operation.method.upper(), operation.path) in SKIP:
             continue
         counts["operations"] += 1
         positive = _cases(operation, GenerationMode.POSITIVE)
-        try:
+        negative = []
+        if can_be_wrong(document, operation.path, operation.method):
             negative = _cases(operation, GenerationMode.NEGATIVE)
-        except Unsatisfiable:  # nothing of it can be wrong (no parameters, no body): e.g. /api/me
-            negative = []
+        else:  # nothing of it can be wrong: no body, any text in its parameters
             counts["no negative input"] += 1
+            if not checked:  # can_be_wrong agrees with hypothesis (on one operation a run)
+                with pytest.raises(Unsatisfiable):
+                    _cases(operation, GenerationMode.NEGATIVE)
+                checked = True
         for who in ("admin", "student1"):
             _send(positive, who, tokens[who], base_url, problems, counts)
             _send(negative, who, tokens[who], base_url, problems, counts)
@@ -161,26 +198,6 @@ def test_schemathesis_finds_no_server_error_and_no_undeclared_status(hub, tokens
 
 
 # -- a corpus of malformed bodies against every route that takes one -------------------------------
-
-DEEP = b"[" * 20_000 + b"]" * 20_000
-CORPUS: dict[str, bytes] = {
-    "20,000-deep arrays": DEEP,
-    "20,000-deep objects": b'{"a":' * 20_000 + b"1" + b"}" * 20_000,
-    "10**30": b'{"servers": ' + str(10**30).encode() + b', "id": ' + str(10**30).encode() + b"}",
-    "10**400": b'{"idle_timeout": ' + str(10**400).encode() + b', "version": ' + str(10**400).encode() + b"}",
-    "1e400": b'{"idle_timeout": 1e400, "gpu_hours_per_week": 1e400}',
-    "NaN": b'{"idle_timeout": NaN}',
-    "a list": b"[1, 2]",
-    "a string": b'"cs101"',
-    "a number": b"1",
-    "null": b"null",
-    "true": b"true",
-    "invalid UTF-8": b'{"name": "\xff\xfe\xc3"}',
-    "an unpaired surrogate": b'{"name": "\\ud800", "user": "\\ud800"}',
-    "a NUL": b'{"name": "a\\u0000b", "user": "a\\u0000b"}',
-    "not JSON": b"{'name': ",
-}
-
 
 def _fill(path: str, method: str) -> str:
     values = {"course": SCRATCH if (method, path) == ("DELETE", "/api/courses/{course}") else COURSE,
@@ -193,37 +210,6 @@ def _fill(path: str, method: str) -> str:
 def _body_routes(document: dict) -> list[tuple[str, str]]:
     return [(method.upper(), path) for path, ops in document["paths"].items() for method in ops
             if method in ("post", "put", "patch", "delete")]
-
-
-#: Bodies no endpoint may take, whatever it expects: always a 4xx.
-UNREADABLE = {"20,000-deep arrays", "20,000-deep objects", "10**30", "10**400", "1e400", "NaN",
-              "invalid UTF-8", "an unpaired surrogate", "not JSON"}
-
-
-def test_malformed_bodies_get_a_4xx_with_a_message(hub, tokens, document):
-    routes = _body_routes(document)
-    assert len(routes) >= 15
-    wrong = []
-    sent = 0
-    for method, path in routes:
-        url = f"{hub.url}/services/classhub{_fill(path, method)}"
-        takes_body = "requestBody" in document["paths"][path][method.lower()]
-        for name, body in CORPUS.items():
-            for who in ("admin", "teacher1"):
-                r = requests.request(method, url, data=body, timeout=60, allow_redirects=False,
-                                     headers={"Authorization": f"token {tokens[who]}",
-                                              "Content-Type": "application/json"})
-                sent += 1
-                problem = r.status_code >= 500
-                if r.status_code >= 400:
-                    problem |= not (r.headers.get("Content-Type", "").startswith("application/json")
-                                    and r.json().get("message"))
-                elif takes_body or name in UNREADABLE:  # a wrong body is never taken
-                    problem = True
-                if problem:
-                    wrong.append(f"{method} {path} as {who} with {name}: {r.status_code} {r.text[:200]!r}")
-    print(f"malformed bodies: {sent} requests")
-    assert not wrong, "\n".join(wrong[:40])
 
 
 def test_oversized_bodies_get_413_with_a_message(hub, tokens, document):
@@ -241,68 +227,6 @@ def test_oversized_bodies_get_413_with_a_message(hub, tokens, document):
 
 
 # -- the attack run's findings ----------------------------------------------------------------------
-
-def test_ids_beyond_64_bits_are_missing_ids(hub, tokens):
-    for who in ("admin", "student1"):
-        for method in ("GET", "DELETE"):
-            for share in ("99999999999999999999999", str(2**40), "0", "-1", "1e3", "x"):
-                r = api(hub, method, f"shares/{share}", tokens[who])
-                assert r.status_code == 404, (method, share, r.text)
-                assert "No such share" in _error_json(r)["message"]
-    path = f"courses/{COURSE}/templates/lab1/versions"
-    for version in ("99999999999999999999999", "0", "abc"):
-        r = api(hub, "GET", f"{path}/{version}", tokens["teacher1"])
-        assert r.status_code == 404 and "No version" in _error_json(r)["message"], r.text
-    windows = f"culling/courses/{COURSE}/windows"
-    r = api(hub, "DELETE", windows, tokens["teacher1"], json={"id": 2**40})
-    assert r.status_code == 404 and "No window" in _error_json(r)["message"]
-    r = api(hub, "DELETE", windows, tokens["teacher1"], data=b'{"id": ' + str(10**30).encode() + b"}",
-            headers={"Content-Type": "application/json"})
-    assert r.status_code == 400 and "id" in _error_json(r)["message"]
-
-
-def test_numbers_beyond_the_columns_name_the_field_and_range(hub, tokens):
-    big = str(10**30).encode()
-    for path, who in ((f"courses/{COURSE}/quota", "admin"), (f"courses/{COURSE}/quota/users/student1",
-                                                             "teacher1")):
-        r = api(hub, "PUT", path, tokens[who], data=b'{"servers": ' + big + b"}",
-                headers={"Content-Type": "application/json"})
-        message = _error_json(r)["message"]
-        assert r.status_code == 400 and "servers" in message and str(2**63 - 1) in message, r.text
-        r = api(hub, "PUT", path, tokens[who], json={"servers": 2**40})
-        message = _error_json(r)["message"]
-        assert r.status_code == 400 and "servers" in message and str(2**31 - 1) in message, r.text
-        r = api(hub, "PUT", path, tokens[who], json={"gpu_hours_per_week": "1e999999999"})
-        assert r.status_code == 400 and "gpu_hours_per_week" in _error_json(r)["message"]
-    policy = f"culling/courses/{COURSE}/policy"
-    huge = b'{"kind": "gpu", "idle_timeout": ' + str(10**400).encode() + b"}"
-    r = api(hub, "PUT", policy, tokens["admin"], data=huge, headers={"Content-Type": "application/json"})
-    assert r.status_code == 400 and "idle_timeout" in _error_json(r)["message"]
-    r = api(hub, "PUT", policy, tokens["admin"], json={"kind": "gpu", "idle_timeout": 1e300})
-    assert r.status_code == 400 and "idle_timeout" in _error_json(r)["message"]
-    r = api(hub, "PUT", policy, tokens["admin"], data=b'{"kind": "gpu", "max_age": 1e400}',
-            headers={"Content-Type": "application/json"})
-    assert r.status_code == 400 and "max_age" in _error_json(r)["message"]
-
-
-def test_deep_nesting_and_bad_text_are_400(hub, tokens):
-    for path in ("courses", f"courses/{COURSE}/members", f"courses/{COURSE}/quota", "shares"):
-        method = "POST" if path in ("courses", "shares") else "PUT"
-        r = api(hub, method, path, tokens["admin"], data=DEEP, headers={"Content-Type": "application/json"})
-        assert r.status_code == 400 and "levels deep" in _error_json(r)["message"], (path, r.text)
-        r = api(hub, method, path, tokens["admin"], data=b'{"name": "\xff"}',
-                headers={"Content-Type": "application/json"})
-        assert r.status_code == 400 and "UTF-8" in _error_json(r)["message"], (path, r.text)
-
-
-def test_a_window_at_the_end_of_time_is_400(hub, tokens):
-    windows = f"culling/courses/{COURSE}/windows"
-    for start, end in (("9999-12-31T20:00:00-05:00", "9999-12-31T22:00:00-05:00"),
-                       ("9999-12-31T23:00:00+00:00", "9999-12-31T23:30:00+00:00"),
-                       ("0001-01-01T00:00:00+01:00", "0001-01-01T01:00:00+01:00")):
-        r = api(hub, "POST", windows, tokens["teacher1"], json={"start": start, "end": end})
-        assert r.status_code == 400 and "between the years" in _error_json(r)["message"], r.text
-
 
 def _archive(files: dict[str, bytes]) -> bytes:
     data = io.BytesIO()
@@ -331,17 +255,6 @@ def test_refused_and_oversized_uploads_are_answered_not_reset(hub, tokens):
         r = api(hub, "GET", "template-uploads/x", token)
         assert r.status_code == 404
         _error_json(r)
-
-
-def test_a_refused_archive_does_not_show_the_services_folders(hub, tokens):
-    path = f"courses/{COURSE}/templates/lab1/versions"
-    for body in (b"not an archive", _archive({"../escape.txt": b"x"})):
-        r = api(hub, "POST", path, tokens["teacher1"], data=body, headers={"Content-Type": "application/zip"})
-        message = _error_json(r)["message"]
-        assert r.status_code == 400 and message.startswith("Not published"), r.text
-        assert str(hub.data_dir) not in message and "/tmp" not in message, message
-        assert "staging" not in message, message
-        assert "Traceback" not in r.text
 
 
 def test_the_hubs_404_is_passed_on(hub, tokens):
