@@ -16,14 +16,14 @@ import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
 from traitlets.config import Config
 
 from hub_ext import __version__, demo, heap, store
-from hub_ext.config import configure, hand_over_at_start
+from hub_ext.config import configure, hand_over_at_start, retired_settings
 
 PROXY_ENV = "CLASSHUB_PROXY_CMD"
 MIN_NODE = 18
@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     local.add_argument(
         "--db-url",
         default=None,
-        help="classhub's database (default sqlite:///<data-dir>/classhub.sqlite; "
+        help="classhub's database (default $CLASSHUB_DB_URL, else sqlite:///<data-dir>/classhub.sqlite; "
         "postgresql+psycopg://... for PostgreSQL)",
     )
     local.add_argument(
@@ -125,6 +125,10 @@ def run_local(args: argparse.Namespace) -> None:
         raise CLIError("--create-system-users needs --system-users")
     if args.system_users and os.geteuid() != 0:
         raise CLIError("--system-users needs root (the hub switches to each user's account)")
+    retired = retired_settings()
+    if retired:  # settings come from jupyterhub_config.py only (docs/configuration.md)
+        raise CLIError(" ".join(retired).replace("jupyterhub_config.py",
+                                                 "the data dir's jupyterhub_config.py"))
     data_dir = prepare_data_dir(Path(args.data_dir))
     if args.config and not Path(args.config).is_file():
         raise CLIError(f"--config {args.config}: no such file")
@@ -132,7 +136,7 @@ def run_local(args: argparse.Namespace) -> None:
         # A proxy left by a hub that was killed holds the port; JupyterHub stops it on start.
         require_port_free(args.ip, args.port)
     proxy_cmd = find_proxy()
-    db_url = args.db_url or f"sqlite:///{data_dir / 'classhub.sqlite'}"
+    db_url = args.db_url or os.environ.get("CLASSHUB_DB_URL") or f"sqlite:///{data_dir / 'classhub.sqlite'}"
     # `classhub upgrade-db` for you (a sqlite file is backed up first), before anything starts
     upgraded = open_database(db_url, store.upgrade_database)
     if upgraded.upgraded:
@@ -142,7 +146,6 @@ def run_local(args: argparse.Namespace) -> None:
         demo.seed_course(sessions)  # before configure(), which makes the course roles from it
 
     c = Config()
-    older_variables(c, os.environ)
     configure(
         c,
         "local",
@@ -182,38 +185,6 @@ def run_local(args: argparse.Namespace) -> None:
     hand_over_at_start(hub)
     config_file = args.config or extra_config_file(data_dir)
     JupyterHub.launch_instance([f"--JupyterHub.config_file={config_file}"])
-
-
-def older_variables(c: Config, environ: Mapping[str, str]) -> None:
-    """``CLASSHUB_*`` variables of this command's environment, from before the settings were
-    traits only, as the traits they name (``CLASSHUB_JOB_INTERVAL=1`` is
-    ``c.ClasshubJobs.interval = 1``): read from each trait's own ``env`` tag, never from a list
-    here, and only where the configuration does not set the trait. The documented way is
-    ``<data-dir>/jupyterhub_config.py`` (docs/configuration.md, "Configuration: one channel, traits")."""
-    from traitlets import TraitError
-
-    from hub_ext.backends.templates import ClasshubTemplates
-    from hub_ext.service.app import ClasshubService
-    from hub_ext.service.jobs.settings import ClasshubJobs
-
-    for cls in (ClasshubService, ClasshubJobs, ClasshubTemplates):
-        section = c[cls.__name__]
-        for name, trait in cls.class_traits(config=True, env=lambda v: v is not None).items():
-            var = trait.metadata["env"]
-            if var.startswith("CLASSHUB_") and var in environ and name not in section:
-                try:
-                    section[name] = trait.from_string(environ[var])
-                except (TraitError, ValueError) as e:
-                    raise CLIError(f"{var}={environ[var]!r} cannot be used for {cls.__name__}.{name} "
-                                   f"({e}); set c.{cls.__name__}.{name} in the data dir's "
-                                   "jupyterhub_config.py instead") from None
-    raw = environ.get("CLASSHUB_CULLER_CONFIG")  # JSON {"ClasshubCuller": {...}}
-    if raw:
-        try:
-            c.merge(Config(json.loads(raw)))
-        except (ValueError, TypeError) as e:
-            raise CLIError(f"CLASSHUB_CULLER_CONFIG is not JSON sections ({e}); set "
-                           "c.ClasshubCuller.<name> in the data dir's jupyterhub_config.py instead") from None
 
 
 def upgrade_db(args: argparse.Namespace) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 from hub_ext import heap
 from hub_ext.core import sharing
-from hub_ext.envtraits import CONFIG_ENV, sections_json
+from hub_ext.envtraits import CONFIG_ENV, RETIRED_PREFIX, ConfigError, retired_variables, sections_json
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,38 @@ SERVICE_SECTIONS: dict[str, tuple[str, ...]] = {
 #: What a Kubernetes client in the service needs to find the API server: the pod's own
 #: environment (in-cluster) or a kubeconfig, not classhub settings.
 KUBE_CLIENT_ENV = ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "POD_NAMESPACE")
+
+#: The one ``CLASSHUB_*`` variable classhub still reads as configuration: ``classhub local`` and
+#: ``classhub upgrade-db`` take it as the default of ``--db-url``. Why an environment variable:
+#: the URL holds the database's password, which reaches the hub pod and its upgrade-db init
+#: container from a Kubernetes Secret as a variable (helm-values/base.yaml); as an argument it
+#: would show in the pod's spec and in ``ps``. The hub's own ``jupyterhub_config.py`` reads it
+#: there to call ``configure(c, db_url=...)``, which hands the services their store.
+KEPT_VARIABLES = ("CLASSHUB_DB_URL",)
+#: Retired variables that named no single trait: the setting to use instead.
+RETIRED_OTHER = {
+    "CLASSHUB_CULLER_CONFIG": "ClasshubCuller.<name> (configure(c, culler_config={...}) sets them too)",
+}
+
+
+def retired_settings(environ: Any = None) -> list[str]:
+    """A sentence for every retired ``CLASSHUB_*`` variable set in ``environ`` (default: this
+    process's): the trait to set instead (docs/configuration.md, "What changed for deployers")."""
+    environ = os.environ if environ is None else environ
+    if not any(k.startswith(RETIRED_PREFIX) and k not in KEPT_VARIABLES for k in environ):
+        return []  # nothing to look up: no import of the service's classes in the hub
+    from hub_ext.backends.templates import ClasshubTemplates
+    from hub_ext.service.app import ClasshubService
+    from hub_ext.service.jobs.settings import ClasshubJobs
+
+    found = retired_variables((ClasshubService, ClasshubJobs, ClasshubTemplates),
+                              environ, keep=KEPT_VARIABLES)
+    for var, setting in RETIRED_OTHER.items():
+        if var in environ:
+            found.append(f"{var} is set, but classhub no longer reads it: set c.{setting} in "
+                         f"jupyterhub_config.py and unset {var}.")
+    return found
+
 
 #: What the classhub service may do in the hub: read users and groups (``/api/me``), stop/start
 #: servers (profile switches), keep course groups and their members in sync with the course
@@ -97,6 +129,9 @@ def configure(
     """
     if mode not in MODES:
         raise ValueError(f"unknown classhub mode {mode!r}: use one of {', '.join(MODES)}")
+    retired = retired_settings()
+    if retired:  # the hub stops at start rather than ignore a setting (docs/configuration.md)
+        raise ConfigError(" ".join(retired))
     if service_url is None:
         service_url = "http://127.0.0.1:10101" if mode == "local" else "http://hub:10101"
 

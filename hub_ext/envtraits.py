@@ -9,8 +9,12 @@ and refuses a value it cannot take with one sentence naming ``c.<Class>.<name>``
 (`check_sections`), at start rather than at first use (docs/configuration.md, "Configuration: one channel,
 traits").
 
-Older ``CLASSHUB_*`` variables (``.tag(env="CLASSHUB_...")``) are still read by `apply_env` where
-nothing configured the trait; they are no longer documented and nothing passes them on.
+The ``CLASSHUB_*`` variables that used to set these traits (each trait's ``.tag(env=...)`` names
+its old variable) are no longer read: a process that finds one set stops with a sentence naming
+the trait to set instead (`apply_env`, `retired_variables`), rather than silently ignoring it.
+Only the variables JupyterHub sets for every managed service (``JUPYTERHUB_SERVICE_URL``,
+``JUPYTERHUB_SERVICE_PREFIX``) are still read as trait defaults: they are how the hub tells a
+service where it routes it, and the service cannot learn that any other way.
 """
 
 from __future__ import annotations
@@ -29,10 +33,24 @@ class ConfigError(ValueError):
     """A setting a process cannot start with; the message says which and what to change."""
 
 
+#: The prefix of the retired variables (docs/configuration.md, "What changed for deployers").
+RETIRED_PREFIX = "CLASSHUB_"
+
+
+def retired_sentence(var: str, setting: str) -> str:
+    """What a process says when it finds the retired variable ``var`` set; ``setting``:
+    ``Class.name``."""
+    section, name = setting.split(".", 1)
+    return (f"{var} is set, but classhub no longer reads it: set c.{setting} in jupyterhub_config.py "
+            f"(hub.config.{section}.{name} on Zero to JupyterHub) and unset {var}.")
+
+
 def apply_env(obj: HasTraits, environ: Mapping[str, str] = os.environ, *,
               given: Iterable[str] = ()) -> None:
-    """Set every ``env``-tagged trait of `obj` from its variable, unless configured otherwise
-    (in its config, or `given` to its constructor)."""
+    """The environment's part in `obj`'s traits: refuse a retired ``CLASSHUB_*`` variable that is
+    set (ConfigError naming the trait, `retired_sentence`), and set a trait tagged with a variable
+    of JupyterHub's managed-service contract (``JUPYTERHUB_*``) from it unless configured
+    otherwise (in its config, or `given` to its constructor)."""
     configured = set(given)
     if isinstance(obj, Configurable):
         for cls in type(obj).mro():
@@ -40,7 +58,11 @@ def apply_env(obj: HasTraits, environ: Mapping[str, str] = os.environ, *,
     for name, trait in obj.traits(env=lambda v: v is not None).items():
         var = trait.metadata["env"]
         raw = environ.get(var)
-        if raw is None or name in configured:
+        if raw is None:
+            continue
+        if var.startswith(RETIRED_PREFIX):
+            raise ConfigError(retired_sentence(var, f"{type(obj).__name__}.{name}"))
+        if name in configured:
             continue
         try:
             obj.set_trait(name, trait.from_string(raw))
@@ -50,10 +72,19 @@ def apply_env(obj: HasTraits, environ: Mapping[str, str] = os.environ, *,
                               f"({help_text}): {e}. Fix or unset {var}.") from None
 
 
-def env_help(obj: HasTraits) -> dict[str, str]:
-    """Variable -> trait, for documentation and ``--help-env``."""
-    return {t.metadata["env"]: f"{type(obj).__name__}.{n}"
-            for n, t in obj.traits(env=lambda v: v is not None).items()}
+def retired_variables(classes: Iterable[type[HasTraits]], environ: Mapping[str, str] = os.environ,
+                      *, keep: Iterable[str] = ()) -> list[str]:
+    """The sentences (`retired_sentence`) for every retired variable of ``classes``' traits set in
+    ``environ``, but those in ``keep``: for a process to stop at start rather than at the first
+    use of a configurable."""
+    kept = set(keep)
+    found = []
+    for cls in classes:
+        for name, trait in cls.class_traits(env=lambda v: v is not None).items():
+            var = trait.metadata["env"]
+            if var.startswith(RETIRED_PREFIX) and var in environ and var not in kept:
+                found.append(retired_sentence(var, f"{cls.__name__}.{name}"))
+    return found
 
 
 # ---- the hub's configuration, handed to the services it starts --------------------------------

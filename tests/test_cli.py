@@ -187,3 +187,17 @@ def test_propose_profiles_without_gpus_is_cpu_only(tmp_path):
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert '"slug": "cpu"' in result.stdout and '"kind": "gpu"' not in result.stdout
+
+
+def test_a_retired_variable_stops_classhub_local_with_the_trait_to_set(tmp_path):
+    """`classhub local` used to read the CLASSHUB_* variables of its environment as traits; now
+    the data dir's jupyterhub_config.py is the one place (docs/configuration.md), and a variable
+    still set stops it in one line naming the trait, before anything starts."""
+    env = {**os.environ, "CLASSHUB_JOB_INTERVAL": "0.5"}
+    result, leftovers = run_cli("local", "--data-dir", str(tmp_path / "var"), env=env)
+    assert result.returncode == 1
+    assert one_line(result.stderr) == (
+        "classhub: CLASSHUB_JOB_INTERVAL is set, but classhub no longer reads it: set "
+        "c.ClasshubJobs.interval in the data dir's jupyterhub_config.py (hub.config.ClasshubJobs."
+        "interval on Zero to JupyterHub) and unset CLASSHUB_JOB_INTERVAL.")
+    assert not (tmp_path / "var").exists() and not leftovers

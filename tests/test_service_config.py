@@ -1,11 +1,12 @@
 """The services' settings: traits set in the hub's jupyterhub_config.py and handed to each service
-by configure() (docs/configuration.md, "Configuration: one channel, traits"), the service's own config file
-and command line, older
-environment variables; and a sentence at start for a value a service cannot use (never a traceback
-at first use)."""
+by configure() (docs/configuration.md, "Configuration: one channel, traits"), the service's own
+config file and command line; a sentence at start for a value a service cannot use (never a
+traceback at first use), and for a retired CLASSHUB_* variable still set (never silently
+ignored)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -45,17 +46,47 @@ def handed_env(c: Config, name: str = SERVICE_NAME) -> dict[str, str]:
     return dict(spec["environment"])
 
 
-@pytest.mark.parametrize(("var", "value", "says"), [
-    ("CLASSHUB_RECONCILE_INTERVAL", "soon", "ClasshubService.reconcile_interval"),
-    ("CLASSHUB_RECONCILE_GRACE", "-5", "must be a number of seconds > 0"),
-    ("CLASSHUB_METRICS_AUTH", "maybe", "ClasshubService.authenticate_metrics"),
-    ("CLASSHUB_MODE", "cloud", "ClasshubService.mode"),
+def db_config(tmp_path: Path, **service: object) -> dict[str, str]:
+    """The environment of a service the hub handed only its store (and ``service`` settings)."""
+    section = {"db_url": f"sqlite:///{tmp_path / 'c.sqlite'}", **service}
+    return {CONFIG_ENV: json.dumps({"ClasshubService": section})}
+
+
+@pytest.mark.parametrize(("var", "setting"), [
+    ("CLASSHUB_RECONCILE_INTERVAL", "ClasshubService.reconcile_interval"),
+    ("CLASSHUB_METRICS_AUTH", "ClasshubService.authenticate_metrics"),
+    ("CLASSHUB_DB_URL", "ClasshubService.db_url"),
+    ("CLASSHUB_SERVICE_CONFIG", "ClasshubService.config_file"),
+    ("CLASSHUB_TEMPLATE_MAX_BYTES", "ClasshubTemplates.max_bytes"),
+    ("CLASSHUB_JOB_INTERVAL", "ClasshubJobs.interval"),
 ])
-def test_a_value_the_service_cannot_use_stops_it_at_start_with_a_sentence(tmp_path, var, value, says):
-    done = service(tmp_path, {"CLASSHUB_DB_URL": f"sqlite:///{tmp_path / 'c.sqlite'}", var: value})
+def test_a_retired_variable_stops_the_service_with_the_trait_to_set(tmp_path, var, setting):
+    """The variables the service used to read are not silently ignored: it stops at start with
+    one line naming the trait that replaces each (docs/configuration.md)."""
+    done = service(tmp_path, {**db_config(tmp_path), var: "1"})
     assert done.returncode != 0
-    assert f"{var}={value!r}" in done.stderr and says in done.stderr, done.stderr
+    line = done.stderr.strip().splitlines()[-1]
+    section, name = setting.split(".")
+    assert line == (f"classhub service: {var} is set, but classhub no longer reads it: set "
+                    f"c.{setting} in jupyterhub_config.py (hub.config.{section}.{name} on Zero to "
+                    f"JupyterHub) and unset {var}."), done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_hub_stops_at_start_on_a_retired_variable(monkeypatch, tmp_path):
+    """configure(c), in the hub's jupyterhub_config.py, refuses the hub's old variables (it used
+    to pass them on), all in one sentence; CLASSHUB_DB_URL, the database URL from a Secret that
+    `classhub upgrade-db` and the deployer's own config read, is kept."""
+    monkeypatch.setenv("CLASSHUB_DB_URL", f"sqlite:///{tmp_path / 'c.sqlite'}")
+    hub_config(tmp_path)  # kept: no refusal
+    monkeypatch.setenv("CLASSHUB_JOB_IMAGE", "registry.example.org/jobs:7")
+    monkeypatch.setenv("CLASSHUB_CULLER_CONFIG", "{}")
+    with pytest.raises(ConfigError) as refused:
+        hub_config(tmp_path)
+    message = str(refused.value)
+    assert "CLASSHUB_JOB_IMAGE is set, but classhub no longer reads it: set c.ClasshubJobs.image" in message
+    assert "CLASSHUB_CULLER_CONFIG is set" in message and "c.ClasshubCuller.<name>" in message
+    assert "CLASSHUB_DB_URL" not in message
 
 
 def test_without_a_database_the_service_says_how_to_start_it(tmp_path):
@@ -65,12 +96,12 @@ def test_without_a_database_the_service_says_how_to_start_it(tmp_path):
     assert "Traceback" not in done.stderr
 
 
-def test_config_file_and_command_line_win_over_the_environment(tmp_path):
+def test_config_file_and_command_line_win_over_the_hubs_sections(tmp_path):
     config = tmp_path / "classhub_service_config.py"
     config.write_text("c.ClasshubService.reconcile_interval = 7\nc.ClasshubService.share_interval = 2\n")
-    env = {"CLASSHUB_DB_URL": "sqlite:///x.sqlite", "CLASSHUB_SERVICE_CONFIG": str(config),
-           "CLASSHUB_RECONCILE_INTERVAL": "30", "CLASSHUB_SHARE_INTERVAL": "9",
-           "CLASSHUB_RECONCILE_GRACE": "45"}
+    env = db_config(tmp_path, config_file=str(config), reconcile_interval=30, share_interval=9,
+                    reconcile_grace=45)
+    env["JUPYTERHUB_SERVICE_PREFIX"] = "/services/elsewhere/"
     app = ClasshubService()
     old = dict(os.environ)
     try:
@@ -81,21 +112,17 @@ def test_config_file_and_command_line_win_over_the_environment(tmp_path):
         os.environ.update(old)
     assert app.reconcile_interval == 7  # the file
     assert app.share_interval == 3  # the command line
-    assert app.reconcile_grace == 45  # the environment, where nothing else says
+    assert app.reconcile_grace == 45  # the hub's section, where nothing else says
+    assert app.prefix == "/services/elsewhere/"  # JupyterHub's managed-service variables are read
 
 
-def test_apply_env_names_the_variable():
+def test_apply_env_names_the_trait_of_a_retired_variable():
     app = ClasshubService()
-    with pytest.raises(ConfigError, match="CLASSHUB_SHARE_INTERVAL='x'"):
+    with pytest.raises(ConfigError, match=r"CLASSHUB_SHARE_INTERVAL is set, but classhub no longer "
+                       r"reads it: set c\.ClasshubService\.share_interval"):
         apply_env(app, {"CLASSHUB_SHARE_INTERVAL": "x"})
-
-
-def test_a_template_limit_that_is_not_a_number_is_refused_not_replaced(tmp_path):
-    """Before, CLASSHUB_TEMPLATE_MAX_BYTES=4G silently meant the 4 GiB default."""
-    done = service(tmp_path, {"CLASSHUB_DB_URL": f"sqlite:///{tmp_path / 'c.sqlite'}",
-                              "CLASSHUB_TEMPLATE_MAX_BYTES": "4G"})
-    assert done.returncode != 0
-    assert "CLASSHUB_TEMPLATE_MAX_BYTES='4G'" in done.stderr and "max_bytes" in done.stderr
+    apply_env(app, {"JUPYTERHUB_SERVICE_URL": "http://127.0.0.1:9999"})
+    assert app.service_url == "http://127.0.0.1:9999"
 
 
 def test_every_section_a_service_loads_is_handed_to_it():

@@ -14,9 +14,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from traitlets.config import Config
 
 from hub_ext.backends.templates import ClasshubTemplates, Stager, TemplateStorage
 from hub_ext.core.seeding import SeedLimits, TemplateRefused
+from hub_ext.envtraits import ConfigError
 
 pytestmark = pytest.mark.unit
 
@@ -101,10 +103,17 @@ def test_stager_limits_and_names(tmp_path: Path):
         stager.file("e.txt", b"")
 
 
-def test_limits_come_from_traits_and_the_environment(monkeypatch):
-    monkeypatch.setenv("CLASSHUB_TEMPLATE_MAX_FILES", "123")
-    monkeypatch.setenv("CLASSHUB_TEMPLATE_MAX_BYTES", "4567")
-    settings = ClasshubTemplates()
+def test_limits_come_from_traits_and_a_retired_variable_is_refused(monkeypatch):
+    """Traits only (docs/configuration.md): the old variable, still set, stops with the trait to
+    set instead rather than being read or silently ignored."""
+    config = Config()
+    config.ClasshubTemplates.max_files = 123
+    config.ClasshubTemplates.max_bytes = 4567
+    settings = ClasshubTemplates(config=config)
     assert (settings.limits.max_files, settings.limits.max_bytes) == (123, 4567)
     assert ClasshubTemplates(max_files=5).limits.max_files == 5
+    monkeypatch.setenv("CLASSHUB_TEMPLATE_MAX_FILES", "123")
+    with pytest.raises(ConfigError, match=r"CLASSHUB_TEMPLATE_MAX_FILES is set, but classhub no "
+                       r"longer reads it: set c\.ClasshubTemplates\.max_files in jupyterhub_config"):
+        ClasshubTemplates(config=config)
     assert "refuses larger" in ClasshubTemplates.class_traits()["max_bytes"].help
