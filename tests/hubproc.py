@@ -200,6 +200,13 @@ class HubSession:
         return self.http.get(f"{self.hub.url}{path}", **kwargs)
 
 
+def traits(sections: dict[str, dict[str, Any]]) -> str:
+    """``jupyterhub_config.py`` lines setting ``{"ClasshubJobs": {"interval": 0.5}}`` as traits,
+    the one way to configure classhub (docs/configuration.md)."""
+    return "".join(f"c.{section}.{name} = {value!r}\n"
+                   for section, values in sections.items() for name, value in values.items())
+
+
 def hub_with_config(root: Path, name: str, config: str, **kwargs: Any) -> LocalHub:
     """A started ``classhub local`` hub in ``root/name`` whose data-dir ``jupyterhub_config.py``
     (loaded last) is `config`: extra accounts, admins, services, hub settings."""

@@ -11,7 +11,6 @@ Clicks are counted (docs/teachers/lab-panel.md, "The JupyterLab panel").
 from __future__ import annotations
 
 import io
-import json
 import tarfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -21,7 +20,16 @@ import requests
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from tests.browser import Clicks, hub_login, screenshot
-from tests.hubproc import HubSession, LocalHub, api, start_server, start_servers, wait_for
+from tests.hubproc import (
+    HubSession,
+    LocalHub,
+    api,
+    hub_with_config,
+    start_server,
+    start_servers,
+    traits,
+    wait_for,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -52,8 +60,8 @@ def context_menu_dialog(page, filename: str, label: str):
 @pytest.fixture(scope="module")
 def hub(hub_root: Path):
     # the job service runs in every local hub; a cycle a second lets a short job end quickly
-    hub = LocalHub(data_dir=hub_root / "lab-panel",
-                   env={"CLASSHUB_SHARE_INTERVAL": "0.5", "CLASSHUB_JOB_INTERVAL": "1"}).start()
+    hub = hub_with_config(hub_root, "lab-panel", "c.ClasshubService.share_interval = 0.5\n"
+                          "c.ClasshubJobs.interval = 1\n")
     yield hub
     hub.stop()
 
@@ -284,8 +292,7 @@ def culling_hub(hub_root: Path):
     idle server after 4 minutes: long enough for the test, short enough to see a warning."""
     culler = {"interval": 1, "warn_before": 230,
               "idle_timeouts": {"gpu": 240, "mig": 240, "shared": 240, "cpu": 240}}
-    hub = LocalHub(data_dir=hub_root / "lab-culler",
-                   env={"CLASSHUB_CULLER_CONFIG": json.dumps({"ClasshubCuller": culler})}).start()
+    hub = hub_with_config(hub_root, "lab-culler", traits({"ClasshubCuller": culler}))
     yield hub
     hub.stop()
 

@@ -23,7 +23,7 @@ import pytest
 import requests
 import websocket
 
-from tests.hubproc import HubSession, LocalHub, api, wait_for
+from tests.hubproc import HubSession, LocalHub, api, traits, wait_for
 
 pytestmark = pytest.mark.hub
 
@@ -39,10 +39,9 @@ def make_hub(root: Path, name: str, culler: dict) -> LocalHub:
     culler = {**culler, "clock_file": str(data_dir / "culler-clock")}
     (data_dir / "jupyterhub_config.py").write_text(
         f"c.ClasshubLocalSpawner.gpu_discovery_command = ['cat', {str(INVENTORY)!r}]\n"
-        "c.ClasshubLocalSpawner.use_nvml = False\n"
+        "c.ClasshubLocalSpawner.use_nvml = False\n" + traits({"ClasshubCuller": culler})
     )
-    env = {"CLASSHUB_CULLER_CONFIG": json.dumps({"ClasshubCuller": culler})}
-    hub = LocalHub(data_dir=data_dir, env=env).start()
+    hub = LocalHub(data_dir=data_dir).start()
     hub.clock = Path(culler["clock_file"])
     return hub
 

@@ -40,7 +40,7 @@ import culler
 import hub_ext
 import spawner
 from hub_ext import store
-from tests.hubproc import HubSession, LocalHub, api, start_server, wait_for
+from tests.hubproc import HubSession, LocalHub, api, start_server, traits, wait_for
 
 WATCH = Path(__file__).parent / "loopwatch"
 CODE = [str(Path(m.__file__).parent) for m in (hub_ext, spawner, culler)]
@@ -121,11 +121,12 @@ def hub(hub_root: Path, watch_dir: Path):
     data = hub_root / "event-loops"
     data.mkdir()
     clock = data / "culler-clock"
-    culler_config = {"ClasshubCuller": {
-        "interval": 1, "warn_before": 300, "ask_servers": "never", "clock_file": str(clock),
-        "idle_timeouts": {"gpu": 600, "mig": 600, "shared": 600, "cpu": 600}}}
-    env = {**watched_env(hub_root / "loopwatch-hook", watch_dir), "CLASSHUB_JOB_INTERVAL": "0.5",
-           "CLASSHUB_CULLER_CONFIG": json.dumps(culler_config)}
+    (data / "jupyterhub_config.py").write_text(traits({
+        "ClasshubJobs": {"interval": 0.5},
+        "ClasshubCuller": {"interval": 1, "warn_before": 300, "ask_servers": "never",
+                           "clock_file": str(clock),
+                           "idle_timeouts": {"gpu": 600, "mig": 600, "shared": 600, "cpu": 600}}}))
+    env = watched_env(hub_root / "loopwatch-hook", watch_dir)
     hub = LocalHub(data_dir=data, env=env).start()
     hub.clock = clock
     yield hub

@@ -11,7 +11,6 @@ shows the progress), and the server starts once the write ends.
 
 from __future__ import annotations
 
-import json
 import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -21,7 +20,7 @@ import requests
 
 from hub_ext import store
 from hub_ext.store.culler_models import CullWarning
-from tests.hubproc import HubSession, LocalHub, wait_for
+from tests.hubproc import HubSession, hub_with_config, wait_for
 
 pytestmark = pytest.mark.hub
 
@@ -30,8 +29,7 @@ pytestmark = pytest.mark.hub
 def hub(hub_root: Path):
     # The culler runs dry: the warning the test plants is for student1, who runs no server, and a
     # real culler cycle clears such warnings (a cycle landing mid-test removed it in CI).
-    dry = {"CLASSHUB_CULLER_CONFIG": json.dumps({"ClasshubCuller": {"dry_run": True}})}
-    hub = LocalHub(data_dir=hub_root / "not-blocked", env=dry).start()
+    hub = hub_with_config(hub_root, "not-blocked", "c.ClasshubCuller.dry_run = True\n")
     yield hub
     hub.stop()
 

@@ -11,7 +11,6 @@ only the owner, the teacher and admins cancel.
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import pytest
 import requests
 
 from hub_ext.backends.local.jobs import job_processes
-from tests.hubproc import HubSession, api, hub_with_config, start_server, wait_for
+from tests.hubproc import HubSession, api, hub_with_config, start_server, traits, wait_for
 
 pytestmark = pytest.mark.hub
 
@@ -41,13 +40,13 @@ c.ClasshubLocalSpawner.profiles = [
 ]
 """
 #: The service discovers the same GPUs as the spawner; jobs cycle fast and stop fast in tests.
-ENV = {"CLASSHUB_GPU_DISCOVERY_COMMAND": json.dumps(["cat", str(INVENTORY)]),
-       "CLASSHUB_USE_NVML": "0", "CLASSHUB_JOB_INTERVAL": "0.5", "CLASSHUB_JOB_GRACE": "2"}
+JOBS = {"ClasshubJobs": {"gpu_discovery_command": ["cat", str(INVENTORY)], "use_nvml": False,
+                         "interval": 0.5, "grace": 2}}
 
 
 @pytest.fixture(scope="module")
 def hub(hub_root):
-    hub = hub_with_config(hub_root, "jobs", CONFIG, env=ENV)
+    hub = hub_with_config(hub_root, "jobs", CONFIG + traits(JOBS))
     yield hub
     hub.stop()
 

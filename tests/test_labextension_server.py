@@ -15,7 +15,7 @@ import requests
 
 from hub_ext.service.panel import copy_name
 from hub_ext.singleuser.panel import relayable
-from tests.hubproc import HubSession, LocalHub, api, start_server
+from tests.hubproc import HubSession, LocalHub, api, hub_with_config, start_server
 
 pytestmark = pytest.mark.hub
 
@@ -45,7 +45,7 @@ def test_a_copy_never_replaces_a_file() -> None:
 
 @pytest.fixture(scope="module")
 def hub(hub_root: Path):
-    hub = LocalHub(data_dir=hub_root / "lab-server", env={"CLASSHUB_SHARE_INTERVAL": "0.5"}).start()
+    hub = hub_with_config(hub_root, "lab-server", "c.ClasshubService.share_interval = 0.5\n")
     yield hub
     hub.stop()
 

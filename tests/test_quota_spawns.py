@@ -86,10 +86,10 @@ def quota_hub(request, hub_root):
     # 24 s to answer on CI's loaded 2 cores, near JupyterHub's default http_timeout (30 s), after
     # which the hub gives the spawn up. This hub gives them the time a busy machine needs.
     (data_dir / "jupyterhub_config.py").write_text(
-        CONFIG + "c.Spawner.http_timeout = 120\nc.Spawner.start_timeout = 180\n")
-    hub = LocalHub(data_dir=data_dir, extra_args=["--db-url", db_url],
-                   # reconcile the ledger quickly after the hub restarts
-                   env={"CLASSHUB_RECONCILE_INTERVAL": "1", "CLASSHUB_RECONCILE_GRACE": "2"}).start()
+        CONFIG + "c.Spawner.http_timeout = 120\nc.Spawner.start_timeout = 180\n"
+        # reconcile the ledger quickly after the hub restarts
+        "c.ClasshubService.reconcile_interval = 1\nc.ClasshubService.reconcile_grace = 2\n")
+    hub = LocalHub(data_dir=data_dir, extra_args=["--db-url", db_url]).start()
     hub.db_url = db_url
     yield hub
     hub.stop()

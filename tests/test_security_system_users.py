@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from hub_ext.backends.local import accounts
-from tests.hubproc import HubSession, LocalHub, api, wait_for
+from tests.hubproc import HubSession, LocalHub, api, traits, wait_for
 from tests.system_accounts import require_root, system_users_hub
 
 pytestmark = pytest.mark.hub
@@ -36,16 +36,16 @@ PYTHON = "/usr/bin/python3"  # readable by every account, unlike a venv under /r
 CONFIG = f"""
 c.DemoAuthenticator.accounts = ["admin", {MALLORY!r}, {VICTIM!r}]
 """
-ENV = {"CLASSHUB_JOB_INTERVAL": "0.5", "CLASSHUB_JOB_GRACE": "2", "CLASSHUB_USE_NVML": "0",
-       "CLASSHUB_GPU_DISCOVERY_COMMAND": '["true"]'}
+JOBS = {"ClasshubJobs": {"interval": 0.5, "grace": 2, "use_nvml": False,
+                         "gpu_discovery_command": ["true"]}}
 
 
 @pytest.fixture(scope="module")
 def hub(hub_root):
     data = hub_root / "system-attacks"
     data.mkdir()
-    (data / "jupyterhub_config.py").write_text(CONFIG)
-    hub = LocalHub(data_dir=data, env=ENV, extra_args=["--system-users", "--create-system-users"])
+    (data / "jupyterhub_config.py").write_text(CONFIG + traits(JOBS))
+    hub = LocalHub(data_dir=data, extra_args=["--system-users", "--create-system-users"])
     with system_users_hub(hub, [PREFIX + accounts.safe_name(u) for u in (MALLORY, VICTIM)]) as started:
         yield started
 
@@ -249,7 +249,7 @@ def test_a_pid_the_student_writes_is_never_signalled_and_never_ends_a_job(hub, s
         """)
         assert planted.returncode == 0 and planted.stdout.strip() == "denied", planted
         # A bogus pid made the old service take the job for ended while it ran on. Not a wait
-        # but an observation window: 3 s are 6 admission cycles (CLASSHUB_JOB_INTERVAL=0.5),
+        # but an observation window: 3 s are 6 admission cycles (ClasshubJobs.interval = 0.5),
         # each of which would have ended the job under the old code; it must stay running.
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:

@@ -20,7 +20,7 @@ import requests
 from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.websocket import websocket_connect
 
-from tests.hubproc import HubSession, LocalHub, api, start_server, wait_for
+from tests.hubproc import HubSession, LocalHub, api, hub_with_config, start_server, wait_for
 
 pytestmark = pytest.mark.hub
 
@@ -34,7 +34,7 @@ NOTEBOOK = {
 
 @pytest.fixture(scope="module")
 def hub(hub_root: Path):
-    hub = LocalHub(data_dir=hub_root / "sharing", env={"CLASSHUB_SHARE_INTERVAL": "0.5"}).start()
+    hub = hub_with_config(hub_root, "sharing", "c.ClasshubService.share_interval = 0.5\n")
     yield hub
     hub.stop()
 
