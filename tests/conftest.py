@@ -24,8 +24,10 @@ IN_CI = bool(os.environ.get("CI"))
 
 #: The suite's tiers (``pytest -m unit`` is the quick one; ``make test`` runs them all), marked on
 #: the tests themselves (``pytestmark`` in a module, a decorator where a module mixes tiers):
-#: unit: no process of ours; hub: a real JupyterHub process; cluster: the fake Kubernetes API
-#: server (with or without a hub); browser: Chromium driven by Playwright.
+#: unit: no process of ours (the classhub service's app in the test's own event loop counts as
+#: unit: tests/inproc.py); hub: a real JupyterHub process, or other classhub processes of the
+#: test's (the job loop killed and restarted); cluster: the fake Kubernetes API server (with or
+#: without a hub); browser: Chromium driven by Playwright.
 TIERS = ("unit", "hub", "cluster", "browser")
 #: Fixtures that start a hub, a fake cluster or a browser: a test asking for one is not a unit test.
 _PROCESS_FIXTURES = frozenset({"hub_root", "demo_hub", "login", "hub", "shared_hubs", "cluster",

@@ -29,7 +29,8 @@ from hub_ext.store.job_models import JobEvent
 from tests.hubproc import wait_for
 from tests.pg import database_url, postgres_server, postgres_url  # noqa: F401
 
-pytestmark = pytest.mark.unit
+# not unit: it starts the job loop as a process of its own, about 20 times (tests/conftest.py, TIERS)
+pytestmark = pytest.mark.hub
 
 ROOT = Path(__file__).resolve().parent.parent
 INVENTORY = Path(__file__).parent / "data" / "jobs" / "two-h200.txt"

@@ -190,3 +190,19 @@ def test_a_value_that_cannot_leave_the_hub_is_refused_when_configured(tmp_path):
     c.ClasshubJobs.image = lambda: "x"
     with pytest.raises(ConfigError, match=r"c\.ClasshubJobs\.image = .* set it to a plain value"):
         handed_env(c)
+
+
+def test_the_migration_table_names_every_retired_variable_and_its_trait():
+    """docs/configuration.md tells a deployer, for each variable a process now refuses, the trait
+    to set instead: the same pair the refusal names (`apply_env`)."""
+    from hub_ext.backends.templates import ClasshubTemplates
+    from hub_ext.service.jobs.settings import ClasshubJobs
+
+    table = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
+    rows = {line.split("|")[1].strip().split("`")[1]: line.split("|")[2]
+            for line in table.splitlines() if line.startswith("| `CLASSHUB_")}
+    for cls in (ClasshubService, ClasshubJobs, ClasshubTemplates):
+        for name, trait in cls.class_traits(env=lambda v: v is not None).items():
+            var = trait.metadata["env"]
+            if var.startswith("CLASSHUB_"):
+                assert f"`c.{cls.__name__}.{name}`" in rows.get(var, ""), (var, rows.get(var))
