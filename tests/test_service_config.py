@@ -199,8 +199,10 @@ def test_the_migration_table_names_every_retired_variable_and_its_trait():
     from hub_ext.service.jobs.settings import ClasshubJobs
 
     table = (Path(__file__).parent.parent / "docs" / "configuration.md").read_text()
+    retired = table[table.index("| Retired variable |"):]
+    retired = retired[:retired.index("\n\n")]
     rows = {line.split("|")[1].strip().split("`")[1]: line.split("|")[2]
-            for line in table.splitlines() if line.startswith("| `CLASSHUB_")}
+            for line in retired.splitlines() if line.startswith("| `CLASSHUB_")}
     for cls in (ClasshubService, ClasshubJobs, ClasshubTemplates):
         for name, trait in cls.class_traits(env=lambda v: v is not None).items():
             var = trait.metadata["env"]
