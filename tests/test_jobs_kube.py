@@ -190,7 +190,7 @@ async def test_the_replicas_mount_the_students_home_as_the_hubs_kubespawner_expa
 
 
 def test_with_trainer_v2_a_job_is_a_valid_suspended_trainjob_admitted_by_one_merge_patch():
-    """A site running Kubeflow Trainer v2 (CLASSHUB_JOB_KIND=trainjob): the API server takes the
+    """A site running Kubeflow Trainer v2 (c.ClasshubJobs.job_kind = "trainjob"): the API server takes the
     TrainJob (422 otherwise), nothing runs before classhub un-suspends it, the replicas mount the
     student's home and start in the submitted folder, and the patch that admits it places them
     without dropping what the runtime patch carried (a merge patch replaces lists whole)."""

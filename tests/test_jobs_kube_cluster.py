@@ -5,7 +5,7 @@ What a student or an admin would notice: a 2 x 4-GPU job becomes a PyTorchJob th
 suspended until classhub admits it, then runs on the two nodes classhub chose, its pods bound all
 at once, and ends succeeded; while a notebook holds one node's GPUs no PyTorchJob is even created
 (the job waits in classhub's queue with a reason) and it starts when the notebook goes; cancel
-removes the job's pods; the PodGroup is bound all or nothing. With CLASSHUB_JOB_KIND=trainjob the
+removes the job's pods; the PodGroup is bound all or nothing. With ClasshubJobs.job_kind = trainjob the
 same job is a Kubeflow Trainer v2 TrainJob, run by the stand-in as the trainer runs it.
 """
 
