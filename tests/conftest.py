@@ -59,10 +59,10 @@ def _tier_problems(items: list[pytest.Item]) -> list[str]:
 #: module grows.
 SLOWEST_FIRST = (  # seconds: the larger of two CI runs' reports (--durations, junit)
     "test_quota_spawns",  # 368
-    "test_service_fuzz",  # 205
     "test_local_gpu_profiles",  # 162
     "test_browser_lab",  # 146
     "test_kube_spawner",  # 137
+    "test_service_fuzz",  # 205 before issue 29 moved about 75 s of its CPU out; about 130 expected
     "test_browser_pages",  # 108
     "test_culler_local",  # 92
     "test_jobs_restart",  # 92
