@@ -207,12 +207,19 @@ def traits(sections: dict[str, dict[str, Any]]) -> str:
                    for section, values in sections.items() for name, value in values.items())
 
 
+#: A test hub gives a server the time a loaded machine needs: a jupyter-server answered after 24-30 s
+#: beside the other test workers on two busy cores (one kept busy: ``make test-busy``), and
+#: JupyterHub gives a spawn up after its default ``http_timeout`` of 30 s ("never showed up").
+BUSY_MACHINE = "c.Spawner.http_timeout = 120\nc.Spawner.start_timeout = 180\n"
+
+
 def hub_with_config(root: Path, name: str, config: str, **kwargs: Any) -> LocalHub:
     """A started ``classhub local`` hub in ``root/name`` whose data-dir ``jupyterhub_config.py``
-    (loaded last) is `config`: extra accounts, admins, services, hub settings."""
+    (loaded last) is `config`: extra accounts, admins, services, hub settings (after
+    `BUSY_MACHINE`, which they may change)."""
     data = root / name
     data.mkdir()
-    (data / "jupyterhub_config.py").write_text(config)
+    (data / "jupyterhub_config.py").write_text(BUSY_MACHINE + config)
     return LocalHub(data_dir=data, **kwargs).start()
 
 

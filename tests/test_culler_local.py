@@ -23,7 +23,7 @@ import pytest
 import requests
 import websocket
 
-from tests.hubproc import HubSession, LocalHub, api, traits, wait_for
+from tests.hubproc import BUSY_MACHINE, HubSession, LocalHub, api, traits, wait_for
 
 pytestmark = pytest.mark.hub
 
@@ -38,7 +38,7 @@ def make_hub(root: Path, name: str, culler: dict) -> LocalHub:
     data_dir.mkdir()
     culler = {**culler, "clock_file": str(data_dir / "culler-clock")}
     (data_dir / "jupyterhub_config.py").write_text(
-        f"c.ClasshubLocalSpawner.gpu_discovery_command = ['cat', {str(INVENTORY)!r}]\n"
+        BUSY_MACHINE + f"c.ClasshubLocalSpawner.gpu_discovery_command = ['cat', {str(INVENTORY)!r}]\n"
         "c.ClasshubLocalSpawner.use_nvml = False\n" + traits({"ClasshubCuller": culler})
     )
     hub = LocalHub(data_dir=data_dir).start()

@@ -40,7 +40,7 @@ import culler
 import hub_ext
 import spawner
 from hub_ext import store
-from tests.hubproc import HubSession, LocalHub, api, start_server, traits, wait_for
+from tests.hubproc import BUSY_MACHINE, HubSession, LocalHub, api, start_server, traits, wait_for
 
 WATCH = Path(__file__).parent / "loopwatch"
 CODE = [str(Path(m.__file__).parent) for m in (hub_ext, spawner, culler)]
@@ -121,7 +121,7 @@ def hub(hub_root: Path, watch_dir: Path):
     data = hub_root / "event-loops"
     data.mkdir()
     clock = data / "culler-clock"
-    (data / "jupyterhub_config.py").write_text(traits({
+    (data / "jupyterhub_config.py").write_text(BUSY_MACHINE + traits({
         "ClasshubJobs": {"interval": 0.5},
         "ClasshubCuller": {"interval": 1, "warn_before": 300, "ask_servers": "never",
                            "clock_file": str(clock),

@@ -22,7 +22,7 @@ import requests
 
 from hub_ext import store
 from hub_ext.core.quota import parse_limits
-from tests.hubproc import HubSession, LocalHub, wait_for
+from tests.hubproc import BUSY_MACHINE, HubSession, LocalHub, wait_for
 from tests.pg import postgres_server  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.hub
@@ -82,13 +82,12 @@ def quota_hub(request, hub_root):
     data_dir = hub_root / f"quota-{request.param}"
     data_dir.mkdir()
     db_url = database(request, data_dir)
-    # Real servers, four starting at once beside the other test workers: a jupyter-server took
-    # 24 s to answer on CI's loaded 2 cores, near JupyterHub's default http_timeout (30 s), after
-    # which the hub gives the spawn up. This hub gives them the time a busy machine needs.
+    # Real servers, four starting at once beside the other test workers: the time a busy machine
+    # needs (tests.hubproc.BUSY_MACHINE)
     (data_dir / "jupyterhub_config.py").write_text(
-        CONFIG + "c.Spawner.http_timeout = 120\nc.Spawner.start_timeout = 180\n"
+        BUSY_MACHINE + CONFIG
         # reconcile the ledger quickly after the hub restarts
-        "c.ClasshubService.reconcile_interval = 1\nc.ClasshubService.reconcile_grace = 2\n")
+        + "c.ClasshubService.reconcile_interval = 1\nc.ClasshubService.reconcile_grace = 2\n")
     hub = LocalHub(data_dir=data_dir, extra_args=["--db-url", db_url]).start()
     hub.db_url = db_url
     yield hub

@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from hub_ext.backends.local import accounts
-from tests.hubproc import HubSession, LocalHub, api, traits, wait_for
+from tests.hubproc import BUSY_MACHINE, HubSession, LocalHub, api, traits, wait_for
 from tests.system_accounts import require_root, system_users_hub
 
 pytestmark = pytest.mark.hub
@@ -44,7 +44,7 @@ JOBS = {"ClasshubJobs": {"interval": 0.5, "grace": 2, "use_nvml": False,
 def hub(hub_root):
     data = hub_root / "system-attacks"
     data.mkdir()
-    (data / "jupyterhub_config.py").write_text(CONFIG + traits(JOBS))
+    (data / "jupyterhub_config.py").write_text(BUSY_MACHINE + CONFIG + traits(JOBS))
     hub = LocalHub(data_dir=data, extra_args=["--system-users", "--create-system-users"])
     with system_users_hub(hub, [PREFIX + accounts.safe_name(u) for u in (MALLORY, VICTIM)]) as started:
         yield started
