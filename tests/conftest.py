@@ -188,3 +188,6 @@ def v1(cluster):
 
 # The browser tier's fixtures (Chromium via Playwright): tests/browser.py.
 from tests.browser import browser, page  # noqa: E402,F401
+
+# The classhub service's app in the test's event loop (``service``): tests/inproc.py.
+from tests.inproc import service, service_sections  # noqa: E402,F401

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from tornado.httpclient import HTTPResponse
 
-from tests.inproc import InProcessService, service, service_sections  # noqa: F401
+from tests.inproc import InProcessService
 
 pytestmark = pytest.mark.unit
 
@@ -35,7 +35,7 @@ def _error_json(r: HTTPResponse) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def document(service: InProcessService) -> dict:  # noqa: F811
+async def document(service: InProcessService) -> dict:
     r = await service.request("GET", "/api/openapi.json")
     assert r.code == 200
     return json.loads(r.body)
@@ -81,7 +81,7 @@ UNREADABLE = {"20,000-deep arrays", "20,000-deep objects", "10**30", "10**400", 
               "invalid UTF-8", "an unpaired surrogate", "not JSON"}
 
 
-async def test_malformed_bodies_get_a_4xx_with_a_message(service, document):  # noqa: F811
+async def test_malformed_bodies_get_a_4xx_with_a_message(service, document):
     routes = _body_routes(document)
     assert len(routes) >= 15
     wrong = []
@@ -107,7 +107,7 @@ async def test_malformed_bodies_get_a_4xx_with_a_message(service, document):  # 
 
 # -- the attack run's findings ----------------------------------------------------------------------
 
-async def test_ids_beyond_64_bits_are_missing_ids(service):  # noqa: F811
+async def test_ids_beyond_64_bits_are_missing_ids(service):
     for who in ("admin", "student1"):
         for method in ("GET", "DELETE"):
             for share in ("99999999999999999999999", str(2**40), "0", "-1", "1e3", "x"):
@@ -126,7 +126,7 @@ async def test_ids_beyond_64_bits_are_missing_ids(service):  # noqa: F811
     assert r.code == 400 and "id" in _error_json(r)["message"]
 
 
-async def test_numbers_beyond_the_columns_name_the_field_and_range(service):  # noqa: F811
+async def test_numbers_beyond_the_columns_name_the_field_and_range(service):
     big = str(10**30).encode()
     json_type = {"Content-Type": "application/json"}
     for path, who in ((f"courses/{COURSE}/quota", "admin"),
@@ -150,7 +150,7 @@ async def test_numbers_beyond_the_columns_name_the_field_and_range(service):  # 
     assert r.code == 400 and "max_age" in _error_json(r)["message"]
 
 
-async def test_deep_nesting_and_bad_text_are_400(service):  # noqa: F811
+async def test_deep_nesting_and_bad_text_are_400(service):
     json_type = {"Content-Type": "application/json"}
     for path in ("courses", f"courses/{COURSE}/members", f"courses/{COURSE}/quota", "shares"):
         method = "POST" if path in ("courses", "shares") else "PUT"
@@ -160,7 +160,7 @@ async def test_deep_nesting_and_bad_text_are_400(service):  # noqa: F811
         assert r.code == 400 and "UTF-8" in _error_json(r)["message"], (path, r.body)
 
 
-async def test_a_window_at_the_end_of_time_is_400(service):  # noqa: F811
+async def test_a_window_at_the_end_of_time_is_400(service):
     windows = f"culling/courses/{COURSE}/windows"
     for start, end in (("9999-12-31T20:00:00-05:00", "9999-12-31T22:00:00-05:00"),
                        ("9999-12-31T23:00:00+00:00", "9999-12-31T23:30:00+00:00"),
@@ -177,7 +177,7 @@ def _archive(files: dict[str, bytes]) -> bytes:
     return data.getvalue()
 
 
-async def test_a_refused_archive_does_not_show_the_services_folders(service):  # noqa: F811
+async def test_a_refused_archive_does_not_show_the_services_folders(service):
     path = f"courses/{COURSE}/templates/lab1/versions"
     for body in (b"not an archive", _archive({"../escape.txt": b"x"})):
         r = await service.request("POST", path, "teacher1", body=body,
