@@ -138,7 +138,7 @@ class ClasshubTemplates(Configurable):
 
     @default("fetch_url")
     def _fetch_url(self) -> str:
-        return os.environ.get("CLASSHUB_TEMPLATES_FETCH_URL", os.environ.get("JUPYTERHUB_SERVICE_URL", ""))
+        return os.environ.get("JUPYTERHUB_SERVICE_URL", "")  # JupyterHub sets it for its services
 
     @default("namespace")
     def _namespace(self) -> str:

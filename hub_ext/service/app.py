@@ -46,7 +46,7 @@ from hub_ext.service.courses import Courses
 ROUTES: list[tuple[str, type]] = [openapi.OPENAPI_ROUTE, *routes.ROUTES]
 
 
-class OAuthCallbackHandler(handlers.SecurityHeaders, HubOAuthCallbackHandler):
+class OAuthCallbackHandler(handlers.SecurityHeaders, handlers.ServiceHubAuth, HubOAuthCallbackHandler):
     """JupyterHub's OAuth callback of the service, with the headers of every classhub response."""
 
 

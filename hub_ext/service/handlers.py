@@ -96,8 +96,22 @@ def _after_body(method):
     return run
 
 
+class ServiceHubAuth(HubOAuthenticated):
+    """Handlers that ask the hub who calls use the service's own HubOAuth (``ClasshubService.
+    make_app``: a 60 s token cache, so a revoked token stops working within a minute), not
+    HubAuth's process-wide default instance (300 s)."""
+
+    @property
+    def hub_auth(self) -> Any:
+        return self.settings.get("hub_auth") or HubOAuthenticated.hub_auth.fget(self)
+
+    @hub_auth.setter
+    def hub_auth(self, auth: Any) -> None:
+        self._hub_auth = auth
+
+
 @web.stream_request_body
-class APIHandler(SecurityHeaders, HubOAuthenticated, web.RequestHandler):
+class APIHandler(SecurityHeaders, ServiceHubAuth, web.RequestHandler):
     """Base for API handlers: JSON errors, 401/403 instead of redirects for API clients, and one
     guard for every request body.
 
@@ -133,6 +147,7 @@ class APIHandler(SecurityHeaders, HubOAuthenticated, web.RequestHandler):
     @property
     def hub(self) -> HubAPI:
         return self.settings["hub_api"]
+
 
     @property
     def courses(self) -> Courses:
@@ -251,8 +266,9 @@ class APIHandler(SecurityHeaders, HubOAuthenticated, web.RequestHandler):
 
         Nobody (no token, no login) is `authz.ANONYMOUS` (browsers asking for a page are sent to
         log in first); a token without access to classhub is refused here, unless the action is
-        one such a token may do (`authz.WITHOUT_ACCESS`: the metrics)."""
-        model = self.get_current_user() if "hub_auth" in self.settings else None
+        one such a token may do (`authz.WITHOUT_ACCESS`: the metrics). The hub is asked without
+        blocking the loop (`identify`), also when a handler authorizes in ``prepare``."""
+        model = await self.identify() if "hub_auth" in self.settings else None
         if model is None:
             if self._wants_html() and self.request.method in ("GET", "HEAD"):
                 self.redirect(self.get_login_url())
