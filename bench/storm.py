@@ -77,7 +77,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -241,20 +241,23 @@ class Processes:
                 stop()
 
 
-def terminate(proc: subprocess.Popen, timeout: float = 60) -> None:
-    """SIGTERM, wait, SIGKILL; then kill whatever it started and left behind (proxy, services)."""
-    if proc.poll() is not None:
-        return
-    try:
-        children = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        children = []
-    proc.terminate()
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+def terminate(proc: subprocess.Popen, timeout: float = 60,
+              seen: Iterable[psutil.Process] = ()) -> None:
+    """SIGTERM, wait, SIGKILL; then kill whatever it started and left behind (proxy, services).
+
+    ``seen``: processes it started that were seen earlier (`Run.watch_children`): a hub that
+    exited on its own (a service that did not start in time) left its proxy and services
+    running, in sessions of their own, where no later look for its children finds them."""
+    children = list(seen)
+    if proc.poll() is None:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            children += psutil.Process(proc.pid).children(recursive=True)
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
     for child in children:
         with contextlib.suppress(psutil.NoSuchProcess):
             if child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
@@ -416,6 +419,7 @@ class Run:
         self.names = [f"s{i:04d}" for i in range(args.users)]
         self.hub: Hub | None = None
         self.reader_tokens: list[tuple[str, str]] = []
+        self.children: dict[int, psutil.Process] = {}  # the hub's, as seen (`watch_children`)
 
     # ---- the hub process
     def start_hub(self) -> None:
@@ -440,6 +444,7 @@ class Run:
         assert hub is not None
 
         async def up() -> bool:
+            self.watch_children()
             if hub.proc.poll() is not None:
                 raise SystemExit(f"the {self.kind} hub exited:\n{self.hub_log()}")
             async with client.session() as s:
@@ -666,9 +671,16 @@ class Run:
             await wait_until(none_active, 300, "every server to stop", interval=0.5)
             await wait_until(lambda: no_pods(client, s, self.cluster), 120, "every pod to go", interval=0.5)
 
+    def watch_children(self) -> None:
+        """Remember the processes the hub has started so far (its proxy and services)."""
+        if self.hub is not None and self.hub.proc.poll() is None:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                for child in psutil.Process(self.hub.proc.pid).children(recursive=True):
+                    self.children.setdefault(child.pid, child)
+
     def stop_hub(self) -> None:
         if self.hub is not None:
-            terminate(self.hub.proc)
+            terminate(self.hub.proc, seen=self.children.values())
 
 
 def _cookie(jar: aiohttp.CookieJar, name: str) -> str:
