@@ -144,6 +144,11 @@ CLASSHUB_VARIANT = """\
 from hub_ext.config import configure
 configure(c, mode="kubernetes", service_url="http://127.0.0.1:{service_port}", db_url={classhub_db!r},
           freeze_heap={freeze_heap!r})
+# The storm is measured, not the hub's start: on a busy machine the service's imports alone
+# outlasted JupyterHub's 30 s wait for a managed service, and the hub gave up starting.
+for _service in c.JupyterHub.services:
+    if _service["name"] == "classhub":
+        _service["timeout"] = {service_timeout}
 c.ClasshubKubeSpawner.profiles = [
     {{"slug": "cpu", "display_name": "CPU", "kind": "cpu", "default": True, "groups": [{course!r}],
       "cpu_guarantee": {cpu_guarantee!r}, "cpu_limit": {cpu_limit!r},
@@ -335,6 +340,7 @@ def write_config(kind: str, data: Path, token: str, password: str, hub_db: str,
                   mem_limit=MEM_LIMIT)
     if kind == "classhub":
         variant = CLASSHUB_VARIANT.format(service_port=free_port(), classhub_db=classhub_db,
+                                          service_timeout=HUB_START_TIMEOUT,
                                           course=COURSE, freeze_heap=freeze_heap, **values)
     else:
         variant = STOCK_VARIANT
