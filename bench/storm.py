@@ -77,7 +77,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,6 +144,11 @@ CLASSHUB_VARIANT = """\
 from hub_ext.config import configure
 configure(c, mode="kubernetes", service_url="http://127.0.0.1:{service_port}", db_url={classhub_db!r},
           freeze_heap={freeze_heap!r})
+# The storm is measured, not the hub's start: on a busy machine the service's imports alone
+# outlasted JupyterHub's 30 s wait for a managed service, and the hub gave up starting.
+for _service in c.JupyterHub.services:
+    if _service["name"] == "classhub":
+        _service["timeout"] = {service_timeout}
 c.ClasshubKubeSpawner.profiles = [
     {{"slug": "cpu", "display_name": "CPU", "kind": "cpu", "default": True, "groups": [{course!r}],
       "cpu_guarantee": {cpu_guarantee!r}, "cpu_limit": {cpu_limit!r},
@@ -241,20 +246,23 @@ class Processes:
                 stop()
 
 
-def terminate(proc: subprocess.Popen, timeout: float = 60) -> None:
-    """SIGTERM, wait, SIGKILL; then kill whatever it started and left behind (proxy, services)."""
-    if proc.poll() is not None:
-        return
-    try:
-        children = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        children = []
-    proc.terminate()
-    try:
-        proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+def terminate(proc: subprocess.Popen, timeout: float = 60,
+              seen: Iterable[psutil.Process] = ()) -> None:
+    """SIGTERM, wait, SIGKILL; then kill whatever it started and left behind (proxy, services).
+
+    ``seen``: processes it started that were seen earlier (`Run.watch_children`): a hub that
+    exited on its own (a service that did not start in time) left its proxy and services
+    running, in sessions of their own, where no later look for its children finds them."""
+    children = list(seen)
+    if proc.poll() is None:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            children += psutil.Process(proc.pid).children(recursive=True)
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
     for child in children:
         with contextlib.suppress(psutil.NoSuchProcess):
             if child.is_running() and child.status() != psutil.STATUS_ZOMBIE:
@@ -332,6 +340,7 @@ def write_config(kind: str, data: Path, token: str, password: str, hub_db: str,
                   mem_limit=MEM_LIMIT)
     if kind == "classhub":
         variant = CLASSHUB_VARIANT.format(service_port=free_port(), classhub_db=classhub_db,
+                                          service_timeout=HUB_START_TIMEOUT,
                                           course=COURSE, freeze_heap=freeze_heap, **values)
     else:
         variant = STOCK_VARIANT
@@ -416,6 +425,7 @@ class Run:
         self.names = [f"s{i:04d}" for i in range(args.users)]
         self.hub: Hub | None = None
         self.reader_tokens: list[tuple[str, str]] = []
+        self.children: dict[int, psutil.Process] = {}  # the hub's, as seen (`watch_children`)
 
     # ---- the hub process
     def start_hub(self) -> None:
@@ -440,6 +450,7 @@ class Run:
         assert hub is not None
 
         async def up() -> bool:
+            self.watch_children()
             if hub.proc.poll() is not None:
                 raise SystemExit(f"the {self.kind} hub exited:\n{self.hub_log()}")
             async with client.session() as s:
@@ -666,9 +677,16 @@ class Run:
             await wait_until(none_active, 300, "every server to stop", interval=0.5)
             await wait_until(lambda: no_pods(client, s, self.cluster), 120, "every pod to go", interval=0.5)
 
+    def watch_children(self) -> None:
+        """Remember the processes the hub has started so far (its proxy and services)."""
+        if self.hub is not None and self.hub.proc.poll() is None:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                for child in psutil.Process(self.hub.proc.pid).children(recursive=True):
+                    self.children.setdefault(child.pid, child)
+
     def stop_hub(self) -> None:
         if self.hub is not None:
-            terminate(self.hub.proc)
+            terminate(self.hub.proc, seen=self.children.values())
 
 
 def _cookie(jar: aiohttp.CookieJar, name: str) -> str:

@@ -231,6 +231,7 @@ class ProfilesMixin(HasTraits):
                 409, f"Cannot start {selection.profile.display_name}: {offer.reason}.{notice}"
             )
         if self.classhub_db_url:
+            self._released = False  # from here on, a reservation may be held (`clear_state`)
             await quota.reserve(self.classhub_db_url, self.user.name, self.name, selection,
                                 courses=in_courses)
         self.selection = selection
@@ -299,13 +300,32 @@ class ProfilesMixin(HasTraits):
         who sees the server stopped also sees the quota free (in a worker thread)."""
         if self.classhub_db_url and self.classhub_profiles_enabled():
             await quota.release_now(self.classhub_db_url, self.user.name, self.name)
+            self._released = True
+
+    #: Whether the last reservation of this server was given back by `release_reservation` and
+    #: none was made since (False: unknown, e.g. a server that ran before a hub restart).
+    _released = False
 
     def clear_state(self) -> None:
         """The server is gone (stopped, failed, found dead): release its quota reservation (a
         stop already did; a failed spawn or a server found dead did not)."""
         super().clear_state()
-        if self.classhub_db_url and self.classhub_profiles_enabled():
+        if (self.classhub_db_url and self.classhub_profiles_enabled() and not self._released
+                and not self._starting_afresh()):
             quota.release(self.classhub_db_url, self.user.name, self.name)
+
+    def _starting_afresh(self) -> bool:
+        """Whether this ``clear_state`` is the one JupyterHub's ``User.spawn`` makes before a new
+        start ("make sure it doesn't restore state"): the spawn is pending, its ``start`` not yet
+        called, no stop under way, and classhub's `_apply_profile` runs next.
+
+        Why it releases nothing: that start either reserves, and the reservation releases a
+        stale one under the same key in its own transaction (``replace_stale``), or it fails,
+        and JupyterHub's ``User.stop`` then clears the state again, which releases. A release
+        here was a second write transaction per start, queued beside the reservation for the
+        database's write lock (bench/storm.py; docs/performance.md)."""
+        return (self._spawn_pending and not self._start_pending and not self._stop_pending
+                and getattr(self.apply_user_options, "__func__", None) is ProfilesMixin._apply_profile)
 
     async def apply_selection(self, selection: Selection) -> None:
         """Turn the validated selection into this spawner's settings (per spawner kind)."""

@@ -15,6 +15,7 @@ from sqlalchemy.exc import OperationalError
 
 from hub_ext import store
 from hub_ext.store import Course, ensure_course
+from hub_ext.store.engine import read_connection
 from tests.pg import database_url, postgres_server, postgres_url  # noqa: F401
 
 pytestmark = pytest.mark.unit
@@ -42,3 +43,18 @@ def test_readers_refuse_writes_on_sqlite(tmp_path):
     assert store.readers(sessions) is reader  # made once
     with pytest.raises(OperationalError, match="readonly"), reader.begin() as session:
         ensure_course(session, "cs101", NOW)
+
+
+def test_a_read_connection_sees_the_committed_snapshot_while_a_writer_holds_the_lock(database_url):  # noqa: F811
+    """`store.engine.read_connection` (rows without an ORM session, a start's course roles) reads
+    like the readers: it does not queue behind a class start's reservations."""
+    sessions = store.connect(database_url)
+    with sessions.begin() as session:
+        ensure_course(session, "cs101", NOW)
+    with sessions.begin() as writer:
+        ensure_course(writer, "bio201", NOW)
+        writer.flush()
+        with read_connection(sessions) as connection:
+            assert list(connection.scalars(select(Course.name))) == ["cs101"]
+    with read_connection(sessions) as connection:
+        assert sorted(connection.scalars(select(Course.name))) == ["bio201", "cs101"]

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from hub_ext import store
@@ -27,6 +27,7 @@ from hub_ext.backends.templates import TemplateStorage
 from hub_ext.core import templates as rules
 from hub_ext.core.authz import Caller
 from hub_ext.core.seeding import SeedLimits
+from hub_ext.store.engine import read_connection
 from hub_ext.store.models import AuditLog, Course, Membership
 from hub_ext.store.template_models import TemplateSettings, find_version
 
@@ -75,6 +76,13 @@ class SeedJob:
         return rules.template_key(self.course, self.name)
 
 
+#: `course_roles`' statement, built once (a class start reads it per start).
+_COURSE_ROLES = (select(Course.name, Membership.role, TemplateSettings.reseed)
+                 .join(Membership, Membership.course_id == Course.id)
+                 .outerjoin(TemplateSettings, TemplateSettings.course_id == Course.id)
+                 .where(Membership.username == bindparam("username")))
+
+
 def course_roles(db_url: str, username: str) -> tuple[dict[str, str], bool]:
     """The user's courses with their role in each (course -> role), and whether one of those
     courses re-seeds ``on_start``: only then may a start without a ``template`` option seed
@@ -87,13 +95,8 @@ def course_roles(db_url: str, username: str) -> tuple[dict[str, str], bool]:
     store's threads (docs/architecture.md, rule 7: no database call on the hub's event loop, a
     PostgreSQL round trip included). As two reads it was two transactions (on PostgreSQL,
     three round trips each)."""
-    with store.readers(store.shared(db_url))() as session:
-        rows = session.execute(
-            select(Course.name, Membership.role, TemplateSettings.reseed)
-            .join(Membership, Membership.course_id == Course.id)
-            .outerjoin(TemplateSettings, TemplateSettings.course_id == Course.id)
-            .where(Membership.username == username)
-        ).all()
+    with read_connection(store.shared(db_url)) as connection:  # rows, no ORM session: a start's CPU
+        rows = connection.execute(_COURSE_ROLES, {"username": username}).all()
     return {name: role for name, role, _ in rows}, any(reseed == rules.ON_START for *_, reseed in rows)
 
 

@@ -55,8 +55,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 __all__ = ["VERSION_TABLE", "SchemaError", "Upgraded", "alembic_config", "connect", "ensure_schema",
-           "head_revision", "in_thread", "make_engine", "readers", "shared", "shown_url", "upgrade",
-           "upgrade_database"]
+           "head_revision", "in_thread", "make_engine", "read_connection", "readers", "shared", "shown_url",
+           "upgrade", "upgrade_database"]
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 VERSION_TABLE = "classhub_alembic_version"
@@ -157,6 +157,18 @@ def readers(sessions: sessionmaker[Session]) -> sessionmaker[Session]:
             reader._classhub_readers = reader  # type: ignore[attr-defined]  # readers of readers
         sessions._classhub_readers = reader  # type: ignore[attr-defined]
     return reader
+
+
+@contextlib.contextmanager
+def read_connection(sessions: sessionmaker[Session]) -> Iterator[Connection]:
+    """A Core connection of `readers(sessions)`, in one read transaction, for the hot reads of
+    the hub that want rows, not ORM objects (a start's course roles).
+
+    Why not a session: an ORM session around one small select cost about four times the CPU of
+    the select on a connection (about 1 ms against 0.25 ms per start), and the hub runs one per
+    start, hundreds at a class start (bench/storm.py, docs/performance.md)."""
+    with readers(sessions).kw["bind"].connect() as connection:
+        yield connection
 
 
 def _read_engine(url: URL) -> Engine:

@@ -24,11 +24,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from fractions import Fraction
-from types import EllipsisType
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Connection,
+    Engine,
     Select,
     String,
     and_,
@@ -37,6 +38,7 @@ from sqlalchemy import (
     cast,
     false,
     func,
+    insert,
     select,
     true,
     update,
@@ -52,6 +54,7 @@ from hub_ext.core.quota import (
     admit,
     gpu_amount,
     gpu_seconds,
+    parse_limits,
     week_window,
 )
 from hub_ext.core.resources import ResourceVector, sum_vectors
@@ -76,13 +79,24 @@ def _parsed(items: tuple[tuple[str, Any], ...]) -> ResourceVector:
 
 # The statements of an admission, built once: a class start makes hundreds of admissions, each
 # under its course's lock, and building the same SQL expressions again for each was a fifth of
-# an admission's time (bench/storm.py). Values come as bound parameters.
+# an admission's time (bench/storm.py). Values come as bound parameters. An admission runs them
+# on the transaction's Core connection and reads rows, not ORM objects: through the ORM (entities
+# loaded, a unit of work to insert) the same statements cost three times the CPU, and the hub
+# runs one admission per start (docs/performance.md).
 _UNRELEASED = select(Reservation).where(Reservation.key == bindparam("key"),
                                         Reservation.released_at.is_(None))
+_UNRELEASED_ROW = select(*Reservation.__table__.columns).where(
+    Reservation.key == bindparam("key"), Reservation.released_at.is_(None))
+_RELEASE_ROW = (update(Reservation).where(Reservation.id == bindparam("row_id"))
+                .values(released_at=bindparam("released_at")))
+_INSERT = insert(Reservation).returning(Reservation.id)
 # The course row locked, read with everything a decision needs in one statement (one round trip
 # under the lock, not two): the course's limits, the user's membership and their limits (outer
 # joins: no limits row means no limits; no membership row means not a member).
-_COURSE_LOCKED = (select(Course, CourseQuota, Membership, UserQuota)
+_COURSE_LOCKED = (select(Course.id, Course.name, CourseQuota.course_id, CourseQuota.resources,
+                         CourseQuota.servers, CourseQuota.gpu_hours_per_week, Membership.id,
+                         UserQuota.id, UserQuota.resources, UserQuota.servers,
+                         UserQuota.gpu_hours_per_week)
                   .outerjoin(CourseQuota, CourseQuota.course_id == Course.id)
                   .outerjoin(Membership, and_(Membership.course_id == Course.id,
                                               Membership.username == bindparam("username")))
@@ -90,6 +104,20 @@ _COURSE_LOCKED = (select(Course, CourseQuota, Membership, UserQuota)
                                              UserQuota.username == bindparam("username")))
                   .where(Course.name == bindparam("name"))
                   .with_for_update(of=Course))
+
+
+def _limits(row_id: Any, resources: dict[str, Any] | None, servers: int | None,
+            gpu_hours_per_week: Fraction | None) -> Limits:
+    """A quota row's limits as `_COURSE_LOCKED` reads them (no row: no limits)."""
+    if row_id is None:
+        return Limits()
+    return parse_limits({"resources": resources or {}, "servers": servers,
+                         "gpu_hours_per_week": gpu_hours_per_week})
+
+
+def _reservation(row: Any) -> Reservation:
+    """A reservation row as the `Reservation` that `Ledger.reserve` returns (not in a session)."""
+    return Reservation(**row._asdict())
 
 
 def _usage_statements(scope: ColumnElement[bool], label: ColumnElement[Any] | None = None,
@@ -170,6 +198,12 @@ class Ledger:
         self._week = week
 
     @functools.cached_property
+    def _engine(self) -> Engine:
+        """The engine of the ledger's sessions: an admission runs on its connection (Core rows,
+        see `_COURSE_LOCKED`), in the same transactions (sqlite: BEGIN IMMEDIATE, engine.py)."""
+        return self._sessions.kw["bind"]
+
+    @functools.cached_property
     def _reads(self) -> sessionmaker[Session]:
         """Sessions for the ledger's pure reads (usage, holdings, keys): they never wait on a
         writer nor take sqlite's write lock (`store.readers`; docs/architecture.md, rule 7), so
@@ -221,22 +255,26 @@ class Ledger:
         runs under it: the hub does not start a running server) and is released first, in the
         same transaction, so one start is one write (a class start is hundreds of them). The
         release stays even when the new request is refused.
+
+        The `Reservation` returned is the row as a plain object, in no session (the admission
+        reads and writes rows on its connection: `_COURSE_LOCKED`).
         """
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
         for attempt in range(3):
             try:
-                with self._sessions.begin() as session:
+                with self._engine.begin() as connection:
                     if replace_stale:
-                        held = session.scalars(_UNRELEASED, {"key": key}).one_or_none()
+                        held = connection.execute(_UNRELEASED_ROW, {"key": key}).one_or_none()
                         if held is not None:
-                            self._mark_released(session, held, now)
+                            connection.execute(_RELEASE_ROW, {"row_id": held.id,
+                                                              "released_at": max(now, held.started_at)})
                     try:
                         # After a stale release nothing is held under the key (a concurrent
                         # reservation of it fails the insert, and the next attempt sees it);
                         # otherwise the key is read under the course's lock, so a retried
                         # request finds its own reservation instead of being counted against.
-                        return self._reserve(session, username, course, key, request, now, kind,
+                        return self._reserve(connection, username, course, key, request, now, kind,
                                              profile, existing=None if replace_stale else ...)
                     except QuotaDenied as e:
                         if not replace_stale:
@@ -252,7 +290,7 @@ class Ledger:
 
     def _reserve(
         self,
-        session: Session,
+        session: Session | Connection,
         username: str,
         course_name: str | None,
         key: str,
@@ -261,60 +299,55 @@ class Ledger:
         kind: str,
         profile: str | None = None,
         *,
-        existing: Reservation | EllipsisType | None = ...,
+        existing: Any = ...,
     ) -> Reservation:
-        """`existing`: the unreleased reservation under `key` as the caller just read it in this
-        transaction (``...``: read it here)."""
-        course: Course | None = None
+        """`existing`: the unreleased reservation row under `key` as the caller just read it in
+        this transaction (None: none; ``...``: read it here). Runs on the transaction's
+        connection, with rows, not ORM objects (see `_COURSE_LOCKED`)."""
+        connection = session.connection() if isinstance(session, Session) else session
+        course: tuple[int, str] | None = None
         limits = (Limits(), Limits())
         if course_name is not None:
-            found = session.execute(_COURSE_LOCKED, {"name": course_name, "username": username}
-                                    ).one_or_none()
+            found = connection.execute(_COURSE_LOCKED, {"name": course_name, "username": username}
+                                       ).one_or_none()
             if found is None:
                 raise LookupError(f"no course named {course_name!r}")
-            course, course_quota, member, user_quota = found
-            if member is None:
+            course = (found[0], found[1])
+            if found[6] is None:
                 raise QuotaDenied(
                     Decision(False, NOT_MEMBER, f"You are not a member of course {course_name}.")
                 )
-            limits = (user_quota.limits if user_quota else Limits(),
-                      course_quota.limits if course_quota else Limits())
+            limits = (_limits(*found[7:11]), _limits(*found[2:6]))
 
         if existing is ...:
-            existing = session.scalars(_UNRELEASED, {"key": key}).one_or_none()
+            existing = connection.execute(_UNRELEASED_ROW, {"key": key}).one_or_none()
         if existing is not None:
-            same_course = existing.course_id == (course.id if course else None)
+            held_request = _request(existing.resources)
+            same_course = existing.course_id == (course[0] if course else None)
             same_profile = profile is None or existing.profile == profile
-            if (existing.username != username or not same_course or existing.request != request
+            if (existing.username != username or not same_course or held_request != request
                     or not same_profile):
                 held = f" ({existing.profile})" if existing.profile else ""
                 raise ValueError(
-                    f"{key!r} is already reserved by {existing.username} for {existing.request}"
+                    f"{key!r} is already reserved by {existing.username} for {held_request}"
                     f"{held}; release it before reserving it again"
                 )
-            return existing
+            return _reservation(existing)
 
         if course is not None:
-            decision = self._decide(session, course, username, request, now, kind, limits)
+            decision = self._decide(connection, course, username, request, now, kind, limits)
             if not decision.allowed:
                 raise QuotaDenied(decision)
-        reservation = Reservation(
-            key=key,
-            kind=kind,
-            username=username,
-            course=course,
-            resources=request.to_k8s(),
-            profile=profile,
-            started_at=now,
-        )
-        session.add(reservation)
-        session.flush()
-        return reservation
+        values = {"key": key, "kind": kind, "username": username,
+                  "course_id": course[0] if course else None, "resources": request.to_k8s(),
+                  "profile": profile, "started_at": now, "released_at": None}
+        row_id = connection.execute(_INSERT, values).scalar_one()
+        return Reservation(id=row_id, **values)
 
     def _decide(
         self,
-        session: Session,
-        course: Course,
+        connection: Connection,
+        course: tuple[int, str],
         username: str,
         request: ResourceVector,
         now: datetime,
@@ -322,15 +355,17 @@ class Ledger:
         limits: tuple[Limits, Limits],
     ) -> Decision:
         """Run core `admit` on the course's reservations as this locked transaction sees them;
-        `limits`: the student's and the course's, as `_reserve` read them with the locks."""
-        in_course, parts = self._held(session, now, _ADMISSION_USAGE,
-                                      {"course_id": course.id, "username": username})
+        `course`: its id and name; `limits`: the student's and the course's, as `_reserve` read
+        them with the locks."""
+        course_id, course_name = course
+        in_course, parts = self._held(connection, now, _ADMISSION_USAGE,
+                                      {"course_id": course_id, "username": username})
         of_user = parts.get(1, Usage())
         return admit(
             request,
             (limits[0], of_user),
             (limits[1], in_course),
-            course.name,
+            course_name,
             servers=1 if kind == "server" else 0,
         )
 
@@ -535,7 +570,7 @@ class Ledger:
             rows = session.scalars(query).all()
         return gpu_seconds(((r.started_at, r.released_at, r.request) for r in rows), start, end, now)
 
-    def _held(self, session: Session, now: datetime, statements: tuple[Select, Select],
+    def _held(self, session: Session | Connection, now: datetime, statements: tuple[Select, Select],
               params: dict[str, Any]) -> tuple[Usage, dict[Any, Usage]]:
         """Usage in `now`'s week of the reservations that `statements` (`_usage_statements`)
         select, and of each of their parts by label (a label with no reservation in the week is
