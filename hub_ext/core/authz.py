@@ -97,6 +97,8 @@ SUBMIT_JOB = "submit_job"
 READ_JOB = "read_job"
 CANCEL_JOB = "cancel_job"
 READ_COURSE_JOBS = "read_course_jobs"
+READ_CLUSTER = "read_cluster"
+READ_COURSE_CLUSTER = "read_course_cluster"
 # Who asks, and what belongs to the caller alone.
 READ_ME = "read_me"
 LIST_OWN_FILES = "list_own_files"
@@ -257,6 +259,7 @@ _COURSE_RULES: Mapping[str, frozenset[str]] = MappingProxyType(
         READ_CULL_WINDOWS: _MEMBERS,
         EDIT_CULL_WINDOWS: _TEACHERS,
         SET_JOB_PRIORITY: _TEACHERS,
+        READ_COURSE_CLUSTER: _TEACHERS,
     }
 )
 
@@ -279,6 +282,7 @@ _WHAT = {
     READ_CULL_WINDOWS: "see the no-cull windows of {c}",
     EDIT_CULL_WINDOWS: "reserve or cancel no-cull windows of {c}",
     SET_JOB_PRIORITY: "set a job's priority in {c}",
+    READ_COURSE_CLUSTER: "see what {c} holds on the cluster",
 }
 
 _WHO = {
@@ -293,6 +297,7 @@ ACTIONS = (
     CREATE_COURSE,
     *_COURSE_RULES,
     READ_ALL_USAGE,
+    READ_CLUSTER,
     READ_OWN_USAGE,
     READ_METRICS,
     CONTROL_SERVER,
@@ -327,6 +332,8 @@ _ADMINS_ONLY = {
         "Only hub admins can see the usage of every course; teachers and TAs can see their "
         "course's usage at /api/courses/<course>/usage, everyone their own at /api/usage/me."
     ),
+    READ_CLUSTER: ("Only hub admins can see the whole cluster; a course's teachers see what "
+                   "their course holds from the course page (Cluster)."),
     READ_PERSISTENT: "Only hub admins can list the servers marked persistent.",
     MARK_PERSISTENT: "Only hub admins can mark servers persistent (never culled); ask an admin.",
     SET_CULL_POLICY: ("Only hub admins can set a course's culling policy; ask an admin (members "

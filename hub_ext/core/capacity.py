@@ -278,10 +278,13 @@ def is_terminated(pod: Mapping[str, Any]) -> bool:
 
 @dataclass(frozen=True)
 class PodUsage:
-    """What one pod holds: its requests, on its node ("" while the scheduler has not bound it)."""
+    """What one pod holds: its requests, on its node ("" while the scheduler has not bound it),
+    and for whom when the reader knows (``holder``: e.g. ("server", user, server name) or
+    ("job", job id, ""); the Cluster page shows who holds what on each node)."""
 
     node: str
     requests: ResourceVector
+    holder: tuple[str, str, str] | None = None
 
 
 def pod_usage(pod: Mapping[str, Any]) -> PodUsage | None:

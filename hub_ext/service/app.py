@@ -113,6 +113,12 @@ class ClasshubService(Application):
         "also ended when the service starts.",
     ).tag(env="CLASSHUB_SHARE_INTERVAL")
 
+    grafana_url = Unicode(
+        "", config=True,
+        help="A Grafana dashboard of this cluster (e.g. the one in helm-values/), linked from the "
+        "Cluster page; empty: no link.",
+    )
+
     @validate("reconcile_interval", "reconcile_grace", "share_interval")
     def _positive(self, proposal: Any) -> float:
         if not proposal.value > 0:
@@ -174,6 +180,7 @@ class ClasshubService(Application):
             jobs=job_service,
             authenticate_metrics=self.authenticate_metrics,
             mode=self.mode,
+            grafana_url=self.grafana_url,
             classhub_templates=getattr(self, "templates", None) or ClasshubTemplates(parent=self),
             prefix=self.prefix,
             cookie_secret=os.urandom(32),

@@ -33,7 +33,17 @@ from pydantic.json_schema import models_json_schema
 from tornado import web
 
 from hub_ext import __version__
-from hub_ext.service import culling, handlers, invitations, jobs, panel, routes, sharing, templates
+from hub_ext.service import (
+    cluster,
+    culling,
+    handlers,
+    invitations,
+    jobs,
+    panel,
+    routes,
+    sharing,
+    templates,
+)
 from hub_ext.service.apidoc import BODY_ERRORS, ERRORS, JSON, json_body, ok, op, ref
 from hub_ext.service.declare import PUBLIC, action_of, body_of, needs
 
@@ -263,7 +273,7 @@ def _hand_written() -> dict[str, dict[str, Any]]:
     """Every hand-written path entry: `PATHS` and each route module's ``OPENAPI_PATHS`` (a module
     whose operations are all generated may have none)."""
     paths = dict(PATHS)
-    for module in (templates, sharing, culling, invitations, panel, jobs):
+    for module in (templates, sharing, culling, invitations, panel, jobs, cluster):
         paths.update(getattr(module, "OPENAPI_PATHS", {}))
     return paths
 

@@ -8,6 +8,7 @@ app that imports it). The app mounts them under its prefix, after the document's
 from __future__ import annotations
 
 from hub_ext.service import (
+    cluster,
     culling,
     handlers,
     invitations,
@@ -42,5 +43,6 @@ ROUTES: list[tuple[str, type]] = [
     *invitations.ROUTES,
     *jobs.ROUTES,
     *panel.ROUTES,
+    *cluster.ROUTES,
     *pages.ROUTES,
 ]

@@ -226,6 +226,13 @@ class Ledger:
         when its last replica is gone)."""
         return f"job:{job_id}"
 
+    @staticmethod
+    def named(key: str) -> str:
+        """What a key's holder is called on a page: the job's id, or the server's owner and
+        name ("ann" for the default server, "ann/gpu" for a named one)."""
+        kind, _, rest = key.partition(":")
+        return rest.removesuffix("/") if kind == "server" else rest
+
     # ------------------------------------------------------------------ reserve / release
 
     def reserve(

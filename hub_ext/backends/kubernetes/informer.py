@@ -25,9 +25,35 @@ from kubespawner.reflector import MultiNamespaceResourceReflector
 from traitlets import default, validate
 from traitlets.config import LoggingConfigurable
 
-from hub_ext.core.capacity import CapacitySnapshot, pod_usage
+from hub_ext.core.capacity import CapacitySnapshot, PodUsage, pod_usage
 
 from .capacity import KubernetesBackend
+from .jobs import JOB_LABEL
+
+#: KubeSpawner's annotations on a server's pod: the user's and the server's names, unescaped.
+USER_ANNOTATION = "hub.jupyter.org/username"
+SERVER_ANNOTATION = "hub.jupyter.org/servername"
+
+
+def holder_of(pod: dict[str, Any]) -> tuple[str, str, str] | None:
+    """Whom a pod serves: ("server", user, server name) for a pod KubeSpawner started,
+    ("job", job id, "") for a replica of a classhub job, None for anything else."""
+    metadata = pod.get("metadata") or {}
+    labels = metadata.get("labels") or {}
+    annotations = metadata.get("annotations") or {}
+    if labels.get(JOB_LABEL):
+        return ("job", str(labels[JOB_LABEL]), "")
+    if labels.get("component") == "singleuser-server" and annotations.get(USER_ANNOTATION):
+        return ("server", str(annotations[USER_ANNOTATION]),
+                str(annotations.get(SERVER_ANNOTATION) or ""))
+    return None
+
+
+def usage_of(pod: dict[str, Any]) -> PodUsage | None:
+    """The pod's usage with whom it serves (`holder_of`): a few strings more per pod."""
+    usage = pod_usage(pod)
+    holder = holder_of(pod) if usage is not None else None
+    return usage if usage is None or holder is None else PodUsage(usage.node, usage.requests, holder)
 
 #: Stamps of `_PodUsages` changes, unique in the process (a relisted dict is a new object).
 _stamps = itertools.count(1)
@@ -44,11 +70,11 @@ class _PodUsages(dict):
     the snapshot a comparison of every pod's version."""
 
     def __init__(self, pods: dict[str, Any] | None = None) -> None:
-        super().__init__((key, pod_usage(pod)) for key, pod in (pods or {}).items())
+        super().__init__((key, usage_of(pod)) for key, pod in (pods or {}).items())
         self.stamp = next(_stamps)
 
     def __setitem__(self, key: str, pod: dict[str, Any]) -> None:
-        super().__setitem__(key, pod_usage(pod))
+        super().__setitem__(key, usage_of(pod))
         self.stamp = next(_stamps)
 
     def update(self, *args: Any, **kwargs: Any) -> None:  # every way in parses the pod
@@ -181,6 +207,18 @@ class LiveCapacity(LoggingConfigurable):
         if self._snapshot is None or self._snapshot[0] is not nodes or self._snapshot[1] != pods.stamp:
             self._snapshot = (nodes, pods.stamp, CapacitySnapshot.from_usage(nodes, list(pods.values())))
         return self._snapshot[2]
+
+    async def placements(self) -> dict[tuple[str, str, str], tuple[str, ...]]:
+        """Whom each bound pod serves -> its nodes (a job's replicas may be on several), from
+        the watch (empty without one: the Cluster page then lists holdings without a node)."""
+        await self.snapshot()  # starts the watch on first use
+        if self._pods is None:
+            return {}
+        found: dict[tuple[str, str, str], list[str]] = {}
+        for usage in list(self._pods.resources.values()):
+            if usage is not None and usage.holder is not None and usage.node:
+                found.setdefault(usage.holder, []).append(usage.node)
+        return {holder: tuple(sorted(set(nodes))) for holder, nodes in found.items()}
 
     async def stop(self) -> None:
         if self._relisting is not None:

@@ -1,0 +1,146 @@
+"""What the Cluster page shows: every node with what it has, what is held on it and by whom,
+and how many servers of each profile still fit, as plain data.
+
+Why a pure module (docs/architecture.md, rule 1): the page is the same in both run modes; only
+where the facts come from differs. A backend gives the nodes (a Kubernetes cluster's live view,
+or this machine described as one node), the ledger gives who holds what (servers and jobs, with
+user and course), and this module joins them and cuts out a course's slice for its teachers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from .capacity import NodeCapacity
+from .resources import PODS, ResourceVector, human_quantity, is_gpu_resource, sum_vectors
+
+__all__ = ["Device", "Held", "ProfileRoom", "cluster_view"]
+
+
+@dataclass(frozen=True)
+class Held:
+    """One server or job that holds resources (an unreleased ledger reservation), and the node
+    nodes it runs on when the backend knows them (none: not placed yet, or a view without
+    owners; a job's replicas may run on several)."""
+
+    kind: str  # "server" or "job"
+    name: str  # the server's owner and name ("ada", "ada/gpu") or the job's id
+    username: str
+    course: str | None
+    profile: str | None
+    resources: ResourceVector
+    nodes: tuple[str, ...] = ()
+    started: str | None = None
+
+
+@dataclass(frozen=True)
+class Device:
+    """One GPU, MIG slice or shared GPU of a node, when the backend sees devices (local mode),
+    with its use in percent where the driver tells it."""
+
+    node: str
+    uuid: str
+    resource: str
+    product: str
+    utilisation: int | None = None
+
+
+@dataclass(frozen=True)
+class ProfileRoom:
+    """How many more servers of a profile fit now (None: nothing classhub counts limits it)."""
+
+    slug: str
+    display_name: str
+    free: int | None
+    courses: frozenset[str] = field(default_factory=frozenset)  # empty: offered to every course
+
+
+def _amount(name: str, value: Fraction) -> str:
+    return human_quantity(name, value).removesuffix(f" {name}").removesuffix(" CPU")\
+        .removesuffix(" memory")
+
+
+def _resource_rows(node: NodeCapacity) -> list[dict[str, Any]]:
+    """GPU resources first (what a class waits for), then CPU and memory; the pods count left
+    out (a scheduler detail, not something a teacher plans with)."""
+    names = [n for n in node.allocatable if n != PODS]
+    names.sort(key=lambda n: (0 if is_gpu_resource(n) else 1, n != "cpu", n))
+    rows = []
+    for name in names:
+        total = node.allocatable[name]
+        used = node.used[name]
+        rows.append({
+            "name": name, "gpu": is_gpu_resource(name),
+            "allocatable": _amount(name, total), "used": _amount(name, used),
+            "free": _amount(name, node.free[name]),
+            "percent": 100 if total <= 0 and used > 0 else (
+                0 if total <= 0 else min(100, round(100 * used / total))),
+        })
+    return rows
+
+
+def _held_json(held: Held) -> dict[str, Any]:
+    gpus = held.resources.select(is_gpu_resource)
+    return {
+        "kind": held.kind, "name": held.name, "user": held.username, "course": held.course,
+        "profile": held.profile, "nodes": list(held.nodes), "started": held.started,
+        "resources": held.resources.to_k8s(),
+        "summary": held.resources.select(lambda n: n != PODS).human(),
+        "gpus": gpus.human() if not gpus.is_zero() else "",
+    }
+
+
+def cluster_view(nodes: Sequence[NodeCapacity], held: Iterable[Held], *,
+                 devices: Sequence[Device] = (), profiles: Sequence[ProfileRoom] = (),
+                 courses: Sequence[str] | None = None, mode: str = "kubernetes",
+                 pending_unbound: int = 0) -> dict[str, Any]:
+    """The page's data.
+
+    `courses`: None for the whole cluster (admins); else the slice of those courses (their
+    teachers): every node and its totals (capacity is no secret, and a teacher plans with it),
+    but only the servers and jobs of those courses, and only the profiles those courses offer.
+    A holding whose node is unknown (or not among `nodes`) is listed under ``unplaced``.
+    """
+    holdings = [h for h in held if courses is None or h.course in courses]
+    holdings.sort(key=lambda h: (h.kind, h.username, h.name))
+    names = {n.name for n in nodes}
+    out_nodes = []
+    for node in nodes:
+        out_nodes.append({
+            "name": node.name, "ready": node.ready, "schedulable": node.schedulable,
+            "gpu_product": node.gpu_product, "mig_strategy": node.mig_strategy,
+            "sharing": node.gpu_sharing_strategy, "resources": _resource_rows(node),
+            "devices": [{"uuid": d.uuid, "resource": d.resource, "product": d.product,
+                         "utilisation": d.utilisation} for d in devices if d.node == node.name],
+            "holdings": [_held_json(h) for h in holdings if node.name in h.nodes],
+        })
+    shown = [p for p in profiles
+             if courses is None or not p.courses or p.courses & set(courses)]
+    total_gpus = sum_vectors(n.allocatable.select(is_gpu_resource) for n in nodes)
+    used_gpus = sum_vectors(h.resources.select(is_gpu_resource) for h in holdings)
+    return {
+        "mode": mode,
+        "courses": list(courses) if courses is not None else None,
+        "nodes": out_nodes,
+        "unplaced": [_held_json(h) for h in holdings if not names & set(h.nodes)],
+        "profiles": [{"slug": p.slug, "display_name": p.display_name, "free": p.free}
+                     for p in shown],
+        "totals": {"gpus": total_gpus.human() if not total_gpus.is_zero() else "none",
+                   "held_gpus": used_gpus.human() if not used_gpus.is_zero() else "none",
+                   "servers": sum(1 for h in holdings if h.kind == "server"),
+                   "jobs": sum(1 for h in holdings if h.kind == "job"),
+                   "pending_pods": pending_unbound},
+    }
+
+
+def node_of_holdings(name: str, allocatable: ResourceVector, held: Iterable[Held],
+                     labels: Mapping[str, str] | None = None) -> NodeCapacity:
+    """This machine as one node (local mode): what it has, and as used what the ledger says
+    servers and jobs hold (the ledger is what the local spawner and job loop decided, and the
+    processes they started hold exactly that)."""
+    used = sum_vectors(h.resources.select(lambda n: n in allocatable) for h in held)
+    return NodeCapacity(name=name, allocatable=allocatable, used=used,
+                        labels=dict(labels or {}))
