@@ -59,8 +59,9 @@ class ProfileRoom:
 
 
 def _amount(name: str, value: Fraction) -> str:
-    return human_quantity(name, value).removesuffix(f" {name}").removesuffix(" CPU")\
-        .removesuffix(" memory")
+    """The amount without the resource's name (the row names it): "0.5", "~23.54 GiB"."""
+    words = human_quantity(name, value).split()
+    return " ".join(words[:2] if len(words) > 2 and words[1].endswith("B") else words[:1])
 
 
 def _resource_rows(node: NodeCapacity) -> list[dict[str, Any]]:
