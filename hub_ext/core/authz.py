@@ -333,7 +333,7 @@ _ADMINS_ONLY = {
         "course's usage at /api/courses/<course>/usage, everyone their own at /api/usage/me."
     ),
     READ_CLUSTER: ("Only hub admins can see the whole cluster; a course's teachers see what "
-                   "their course holds from the course page (Cluster)."),
+                   "their course holds on the \"Cluster: <course>\" tab of classhub's pages."),
     READ_PERSISTENT: "Only hub admins can list the servers marked persistent.",
     MARK_PERSISTENT: "Only hub admins can mark servers persistent (never culled); ask an admin.",
     SET_CULL_POLICY: ("Only hub admins can set a course's culling policy; ask an admin (members "
