@@ -15,8 +15,8 @@ import pytest
 import requests
 
 from tests.browser import Clicks, hub_login, screenshot
-from tests.hubproc import HubSession, api, wait_for
-from tests.test_jobs_hub import CONFIG, ENV, GPU_PROFILE
+from tests.hubproc import HubSession, api, traits, wait_for
+from tests.test_jobs_hub import CONFIG, GPU_PROFILE, JOBS
 
 pytestmark = pytest.mark.browser
 
@@ -26,7 +26,7 @@ FOLLOWS_WITHIN_MS = 5_000
 
 @pytest.fixture(scope="module")
 def hub(shared_hubs):
-    return shared_hubs.get(CONFIG, ENV)
+    return shared_hubs.get(CONFIG + traits(JOBS))
 
 
 @pytest.fixture(scope="module")
