@@ -110,7 +110,8 @@ class ClusterSource:
             data = cluster_view(snapshot.nodes, held, profiles=rooms, courses=courses,
                                 mode=self.mode, pending_unbound=snapshot.pending_unbound)
         else:
-            machine = self._machine_view()
+            # the first look may run GPU discovery (nvidia-smi): off the loop (architecture rule 7)
+            machine = self._machine or await asyncio.to_thread(self._machine_view)
             allocatable = machine.allocatable()
             held = [_held(h, (machine.name,)) for h in holdings]
             node = node_of_holdings(machine.name, allocatable, held)
