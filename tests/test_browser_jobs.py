@@ -12,7 +12,8 @@ import re
 import pytest
 
 from tests.browser import Clicks, hub_login, screenshot
-from tests.test_jobs_hub import CONFIG, ENV
+from tests.hubproc import traits
+from tests.test_jobs_hub import CONFIG, JOBS
 
 pytestmark = pytest.mark.browser
 
@@ -22,7 +23,7 @@ STUDENT_SUBMITS_AND_READS_LOGS = 3
 
 @pytest.fixture(scope="module")
 def hub(shared_hubs):
-    return shared_hubs.get(CONFIG, ENV)
+    return shared_hubs.get(CONFIG + traits(JOBS))
 
 
 def test_a_student_submits_a_job_and_reads_its_log_by_clicking(hub, page):

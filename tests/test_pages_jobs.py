@@ -18,8 +18,9 @@ from html.parser import HTMLParser
 
 import pytest
 
-from tests.hubproc import HubSession, api, wait_for
-from tests.test_jobs_hub import CONFIG, ENV
+from tests.hubproc import HubSession, api, traits, wait_for
+from tests.test_jobs_hub import CONFIG
+from tests.test_jobs_hub import JOBS as JOB_TRAITS
 
 JOBS = "/services/classhub/jobs"
 SLEEP = [sys.executable, "-c", "import time; time.sleep(600)"]
@@ -79,7 +80,7 @@ def page_api(session: HubSession, method: str, path: str, **kwargs):
 
 @pytest.fixture(scope="module")
 def hub(shared_hubs):
-    return shared_hubs.get(CONFIG, ENV)
+    return shared_hubs.get(CONFIG + traits(JOB_TRAITS))
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ import pytest
 import requests
 
 from hub_ext.service.arguments import MAX_LOG_OFFSET, MAX_OFFSET, whole_number
-from tests.hubproc import HubSession, api, wait_for
-from tests.test_jobs_hub import CONFIG, ENV
+from tests.hubproc import HubSession, api, traits, wait_for
+from tests.test_jobs_hub import CONFIG, JOBS
 
 COURSE = "demo101"
 #: The attack run's values and the edges every integer argument is refused at.
@@ -49,7 +49,7 @@ def test_a_whole_number_is_ascii_digits_within_the_range(text, number):
 @pytest.fixture(scope="module")
 def hub(shared_hubs):
     """The session's hub with the job service of test_jobs_hub's configuration."""
-    return shared_hubs.get(CONFIG, ENV)
+    return shared_hubs.get(CONFIG + traits(JOBS))
 
 
 @pytest.fixture(scope="module")
