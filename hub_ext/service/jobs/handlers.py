@@ -151,7 +151,7 @@ class JobsHandler(_JobsHandler):
         if course not in quotas:
             raise web.HTTPError(404, "No course %s; GET /api/courses lists the courses.", course)
         quota = quotas[course]
-        nodes = await self.jobs.backend.nodes({})
+        nodes = await self.jobs.loop.known_nodes()  # the loop's live view: no cluster list per submit
         user_limits = quota.users.get(caller.name, (None, None))[0]
         refusal = refuse_at_submit(job, nodes, quota.limits, user_limits)
         if refusal:
