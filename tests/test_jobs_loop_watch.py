@@ -69,7 +69,7 @@ def lists(requests: list[tuple[str, str]]) -> list[str]:
         url = urlsplit(path_qs)
         parts = [p for p in url.path.split("/") if p]
         collection = parts[-1] in ("pods", "nodes", "pytorchjobs", "podgroups", "trainjobs")
-        watching = parse_qs(url.query).get("watch", ["false"])[0] in ("true", "1")
+        watching = parse_qs(url.query).get("watch", ["false"])[0].lower() in ("true", "t", "1")
         if method == "GET" and collection and not watching:
             out.append(path_qs)
     return out
