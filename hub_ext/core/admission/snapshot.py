@@ -286,6 +286,7 @@ class ClusterState:
         self._running: dict[str, RunningJob] = {}
         self._node_tuple: tuple[NodeState, ...] | None = None
         self._running_tuple: tuple[RunningJob, ...] | None = None
+        self._total: tuple[tuple[NodeState, ...], ResourceVector] | None = None
         self.set_nodes(nodes)
 
     # -- nodes
@@ -354,7 +355,13 @@ class ClusterState:
                  grace: float = 30.0) -> Snapshot:
         if self._running_tuple is None:
             self._running_tuple = tuple(self._running.values())
-        return Snapshot(now=now, nodes=self.nodes, running=self._running_tuple,
-                        courses=MappingProxyType(dict(courses or {})), windows=tuple(windows),
-                        reserved_job=reserved_job, reserved_placement=reserved_placement,
-                        grace=grace)
+        nodes = self.nodes
+        snapshot = Snapshot(now=now, nodes=nodes, running=self._running_tuple,
+                            courses=MappingProxyType(dict(courses or {})), windows=tuple(windows),
+                            reserved_job=reserved_job, reserved_placement=reserved_placement,
+                            grace=grace)
+        if self._total is None or self._total[0] is not nodes:
+            self._total = (nodes, snapshot.total_allocatable)
+        else:  # the same nodes as last cycle: their sum is known (a cached property's value)
+            snapshot.__dict__["total_allocatable"] = self._total[1]
+        return snapshot
