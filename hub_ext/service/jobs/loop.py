@@ -40,7 +40,7 @@ from sqlalchemy import select
 from hub_ext.backends.jobs import ENDED, PENDING, RUNNING, JobBackend, Launch, ReplicaLaunch
 from hub_ext.core import jobs as J
 from hub_ext.core.admission import CourseQuota, NodeState, RunningJob, admission_cycle
-from hub_ext.core.admission.queue import QueueManager
+from hub_ext.core.admission.queue import QueueManager, QueueSnapshot
 from hub_ext.core.admission.snapshot import ClusterState
 from hub_ext.core.jobs import Job, JobError
 from hub_ext.core.quota import Limits, Usage
@@ -93,6 +93,7 @@ class JobLoop:
         self.queued: dict[str, tuple[JobRecord, Job]] = {}
         self.holding: dict[str, Held] = {}
         self.cluster = ClusterState()
+        self.last_queues: QueueSnapshot | None = None
         self.nodes: tuple[NodeState, ...] | None = None
         """The nodes as the last cycle saw them (what a submit checks a job against)."""
         self._stopping: dict[str, asyncio.Task] = {}
@@ -126,12 +127,13 @@ class JobLoop:
                 loop.call_soon_threadsafe(self.wake.set)
 
     def position(self, job_id: str) -> int | None:
-        """A waiting job's place in its course's queue now (None: not waiting)."""
-        found = self.queued.get(job_id)
-        if found is None:
+        """A waiting job's place in its course's queue at the last cycle (None: not known), for
+        the jobs behind the `explain_limit` first, whose stored place is not written each cycle."""
+        queues = self.last_queues
+        if queues is None or job_id not in self.queued:
             return None
-        jobs = self.queue.snapshot().by_course.get(found[0].course.name, ())
-        return next((i + 1 for i, job in enumerate(jobs) if job.name == job_id), None)
+        found = queues.position.get(job_id)  # built once per cycle, when first asked
+        return None if found is None else found[1]
 
     async def run_forever(self) -> None:
         while True:
@@ -368,7 +370,7 @@ class JobLoop:
         nodes = await self.backend.nodes(held, other, running=[h.launch for h in self.holding.values()])
         self.nodes = nodes
         self.cluster.set_nodes(nodes)
-        queues = self.queue.snapshot()
+        queues = self.last_queues = self.queue.snapshot()
         courses = set(queues.by_course) | {h.record.course.name for h in self.holding.values()}
         quotas = await asyncio.to_thread(self._limits, courses, now)
         snapshot = self.cluster.snapshot(now.timestamp(), quotas, reserved_job=self._reserved[0],
