@@ -372,6 +372,7 @@ class JobClusterView(LoggingConfigurable):
             pods.job_pod = self.job_pod
             pods.resources = _PodIndex(job_pod=self.job_pod)
             pods.api = self.api
+            pods.on_failure = self._watch_failed  # the reflector gave up: list again
             await pods.start()
             self._pods = pods
             await asyncio.wait_for(self._node_loaded.wait(), 60)
@@ -380,6 +381,10 @@ class JobClusterView(LoggingConfigurable):
             self.log.warning("classhub jobs: no watch on the cluster's nodes and pods (%r); the "
                              "loop lists them at every cycle", e)
             await self.stop()
+
+    def _watch_failed(self) -> None:
+        self.log.warning("classhub jobs: the pod watch gave up; the loop lists the cluster again")
+        self.watching = False
 
     async def _watch_nodes(self) -> None:
         """List the nodes once, then follow them by watch (list again after an error or a 410)."""
