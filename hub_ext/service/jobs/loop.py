@@ -76,7 +76,7 @@ class JobLoop:
 
     def __init__(self, store: JobStore, backend: JobBackend, *, interval: float = 3.0,
                  grace: float = 10.0, limits: Any = None, start_timeout: float = 120.0,
-                 delegate: str | None = None, explain_limit: int = 50) -> None:
+                 delegate: str | None = None, explain_limit: int = 20) -> None:
         self.store = store
         self.backend = backend
         self.interval = interval
@@ -87,7 +87,11 @@ class JobLoop:
         loop only follows them."""
         self.explain_limit = explain_limit
         """Why a job waits is worked out (and written) for this many jobs at the head of each
-        course's queue per cycle; the jobs behind keep their last reason and show their place."""
+        course's queue, in the cycles after something changed (a job, a node, a quota); the jobs
+        behind keep their last reason and show their place (`position`)."""
+        self._explained: tuple[Any, ...] | None = None
+        self.quota_ttl = max(interval, 10.0)
+        self._quota_cache: tuple[int, dict[str, CourseQuota], datetime] | None = None
         self.wake = asyncio.Event()
         self.queue = QueueManager()
         self.queued: dict[str, tuple[JobRecord, Job]] = {}
@@ -109,6 +113,7 @@ class JobLoop:
         self._orphans = True
         self._held_cache: tuple[int, dict[str, list[str]], ResourceVector] | None = None
         self._version = 0
+        self._changes = 0
         self._asyncio: asyncio.AbstractEventLoop | None = None
         self.cycles = 0
         store.listen(self._note)
@@ -187,6 +192,7 @@ class JobLoop:
 
     def _apply(self, job_id: str, record: JobRecord | None) -> None:
         """Bring the queue and the running jobs in line with one job's record."""
+        self._changes += 1
         self.queue.remove(job_id)
         self.queued.pop(job_id, None)
         if self.holding.pop(job_id, None) is not None:
@@ -372,7 +378,7 @@ class JobLoop:
         self.cluster.set_nodes(nodes)
         queues = self.last_queues = self.queue.snapshot()
         courses = set(queues.by_course) | {h.record.course.name for h in self.holding.values()}
-        quotas = await asyncio.to_thread(self._limits, courses, now)
+        quotas = await self._quotas(courses, now)
         snapshot = self.cluster.snapshot(now.timestamp(), quotas, reserved_job=self._reserved[0],
                                          reserved_placement=self._reserved[1], grace=self.grace)
         result = await asyncio.to_thread(admission_cycle, snapshot, queues)
@@ -402,8 +408,26 @@ class JobLoop:
                 self.store.request_stop, preemption.job, J.STOP_PREEMPT, "classhub", now,
                 f"preempted: it runs on capacity borrowed from other courses, and "
                 f"{preemption.for_job} of a course within its share needs it")
-        reasons = await asyncio.to_thread(self._reasons, result, queues, started)
-        await asyncio.to_thread(self.store.set_waiting, reasons)
+        # Why jobs wait changes only when something did: after a cycle that changed nothing and
+        # saw nothing change, the reasons written last time still hold (explaining is most of
+        # a quiet cycle's cost: each estimate replays every running job's end).
+        seen = (self._changes, nodes, _quota_key(quotas), self._reserved)
+        if result.admitted or result.preemptions or seen != self._explained:
+            reasons = await asyncio.to_thread(self._reasons, result, queues, started)
+            await asyncio.to_thread(self.store.set_waiting, reasons)
+            self._explained = (self._changes, nodes, _quota_key(quotas), self._reserved)
+
+    async def _quotas(self, courses: set[str], now: datetime) -> dict[str, CourseQuota]:
+        """The ledger's view of the courses, read again after a job changed, for new courses, or
+        when `quota_ttl` seconds passed (servers start and stop outside this service). A stale
+        view never over-commits: the ledger checks again when it reserves (QuotaDenied)."""
+        last = self._quota_cache
+        if (last is None or last[0] != self._changes or not courses <= last[1].keys()
+                or (now - last[2]).total_seconds() > self.quota_ttl):
+            quotas = await asyncio.to_thread(self._limits, courses, now)
+            self._quota_cache = (self._changes, quotas, now)
+            return quotas
+        return last[1]
 
     def _reasons(self, result: Any, queues: Any, started: set[str]) -> dict[str, tuple[Any, ...]]:
         """Why the first `explain_limit` jobs of each course wait, for those whose reason
@@ -469,6 +493,14 @@ class JobLoop:
                     devices.extend(picked)
             plan.append((role, index, rank, node, tuple(devices)))
         return tuple(plan)
+
+
+def _quota_key(quotas: Mapping[str, CourseQuota]) -> tuple[Any, ...]:
+    """What of the quotas a waiting job's reason depends on (not the GPU-hours, which move with
+    the clock)."""
+    return tuple((name, q.limits, q.usage.resources, q.usage.servers,
+                  tuple((u, lim, use.resources, use.servers) for u, (lim, use) in sorted(q.users.items())))
+                 for name, q in sorted(quotas.items()))
 
 
 def launch_of(record: JobRecord) -> Launch:
