@@ -40,11 +40,14 @@ from sqlalchemy import select
 from hub_ext.backends.jobs import ENDED, PENDING, RUNNING, JobBackend, Launch, ReplicaLaunch
 from hub_ext.core import jobs as J
 from hub_ext.core.admission import CourseQuota, NodeState, RunningJob, admission_cycle
+from hub_ext.core.admission.preemption import preemption_message
 from hub_ext.core.admission.queue import QueueManager, QueueSnapshot
 from hub_ext.core.admission.snapshot import ClusterState
 from hub_ext.core.jobs import Job, JobError
 from hub_ext.core.quota import Limits, Usage
 from hub_ext.core.resources import ResourceVector, is_gpu_resource, sum_vectors
+from hub_ext.service.jobs.kueue import KUEUE_QUEUE, queue_refusals
+from hub_ext.service.jobs.pressure import CullerAsk
 from hub_ext.service.jobs.records import Admitted, JobStore, to_core, utcnow
 from hub_ext.store import Course, QuotaDenied, UserQuota
 from hub_ext.store import CourseQuota as QuotaRow
@@ -105,6 +108,7 @@ class JobLoop:
         self._launched: set[str] = set()
         self._reserved: tuple[str | None, tuple[tuple[str, int, str], ...]] = (None, ())
         self._limits = limits or course_limits(store)
+        self._culler = CullerAsk(store.sessions)
         self._told: dict[str, tuple[Any, ...]] = {}
         self._broken: dict[str, str] = {}
         self._dirty: set[str] = set()
@@ -404,10 +408,15 @@ class JobLoop:
                 self._orphans = True  # the ledger may hold what no admitted job does
                 log.exception("classhub jobs: admitting %s failed", record.job_id)
         for preemption in result.preemptions:
+            for_course = self.queued[preemption.for_job][1].course if preemption.for_job in self.queued \
+                else preemption.course
             await asyncio.to_thread(
                 self.store.request_stop, preemption.job, J.STOP_PREEMPT, "classhub", now,
-                f"preempted: it runs on capacity borrowed from other courses, and "
-                f"{preemption.for_job} of a course within its share needs it")
+                preemption_message(preemption.course, preemption.for_job, for_course, self.grace))
+        reserved = result.reservation.job if result.reservation is not None else None
+        if result.pressure and reserved in self.queued:
+            await asyncio.to_thread(self._culler.ask, reserved, self.queued[reserved][0].owner,
+                                    result.pressure, now)
         # Why jobs wait changes only when something did: after a cycle that changed nothing and
         # saw nothing change, the reasons written last time still hold (explaining is most of
         # a quiet cycle's cost: each estimate replays every running job's end).
@@ -455,9 +464,18 @@ class JobLoop:
         return reasons
 
     async def _hand_over(self, now: datetime) -> None:
-        """Kueue admits: every queued job is created at once (suspended, in its course's queue)
-        with its replicas unplaced; Kueue un-suspends it when it fits."""
-        for job_id, (record, job) in list(self.queued.items()):
+        """Kueue places: every queued job within its course's quota (the ledger reserves it here,
+        the one place the quota is counted, docs/kueue.md) is created at once, suspended, in its
+        course's LocalQueue, with its replicas unplaced; Kueue un-suspends it when it fits. A
+        course whose LocalQueue feeds another ClusterQueue keeps its jobs here."""
+        jobs = dict(self.queued)
+        refused = await queue_refusals(self.backend, {r.course.name for r, _ in jobs.values()})
+        await asyncio.to_thread(self.store.set_waiting, {
+            r.job_id: (KUEUE_QUEUE, refused[r.course.name], None, None)
+            for r, _ in jobs.values() if r.course.name in refused})
+        for job_id, (record, job) in jobs.items():
+            if record.course.name in refused:
+                continue
             order = {role.name: i for i, role in enumerate(job.roles)}
             ranked = sorted(((role.name, i) for role in job.roles for i in range(role.replicas)),
                             key=lambda p: (order[p[0]], p[1]))
