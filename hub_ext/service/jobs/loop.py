@@ -144,6 +144,12 @@ class JobLoop:
         found = queues.position.get(job_id)  # built once per cycle, when first asked
         return None if found is None else found[1]
 
+    async def settle(self) -> None:
+        """Wait until the launches started so far are done (their objects or processes exist,
+        or the launch failed): launching is not part of a cycle."""
+        while self._launching:
+            await asyncio.gather(*list(self._launching.values()), return_exceptions=True)
+
     async def run_forever(self) -> None:
         while True:
             try:
