@@ -60,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import heapq
 import math
 import random
@@ -457,6 +458,8 @@ def time_cycles(n_nodes: int, n_waiting: int, runs: int) -> CycleTiming:
 
     for k in range(len(scenarios)):
         one(k)
+    gc.collect()  # the loop freezes a large kept state (JobLoop.cycle, FREEZE_FROM): the same here
+    gc.freeze()
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     one(0)

@@ -37,6 +37,7 @@ from typing import Any
 
 from sqlalchemy import select
 
+from hub_ext import heap
 from hub_ext.backends.jobs import ENDED, PENDING, RUNNING, JobBackend, Launch, ReplicaLaunch
 from hub_ext.core import jobs as J
 from hub_ext.core.admission import CourseQuota, NodeState, RunningJob, admission_cycle
@@ -54,6 +55,9 @@ from hub_ext.store import CourseQuota as QuotaRow
 from hub_ext.store.job_models import JobRecord
 
 log = logging.getLogger(__name__)
+
+#: From this many kept jobs (waiting and held) on, the loop freezes its heap (see `cycle`).
+FREEZE_FROM = 10_000
 
 __all__ = ["JobLoop", "course_limits", "launch_of"]
 
@@ -120,6 +124,7 @@ class JobLoop:
         self._changes = 0
         self._asyncio: asyncio.AbstractEventLoop | None = None
         self.cycles = 0
+        self._frozen_at = 0
         store.listen(self._note)
 
     def poke(self) -> None:
@@ -179,6 +184,13 @@ class JobLoop:
         await self._refresh()
         await self._admit(now)
         self.cycles += 1
+        kept = len(self.queue) + len(self.holding)
+        if kept >= FREEZE_FROM and kept >= 2 * self._frozen_at:
+            # Tens of thousands of waiting jobs are long-lived objects that every full garbage
+            # collection would walk (seconds of CPU at 50,000, docs/jobs-loop.md): freeze them,
+            # as the hub freezes its startup heap (hub_ext/heap.py); again when they doubled.
+            self._frozen_at = kept
+            await asyncio.to_thread(heap.freeze, log)
 
     # -- memory from the store
     async def _load(self) -> None:
