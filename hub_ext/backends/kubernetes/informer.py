@@ -34,7 +34,7 @@ from hub_ext.core.capacity import CapacitySnapshot, NodeCapacity, PodUsage, pod_
 from hub_ext.core.resources import PODS, ResourceVector, sum_vectors
 
 from .capacity import KubernetesBackend
-from .jobs import JOB_LABEL
+from .labels import JOB_LABEL
 
 #: KubeSpawner's annotations on a server's pod: the user's and the server's names, unescaped.
 USER_ANNOTATION = "hub.jupyter.org/username"

@@ -50,7 +50,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubespawner.clients import shared_client
 
 from hub_ext.backends.jobs import ENDED, PENDING, RUNNING, Launch, ReplicaStatus
-from hub_ext.backends.kubernetes import client
+from hub_ext.backends.kubernetes import client, labels
 from hub_ext.backends.kubernetes.capacity import KubernetesBackend
 from hub_ext.backends.kubernetes.informer import JobClusterView, JobPod
 from hub_ext.backends.kubernetes.kueue import LocalQueues
@@ -92,7 +92,7 @@ POD_GROUP_API = "scheduling.x-k8s.io/v1alpha1"
 #: The label coscheduling reads on pods to find their PodGroup.
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-JOB_LABEL = "classhub.io/job"
+JOB_LABEL = labels.JOB_LABEL
 USER_LABEL = "classhub.io/user"
 COURSE_LABEL = "classhub.io/course"
 HOSTNAME = "kubernetes.io/hostname"
