@@ -60,12 +60,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import heapq
 import math
 import random
 import statistics
 import sys
 import time
+import tracemalloc
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
@@ -75,15 +77,19 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+# The classes the service's job loop runs (hub_ext/service/jobs/loop.py), imported from where the
+# loop imports them: the queue, the cluster picture and the cycle (tests/test_bench_admission.py
+# checks that these are the loop's own).
 from hub_ext.core.admission import (  # noqa: E402
     CourseQuota,
     FreeIndex,
     NodeState,
-    QueueManager,
     RunningJob,
     Snapshot,
     admission_cycle,
 )
+from hub_ext.core.admission.queue import QueueManager  # noqa: E402
+from hub_ext.core.admission.snapshot import ClusterState  # noqa: E402
 from hub_ext.core.jobs import Job, JobError, Role  # noqa: E402
 from hub_ext.core.quota import Usage  # noqa: E402
 from hub_ext.core.resources import CPU, MEMORY, NVIDIA_GPU, ResourceVector  # noqa: E402
@@ -229,11 +235,9 @@ class Simulation:
     """Event loop shared by the three policies: what runs where, and what waits."""
 
     def __init__(self, nodes: Sequence[NodeState], trace: Sequence[TraceJob], shares: bool) -> None:
-        self.nodes = {n.name: n for n in nodes}
-        self.order = [n.name for n in nodes]
+        self.cluster = ClusterState(nodes)
         self.trace = {t.job.name: t for t in trace}
         self.queue = QueueManager()
-        self.running: dict[str, RunningJob] = {}
         self.end_at: dict[str, float] = {}
         self.usage: dict[str, ResourceVector] = {}
         self.now = 0.0
@@ -253,16 +257,16 @@ class Simulation:
         self._seq += 1
         heapq.heappush(self._events, (when, kind, self._seq, name))
 
-    def _change(self, node: str, delta: ResourceVector) -> None:
-        n = self.nodes[node]
-        self.nodes[node] = replace(n, free=n.free + delta)
+    @property
+    def running(self) -> Any:
+        return self.cluster.running
 
     def start(self, job: Job, placement: Any, borrowed: bool) -> None:
         for role, _r, node in placement.replicas:
             request = next(r.request for r in job.roles if r.name == role)
-            self._change(node, -request)
+            self.cluster.adjust(node, -request)
         run = RunningJob(job, placement.replicas, self.now, borrowed)
-        self.running[job.name] = run
+        self.cluster.start(run)
         end = self.now + self.trace[job.name].runtime
         self.end_at[job.name] = end
         self._push(end, 0, job.name)
@@ -271,9 +275,10 @@ class Simulation:
         self.out.starts.setdefault(job.name, self.now)
 
     def stop(self, name: str) -> RunningJob:
-        run = self.running.pop(name)
+        run = self.cluster.end(name)
+        assert run is not None
         for node, held in run.per_node.items():
-            self._change(node, held)
+            self.cluster.adjust(node, held)
         self.usage[run.job.course] = self.usage[run.job.course] - run.job.total
         if not run.preempted:  # only work that completes counts as utilisation
             self.out.gpu_seconds += run.job.gpus * (self.now - run.started)
@@ -286,9 +291,8 @@ class Simulation:
                            usage=Usage(self.usage.get(c, ResourceVector())))
             for c, nominal in self.nominal.items()
         }
-        return Snapshot(self.now, tuple(self.nodes[n] for n in self.order),
-                        tuple(self.running.values()), courses, reserved_job=self.reserved,
-                        reserved_placement=self.reserved_placement, grace=GRACE)
+        return self.cluster.snapshot(self.now, courses, reserved_job=self.reserved,
+                                     reserved_placement=self.reserved_placement, grace=GRACE)
 
     def run(self, decide: Decider) -> Outcome:
         while self._events:
@@ -314,7 +318,7 @@ class Simulation:
                 for p in preemptions:
                     run = self.running.get(p.job)
                     if run is not None and not run.preempted and p.ends_by < self.end_at[p.job]:
-                        self.running[p.job] = replace(run, ends_by=p.ends_by)
+                        self.cluster.preempt(p.job, p.ends_by)
                         self.end_at[p.job] = p.ends_by
                         self._push(p.ends_by, 2, p.job)
         return self.out
@@ -329,7 +333,7 @@ def classhub_policy(sim: Simulation) -> tuple[list[tuple[Job, Any, bool]], list[
 
 def fifo_policy(strict: bool) -> Decider:
     def decide(sim: Simulation) -> tuple[list[tuple[Job, Any, bool]], list[Any]]:
-        index = FreeIndex(tuple(sim.nodes[n] for n in sim.order))
+        index = FreeIndex(sim.cluster.nodes)
         queues = sim.queue.snapshot().by_course.values()
         waiting = sorted((j for jobs in queues for j in jobs),
                          key=lambda j: (-j.priority, j.submit_time, j.name))
@@ -386,12 +390,13 @@ def measure(nodes: Sequence[NodeState], trace: Sequence[TraceJob], decide: Decid
 # --------------------------------------------------------------------------- cycle timing
 
 
-def cycle_scenario(seed: int, n_nodes: int, n_waiting: int) -> tuple[Snapshot, QueueManager]:
-    """A cluster ~97 % busy with running jobs from the generator, and `n_waiting` jobs queued."""
+def cycle_scenario(seed: int, n_nodes: int, n_waiting: int) -> tuple[ClusterState, QueueManager,
+                                                                     dict[str, CourseQuota], float]:
+    """A cluster ~97 % busy with running jobs from the generator, and `n_waiting` jobs queued:
+    the loop's `ClusterState` and `QueueManager`, the courses' quotas and the time."""
     rng = random.Random(seed)
     nodes, trace = synthetic(seed, n_nodes, n_nodes * 8 // 2 + n_waiting, prefix="t")
     index = FreeIndex(nodes)
-    positions = {n.name: i for i, n in enumerate(nodes)}
     used = {n.name: ResourceVector() for n in nodes}
     running, usage = [], {}
     now = 1_000_000.0
@@ -409,37 +414,181 @@ def cycle_scenario(seed: int, n_nodes: int, n_waiting: int) -> tuple[Snapshot, Q
         running.append(RunningJob(t.job, placement.replicas, started))
         usage[t.job.course] = usage.get(t.job.course, ResourceVector()) + t.job.total
         busy += t.job.gpus
-    del positions
-    states = tuple(replace(n, free=(n.allocatable - used[n.name]).clamp()) for n in nodes)
+    cluster = ClusterState(replace(n, free=(n.allocatable - used[n.name]).clamp()) for n in nodes)
+    for run in running:
+        cluster.start(run)
     manager = QueueManager()
     for t in pending[:n_waiting]:
         manager.add(replace(t.job, submit_time=now - rng.uniform(0, 7200)))
     total = sum((n.allocatable[NVIDIA_GPU] for n in nodes), Fraction(0))
     courses = {c: CourseQuota(nominal=ResourceVector({NVIDIA_GPU: total / len(COURSES)}),
                               usage=Usage(usage.get(c, ResourceVector()))) for c, _ in COURSES}
-    return Snapshot(now, states, tuple(running), courses, grace=GRACE), manager
+    return cluster, manager, courses, now
 
 
-def time_cycles(n_nodes: int, n_waiting: int, runs: int) -> tuple[float, float, int, int]:
-    """(median ms, p99 ms, admitted in the last run, jobs examined in the last run)."""
-    scenarios = [cycle_scenario(seed, n_nodes, n_waiting) for seed in range(1, 5)]
-    for base, manager in scenarios:  # warm-up: jobs' exact request forms are computed once per
-        admission_cycle(base, manager.snapshot())  # job object, as in a service that keeps them
-    times = []
-    admitted = examined = 0
+@dataclass(frozen=True)
+class CycleTiming:
+    p50_ms: float
+    p99_ms: float
+    cpu_ms: float
+    """Median CPU time of this process per cycle (all threads)."""
+    cpu_p99_ms: float
+    admitted: int
+    examined: int
+    state_mib: float
+    """What one scenario's loop state (ClusterState + QueueManager) holds, by tracemalloc."""
+    peak_mib: float
+    """The most one cycle allocated on top of it, by tracemalloc."""
+    rss_mib: float
+
+
+def time_cycles(n_nodes: int, n_waiting: int, runs: int) -> CycleTiming:
+    """Cycles as the loop runs them: `ClusterState.snapshot()` + `QueueManager.snapshot()` +
+    `admission_cycle`, over four scenarios, after one untimed warm-up cycle each (a service
+    keeps its job objects between cycles, so their exact request forms are computed once)."""
+    tracemalloc.start()
+    first = cycle_scenario(1, n_nodes, n_waiting)
+    state = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    scenarios = [first] + [cycle_scenario(seed, n_nodes, n_waiting) for seed in range(2, 5)]
+
+    def one(k: int) -> Any:
+        cluster, manager, courses, now = scenarios[k % len(scenarios)]
+        return admission_cycle(cluster.snapshot(now, courses, grace=GRACE), manager.snapshot())
+
+    for k in range(len(scenarios)):
+        one(k)
+    gc.collect()  # the loop freezes a large kept state (JobLoop.cycle, FREEZE_FROM): the same here
+    gc.freeze()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    one(0)
+    peak = tracemalloc.get_traced_memory()[1] - base
+    tracemalloc.stop()
+    times, cpus = [], []
+    result = None
     for k in range(runs):
-        base, manager = scenarios[k % len(scenarios)]
-        began = time.perf_counter()
-        snapshot = Snapshot(base.now, base.nodes, base.running, base.courses, grace=base.grace)
-        result = admission_cycle(snapshot, manager.snapshot())
+        began, cpu = time.perf_counter(), time.process_time()
+        result = one(k)
         times.append((time.perf_counter() - began) * 1000)
-        admitted, examined = len(result.admitted), result.examined
+        cpus.append((time.process_time() - cpu) * 1000)
     ordered = sorted(times)
     p99 = ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
-    return statistics.median(times), p99, admitted, examined
+    assert result is not None
+    cpu_p99 = sorted(cpus)[min(len(cpus) - 1, math.ceil(0.99 * len(cpus)) - 1)]
+    return CycleTiming(statistics.median(times), p99, statistics.median(cpus), cpu_p99, len(result.admitted),
+                       result.examined, state / 2**20, peak / 2**20, _rss_mib())
+
+
+def _rss_mib() -> float:
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# --------------------------------------------------------------------------- the service's loop
+
+
+class InMemoryCluster:
+    """A job backend (hub_ext.backends.jobs.JobBackend) over fixed nodes where every replica runs
+    at once and nothing changes between cycles: what the loop costs by itself, without a cluster.
+    The loop under measure is the product's `JobLoop` with its `JobStore` on sqlite."""
+
+    def __init__(self, nodes: Sequence[NodeState]) -> None:
+        self._state = ClusterState(nodes)
+        self._launched: set[str] = set()
+
+    async def nodes(self, held: Any, other: Any = None, running: Sequence[Any] = ()) -> tuple[NodeState, ...]:
+        return self._state.nodes  # kept as a watch would keep it: changed at launch and stop
+
+    def _hold(self, launch: Any, sign: int) -> None:
+        for replica in launch.replicas:
+            request = ResourceVector.from_k8s(launch.requests.get(replica.role, {}))
+            self._state.adjust(replica.node, -request if sign > 0 else request)
+
+    def devices_for(self, node: str, resource: str, count: int, taken: set[str],
+                    product: str | None = None) -> list[str]:
+        return []
+
+    async def launch(self, launch: Any) -> None:
+        if launch.job_id not in self._launched:
+            self._launched.add(launch.job_id)
+            self._hold(launch, +1)
+
+    async def status(self, launch: Any) -> dict[tuple[str, int], Any]:
+        from hub_ext.backends.jobs import RUNNING, ReplicaStatus
+        return {(r.role, r.index): ReplicaStatus(RUNNING, None, r.node) for r in launch.replicas}
+
+    async def stop(self, launch: Any, grace: float) -> None:
+        if launch.job_id in self._launched:
+            self._launched.discard(launch.job_id)
+            self._hold(launch, -1)
+
+    async def logs(self, launch: Any, role: str, index: int, offset: int, limit: int) -> bytes:
+        return b""
+
+    def changed_jobs(self) -> set[str]:
+        return set()  # a watch that saw nothing happen
+
+
+def loop_cpu(n_running: int, runs: int) -> tuple[float, float, int, int]:
+    """The service's `JobLoop`, on sqlite, with `n_running` 1-GPU jobs running on full nodes and
+    as many waiting: (median CPU ms per cycle, median wall ms, running, waiting)."""
+    import asyncio
+    import tempfile
+    from datetime import datetime, timezone
+
+    from hub_ext.core import jobs as J
+    from hub_ext.service.jobs.bodies import parse_submission
+    from hub_ext.service.jobs.loop import JobLoop
+    from hub_ext.service.jobs.records import JobStore
+    from hub_ext.store import Ledger, add_member, connect, ensure_course
+
+    nodes = [node_state(f"node-{i:04d}", 8) for i in range(max(1, math.ceil(n_running / 8)))]
+    with tempfile.TemporaryDirectory() as folder:
+        sessions = connect(f"sqlite:///{folder}/classhub.sqlite")
+        now = datetime.now(timezone.utc)
+        with sessions.begin() as session:
+            add_member(session, ensure_course(session, "cs101", now), "student", "student")
+        store = JobStore(sessions, Ledger(sessions))
+
+        def submit(k: int, gpus: int) -> None:
+            sub = parse_submission({"name": f"job-{k}", "command": ["true"], "replicas": 1,
+                                    "resources": {"nvidia.com/gpu": gpus, "cpu": "1"}})
+            job = J.parse_job({**sub.job_fields, "name": sub.name}, owner="student", course="cs101",
+                              submit_time=now.timestamp() + k, default_max_runtime=86400)
+            store.submit("student", "cs101", sub, job, now)
+
+        async def run() -> tuple[list[float], list[float]]:
+            loop = JobLoop(store, InMemoryCluster(nodes), grace=1.0)
+            for k in range(n_running):
+                submit(k, 1)
+            while len(loop.holding) < n_running or any(
+                    h.record.state != J.RUNNING for h in loop.holding.values()):
+                await loop.cycle()
+            for k in range(n_running):
+                submit(n_running + k, 8)  # no node has 8 free: they wait
+            await loop.cycle()
+            cpus, walls = [], []
+            for _ in range(runs):
+                began, cpu = time.perf_counter(), time.process_time()
+                await loop.cycle()
+                walls.append((time.perf_counter() - began) * 1000)
+                cpus.append((time.process_time() - cpu) * 1000)
+            assert (len(loop.holding), len(loop.queue)) == (n_running, n_running)
+            return cpus, walls
+
+        cpus, walls = asyncio.run(run())
+        sessions.kw["bind"].dispose()
+    return statistics.median(cpus), statistics.median(walls), n_running, n_running
 
 
 # --------------------------------------------------------------------------- main
+
+
+def _load() -> str:
+    """The machine's load average (these machines are shared: a figure needs its load)."""
+    import os
+    return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _ratio(a: float, b: float) -> float:
@@ -458,6 +607,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--cycle-nodes", type=int, default=1000)
     parser.add_argument("--cycle-waiting", type=int, default=10_000)
     parser.add_argument("--cycle-runs", type=int, default=20)
+    parser.add_argument("--loop-running", type=int, default=1000,
+                        help="running jobs in the measure of the service's loop's CPU per cycle")
+    parser.add_argument("--loop-runs", type=int, default=10)
     parser.add_argument("--shares", action="store_true",
                         help="give each course a nominal share (an equal part of the GPUs): "
                              "borrowing and preemption")
@@ -500,17 +652,25 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
               f"p95_delay_s={m.p95_delay:.0f} p95_bigjob_delay_s={m.p95_big_delay:.0f} "
               f"makespan_s={m.makespan:.0f} preemptions={m.preemptions} "
               f"wasted_gpu_h={m.wasted_gpu_hours:.1f} cycles={m.cycles} sim_s={m.seconds:.1f}")
-    p50, p99, admitted, examined = time_cycles(args.cycle_nodes, args.cycle_waiting, args.cycle_runs)
+    timing = time_cycles(args.cycle_nodes, args.cycle_waiting, args.cycle_runs)
+    p50, p99 = timing.p50_ms, timing.p99_ms
     print(f"cycle: {args.cycle_nodes} nodes x 8 GPUs, {args.cycle_waiting} waiting, "
           f"{args.cycle_runs} cycles: p50={p50:.1f} ms p99={p99:.1f} ms "
-          f"(last cycle admitted {admitted}, examined {examined})")
+          f"cpu_p50={timing.cpu_ms:.1f} ms cpu_p99={timing.cpu_p99_ms:.1f} ms "
+          f"(last cycle admitted {timing.admitted}, examined {timing.examined}); "
+          f"loop state {timing.state_mib:.1f} MiB, cycle peak +{timing.peak_mib:.1f} MiB "
+          f"(tracemalloc), max RSS {timing.rss_mib:.0f} MiB; load average {_load()}")
+    cpu, wall, n_run, n_wait = loop_cpu(args.loop_running, args.loop_runs)
+    print(f"loop: the service's JobLoop on sqlite, {n_run} jobs running, {n_wait} waiting, "
+          f"nothing changing: cpu_per_cycle={cpu:.1f} ms wall={wall:.1f} ms")
     c, s, b = results["classhub"], results["strict"], results["besteffort"]
     line = (f"util_vs_besteffort={_ratio(c.utilisation, b.utilisation):.3f} "
             f"delay_vs_strict={_ratio(c.mean_delay, s.mean_delay):.3f} "
             f"bigjob_delay_vs_strict={_ratio(c.p95_big_delay, s.p95_big_delay):.3f} "
             f"cycle_ms_p50={p50:.1f}")
     print(line)
-    return {"line": line, "results": results, "cycle_p50": p50, "cycle_p99": p99, "errors": errors}
+    return {"line": line, "results": results, "cycle_p50": p50, "cycle_p99": p99, "errors": errors,
+            "cycle": timing, "loop_cpu_ms": cpu}
 
 
 if __name__ == "__main__":

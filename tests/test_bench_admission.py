@@ -32,8 +32,13 @@ def load_bench():
 def test_a_small_synthetic_trace_reports_every_policy_and_the_last_line(capsys):
     bench = load_bench()
     result = bench.main(["--synthetic", "3", "--synthetic-nodes", "6", "--synthetic-jobs", "120",
-                         "--cycle-nodes", "20", "--cycle-waiting", "100", "--cycle-runs", "3"])
+                         "--cycle-nodes", "20", "--cycle-waiting", "100", "--cycle-runs", "3",
+                         "--loop-running", "16", "--loop-runs", "2"])
     lines = capsys.readouterr().out.strip().splitlines()
+    assert any(line.startswith("cycle: 20 nodes") and "MiB" in line and "cpu_p50=" in line
+               for line in lines)
+    assert any(line.startswith("loop: the service's JobLoop on sqlite, 16 jobs running, 16 waiting")
+               and "cpu_per_cycle=" in line for line in lines)
     assert LAST_LINE.fullmatch(lines[-1]), lines[-1]
     assert lines[-1] == result["line"]
     for policy in ("classhub", "strict", "besteffort"):
@@ -56,10 +61,35 @@ def test_csv_input_reports_bad_rows_with_their_line_and_skips_them(tmp_path, cap
         "d,6,50,1,2,500,cs,0,,\n"
         "e,7,60,1,1,250,ml,1,,\n")
     result = bench.main(["--nodes", str(nodes), "--jobs", str(jobs), "--cycle-nodes", "10",
-                         "--cycle-waiting", "20", "--cycle-runs", "2"])
+                         "--cycle-waiting", "20", "--cycle-runs", "2", "--loop-running", "8",
+                         "--loop-runs", "1"])
     out = capsys.readouterr().out
     assert f"{nodes}:3: invalid literal for int() with base 10: 'eight'; row skipped" in out
     assert f"{jobs}:4: duration_s must be a positive number; row skipped" in out
     assert f"{jobs}:5: gpu_milli below 1000 is a share of one GPU" in out
     assert result["results"]["classhub"].jobs == 3
     assert len(result["errors"]) == 3
+
+
+def test_the_benchmark_drives_the_classes_the_service_loop_runs():
+    """What the benchmark measures is what runs: the queue, the cluster picture and the cycle
+    the service's job loop imports are the very objects bench/admission.py drives, and the
+    benchmark's loop figure comes from the loop class itself."""
+    import ast
+
+    from hub_ext.service.jobs import loop
+
+    def admission_imports(path: Path) -> set[str]:
+        tree = ast.parse(path.read_text())
+        return {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                and (node.module or "").startswith("hub_ext.core.admission") for alias in node.names}
+
+    looped = admission_imports(Path(loop.__file__))
+    driven = {"QueueManager", "ClusterState", "admission_cycle"}
+    assert driven <= looped, "the loop no longer runs these: update the benchmark with it"
+    bench = load_bench()
+    assert driven <= admission_imports(BENCH)
+    for name in driven:
+        assert getattr(bench, name) is getattr(loop, name), name
+    source = BENCH.read_text()
+    assert "from hub_ext.service.jobs.loop import JobLoop" in source

@@ -187,3 +187,26 @@ def test_a_failed_replica_is_restarted_up_to_max_restarts(world, tmp_path):
                                        "resources": {"cpu": "1"}, "max_restarts": 2})
     record = asyncio.run(until(loop, lambda: (r := store.get(never)).state in J.FINAL and r))
     assert record.state == J.FAILED and record.replicas[0].restarts == 2
+
+
+def test_jobs_behind_the_head_of_the_queue_show_their_place_without_a_write_per_cycle(world):
+    """With 50,000 waiting jobs a cycle cannot explain (and write) each one: the loop writes why
+    the first `explain_limit` of a course wait; the jobs behind show their place from memory."""
+    store, _, backend = world
+    loop = JobLoop(store, backend, interval=0.2, grace=2.0, explain_limit=1)
+    running = submit(store, "student1", {"name": "both", "command": command("600"), "replicas": 2,
+                                         "resources": {"nvidia.com/gpu": 1}})
+    asyncio.run(until(loop, lambda: store.get(running).state == J.RUNNING))
+    second = submit(store, "student2", {"name": "second", "command": command(), "replicas": 1,
+                                        "resources": {"nvidia.com/gpu": 1}})
+    third = submit(store, "student2", {"name": "third", "command": command(), "replicas": 1,
+                                       "resources": {"nvidia.com/gpu": 1}})
+    asyncio.run(loop.cycle())
+    head, behind = store.get(second), store.get(third)
+    assert head.state == behind.state == J.QUEUED
+    assert head.queue_position == 1 and head.reason_code in ("reserved", "capacity")
+    assert behind.queue_position is None  # not written ...
+    assert loop.position(third) == 2  # ... but known: the API shows it (JobsHandler.shown)
+    store.request_stop(running, J.STOP_CANCEL, "student1", datetime.now(timezone.utc), "cancel")
+    asyncio.run(until(loop, lambda: store.get(third).state in J.FINAL))
+    assert store.get(second).state == J.SUCCEEDED  # the room went to the waiting jobs, in order

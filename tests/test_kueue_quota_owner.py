@@ -153,6 +153,7 @@ async def test_a_courses_quota_is_held_by_classhub_alone_and_kueue_only_queues(c
     jobs = [submit(store, f"train-{i}") for i in range(3)]
     async with api:
         await loop.cycle()
+        await loop.settle()  # launching is a step of its own after the cycle (docs/jobs-loop.md)
         first, *rest = [store.get(j) for j in jobs]
         # classhub handed the first over (reserved in its ledger) and holds the others for quota
         assert first.state == J.ADMITTED and "handed to Kueue" in first.events[-1].message
@@ -172,6 +173,7 @@ async def test_a_courses_quota_is_held_by_classhub_alone_and_kueue_only_queues(c
             assert asyncio.get_running_loop().time() < deadline, [store.get(j).state for j in jobs]
             kueue.cycle()
             await loop.cycle()
+            await loop.settle()
             handed = {j for j in jobs if cluster.get("pytorchjobs", j, NS) is not None
                       and store.get(j).state in J.HOLDING}
             # one count of the quota: the ledger holds exactly the jobs handed over, 8 GPUs at most

@@ -18,17 +18,23 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from kubernetes_asyncio import watch
 from kubespawner.reflector import MultiNamespaceResourceReflector
 from traitlets import default, validate
 from traitlets.config import LoggingConfigurable
 
-from hub_ext.core.capacity import CapacitySnapshot, PodUsage, pod_usage
+from hub_ext.core.admission.snapshot import NodeState
+from hub_ext.core.capacity import CapacitySnapshot, NodeCapacity, PodUsage, pod_usage
+from hub_ext.core.resources import PODS, ResourceVector, sum_vectors
 
 from .capacity import KubernetesBackend
-from .jobs import JOB_LABEL
+from .labels import JOB_LABEL
 
 #: KubeSpawner's annotations on a server's pod: the user's and the server's names, unescaped.
 USER_ANNOTATION = "hub.jupyter.org/username"
@@ -238,3 +244,239 @@ def live_capacity(api: Any, node_ttl: float = 5.0) -> LiveCapacity:
     if view is None:
         view = _views[loop] = LiveCapacity(KubernetesBackend(api=api), node_ttl=node_ttl)
     return view
+
+
+# ---------------------------------------------------------------------------------------------
+# The job service's live view: nodes and pods by watch, indexed for the admission loop.
+
+
+@dataclass(frozen=True)
+class JobPod:
+    """What the job loop reads of one pod of a job's replica (from its labels and status)."""
+
+    job: str
+    rank: int
+    phase: str
+    node: str
+    exit_code: int | None
+
+
+#: pod JSON -> its `JobPod` when it is a replica of a classhub job, else None (the backend's rule).
+JobPodOf = Callable[[dict[str, Any]], "JobPod | None"]
+
+
+class _PodIndex(dict):
+    """The pod watch's store for the job loop: by pod key, (`PodUsage` or None, `JobPod` or
+    None), indexed by node and by job, with what changed since the loop last asked (the nodes
+    whose usage changed, the jobs whose pods changed). A relist replaces the whole dict."""
+
+    def __init__(self, pods: dict[str, Any] | None = None, job_pod: JobPodOf | None = None) -> None:
+        super().__init__()
+        self.job_pod = job_pod
+        self.by_node: dict[str, dict[str, Any]] = {}
+        self.by_job: dict[str, dict[str, JobPod]] = {}
+        self.changed_nodes: set[str] = set()
+        self.changed_jobs: set[str] = set()
+        for key, pod in (pods or {}).items():
+            self[key] = pod
+
+    def __setitem__(self, key: str, pod: dict[str, Any]) -> None:
+        self._forget(key)
+        usage = pod_usage(pod)
+        job = self.job_pod(pod) if self.job_pod is not None else None
+        super().__setitem__(key, (usage, job))
+        if usage is not None and usage.node:
+            self.by_node.setdefault(usage.node, {})[key] = usage.requests
+            self.changed_nodes.add(usage.node)
+        if job is not None:
+            self.by_job.setdefault(job.job, {})[key] = job
+            self.changed_jobs.add(job.job)
+
+    def _forget(self, key: str) -> None:
+        old = super().get(key)
+        if old is None:
+            return
+        usage, job = old
+        if usage is not None and usage.node:
+            self.by_node.get(usage.node, {}).pop(key, None)
+            self.changed_nodes.add(usage.node)
+        if job is not None:
+            pods = self.by_job.get(job.job, {})
+            pods.pop(key, None)
+            if not pods:
+                self.by_job.pop(job.job, None)
+            self.changed_jobs.add(job.job)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, pod in dict(*args, **kwargs).items():
+            self[key] = pod
+
+    def pop(self, key: str, *default: Any) -> Any:
+        self._forget(key)
+        return super().pop(key, *default)
+
+
+class _IndexedPods(_AllPods):
+    """Every pod of the cluster, kept as `_PodIndex` entries (usage and job facts only)."""
+
+    job_pod: JobPodOf | None = None
+
+    @default("resources")
+    def _resources_default(self) -> _PodIndex:
+        return _PodIndex(job_pod=self.job_pod)
+
+    @validate("resources")
+    def _keep_usage_only(self, proposal: dict[str, Any]) -> _PodIndex:
+        pods = proposal["value"]
+        return pods if isinstance(pods, _PodIndex) else _PodIndex(pods, self.job_pod)
+
+
+class JobClusterView(LoggingConfigurable):
+    """The job service's live view of the cluster: a watch on every node and every pod.
+
+    Why (docs/jobs-loop.md): the admission loop used to list every node and pod of the cluster
+    at every cycle and every submit, and the pods of each running job. With the watches, a cycle
+    reads memory: the nodes whose pods changed are summed again, the others are reused, and the
+    loop follows only the jobs whose pods changed (`take_changed_jobs`). Without the permission
+    to watch (no capacity-rbac.yaml), `watching` stays False and the backend lists as before.
+    """
+
+    def __init__(self, api: Any, job_pod: JobPodOf, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.api = api
+        self.job_pod = job_pod
+        self.watching = False
+        self._pods: _IndexedPods | None = None
+        self._started: asyncio.Future | None = None
+        self._node_task: asyncio.Task | None = None
+        self._node_json: dict[str, dict[str, Any]] = {}
+        self._node_loaded: asyncio.Event | None = None
+        self._node_changed: set[str] = set()
+        self._node_states: dict[str, NodeState] = {}
+        self._node_tuple: tuple[NodeState, ...] = ()
+        self._seen_for_nodes: _PodIndex | None = None
+        self._seen_for_jobs: _PodIndex | None = None
+
+    async def start(self) -> bool:
+        """Start both watches once; True when the view is live."""
+        if self._started is None:
+            self._started = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._started)
+        return self.watching
+
+    async def _start(self) -> None:
+        try:
+            self._node_loaded = asyncio.Event()
+            self._node_task = asyncio.ensure_future(self._watch_nodes())
+            pods = _IndexedPods(parent=self)
+            pods.job_pod = self.job_pod
+            pods.resources = _PodIndex(job_pod=self.job_pod)
+            pods.api = self.api
+            pods.on_failure = self._watch_failed  # the reflector gave up: list again
+            await pods.start()
+            self._pods = pods
+            await asyncio.wait_for(self._node_loaded.wait(), 60)
+            self.watching = True
+        except Exception as e:  # e.g. 403: the job service may not watch the cluster
+            self.log.warning("classhub jobs: no watch on the cluster's nodes and pods (%r); the "
+                             "loop lists them at every cycle", e)
+            await self.stop()
+
+    def _watch_failed(self) -> None:
+        self.log.warning("classhub jobs: the pod watch gave up; the loop lists the cluster again")
+        self.watching = False
+
+    async def _watch_nodes(self) -> None:
+        """List the nodes once, then follow them by watch (list again after an error or a 410)."""
+        version: str | None = None
+        delay = 0.1
+        while True:
+            try:
+                if version is None:
+                    listing = await _list_json(self.api, "list_node")
+                    self._node_json = {n["metadata"]["name"]: n for n in listing.get("items") or ()}
+                    self._node_changed |= set(self._node_json) | set(self._node_states)
+                    version = listing["metadata"]["resourceVersion"]
+                    assert self._node_loaded is not None
+                    self._node_loaded.set()
+                stream = watch.Watch()
+                async with stream.stream(self.api.list_node, resource_version=version,
+                                         timeout_seconds=300, _preload_content=False) as events:
+                    async for event in events:
+                        node = event["raw_object"]
+                        name = node["metadata"]["name"]
+                        if event["type"] == "DELETED":
+                            self._node_json.pop(name, None)
+                        elif event["type"] in ("ADDED", "MODIFIED"):
+                            self._node_json[name] = node
+                        version = node["metadata"].get("resourceVersion") or version
+                        self._node_changed.add(name)
+                delay = 0.1
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a 410 Gone, a dropped connection: list again
+                self.log.warning("classhub jobs: the node watch stopped (%r); listing again", e)
+                version = None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
+    def nodes(self) -> tuple[NodeState, ...]:
+        """Every node with what is free now (its pods' requests subtracted), sorted by name;
+        only the nodes whose pods or object changed since the last call are computed again."""
+        assert self._pods is not None
+        index = self._pods.resources
+        changed, self._node_changed = self._node_changed, set()
+        if index is not self._seen_for_nodes:  # a relist: every node again
+            self._seen_for_nodes = index
+            changed |= set(self._node_json) | set(self._node_states)
+        changed |= index.changed_nodes
+        index.changed_nodes = set()
+        if not changed:
+            return self._node_tuple
+        for name in changed:
+            node = self._node_json.get(name)
+            if node is None:
+                self._node_states.pop(name, None)
+                continue
+            held = index.by_node.get(name, {})
+            used = sum_vectors(held.values())
+            if held:
+                used = used + ResourceVector({PODS: len(held)})
+            self._node_states[name] = NodeState.from_capacity(
+                NodeCapacity.from_k8s(node, used=used, pod_count=len(held)))
+        self._node_tuple = tuple(self._node_states[n] for n in sorted(self._node_states))
+        return self._node_tuple
+
+    def job_pods(self, job: str) -> list[JobPod]:
+        """The pods of job `job` as last seen."""
+        assert self._pods is not None
+        return list(self._pods.resources.by_job.get(job, {}).values())
+
+    def take_changed_jobs(self) -> set[str]:
+        """The jobs whose pods changed since the last call (after a relist: every job's)."""
+        assert self._pods is not None
+        index = self._pods.resources
+        changed, index.changed_jobs = index.changed_jobs, set()
+        if index is not self._seen_for_jobs:
+            self._seen_for_jobs = index
+            changed |= set(index.by_job)
+        return changed
+
+    async def stop(self) -> None:
+        if self._node_task is not None:
+            self._node_task.cancel()
+        if self._pods is not None:
+            mark_failure_seen(self._pods.first_load_future)
+            await self._pods.stop()
+        self._pods = None
+        self.watching = False
+
+
+async def _list_json(api: Any, method: str) -> dict[str, Any]:
+    """One list call's JSON, decoded on a worker thread (docs/architecture.md, rule 7)."""
+    response = await getattr(api, method)(_preload_content=False)
+    try:
+        data = await response.read()
+    finally:
+        response.release()
+    return await asyncio.to_thread(json.loads, data)

@@ -50,8 +50,9 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubespawner.clients import shared_client
 
 from hub_ext.backends.jobs import ENDED, PENDING, RUNNING, Launch, ReplicaStatus
-from hub_ext.backends.kubernetes import client
+from hub_ext.backends.kubernetes import client, labels
 from hub_ext.backends.kubernetes.capacity import KubernetesBackend
+from hub_ext.backends.kubernetes.informer import JobClusterView, JobPod
 from hub_ext.backends.kubernetes.kueue import LocalQueues
 from hub_ext.core.admission import NodeState, Snapshot
 from hub_ext.core.jobs import RESERVED_ENV
@@ -91,7 +92,7 @@ POD_GROUP_API = "scheduling.x-k8s.io/v1alpha1"
 #: The label coscheduling reads on pods to find their PodGroup.
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-JOB_LABEL = "classhub.io/job"
+JOB_LABEL = labels.JOB_LABEL
 USER_LABEL = "classhub.io/user"
 COURSE_LABEL = "classhub.io/course"
 HOSTNAME = "kubernetes.io/hostname"
@@ -385,13 +386,14 @@ class KubernetesJobs:
                  pod_annotations: Mapping[str, str] | None = None,
                  home_of: Callable[[str], Awaitable[Mapping[str, Any] | None]] | None = None,
                  kind: str = "pytorchjob", runtime: str = "torch-distributed",
-                 kueue_cluster_queue: str = "classhub") -> None:
+                 kueue_cluster_queue: str = "classhub", watch: bool = True) -> None:
         """`kueue_queue`: the LocalQueue of a course (``{course}`` is replaced), when Kueue
         admits; None when classhub does. `kueue_cluster_queue`: the one ClusterQueue every
         course's LocalQueue feeds (docs/kueue.md). `home_of(user)`: the home volume the user's notebook
         pod mounts (`Home.from_answer`'s fields: the hub's ``ClasshubKubeSpawner.home_volume``),
         None for none; without it the replicas mount nothing. `kind`: ``pytorchjob`` or
-        ``trainjob`` (on the ClusterTrainingRuntime `runtime`)."""
+        ``trainjob`` (on the ClusterTrainingRuntime `runtime`). `watch`: keep a live view of the
+        cluster (`JobClusterView`: nodes and pods by watch) instead of listing at every look."""
         if kind not in JOB_KINDS:
             raise ValueError(f"kind must be one of {', '.join(JOB_KINDS)}, not {kind!r}")
         self._core, self._custom = core, custom
@@ -402,6 +404,8 @@ class KubernetesJobs:
         self._local_queues: LocalQueues | None = None
         self.pod_annotations = dict(pod_annotations or {})
         self.home_of = home_of
+        self.watch = watch
+        self._view: JobClusterView | None = None
 
     @property
     def core(self) -> Any:
@@ -416,20 +420,50 @@ class KubernetesJobs:
             self._custom = shared_client("CustomObjectsApi")
         return self._custom
 
+    # -- the live view
+    async def live(self) -> JobClusterView | None:
+        """The watch-kept view of nodes and pods (started at the first look); None when the
+        service may not watch the cluster (then every look lists)."""
+        if not self.watch:
+            return None
+        if self._view is None:
+            namespace = self.namespace
+            self._view = JobClusterView(self.core, lambda pod: job_pod(pod, namespace))
+        return self._view if await self._view.start() else None
+
+    async def close(self) -> None:
+        """Stop the watches (the service's end)."""
+        if self._view is not None:
+            await self._view.stop()
+            self._view = None
+
+    def changed_jobs(self) -> set[str] | None:
+        """The jobs whose pods changed since the loop last asked (None: not known, look at all)."""
+        view = self._view
+        return view.take_changed_jobs() if view is not None and view.watching else None
+
     # -- capacity
     async def nodes(self, held: Mapping[str, Sequence[str]], other: Any = None,
                     running: Sequence[Launch] = ()) -> tuple[NodeState, ...]:
         """Free capacity per node from the pods, minus replicas admitted but not bound yet (their
         pods do not exist yet, and their room must not be given twice)."""
-        capacity = await KubernetesBackend(api=self.core).capacity_snapshot()
-        bound = await self._bound_replicas()
+        view = await self.live()
+        if view is not None:
+            nodes = view.nodes()
+            bound = {(p.job, p.rank) for launch in running for p in view.job_pods(launch.job_id)
+                     if p.node}
+        else:
+            capacity = await KubernetesBackend(api=self.core).capacity_snapshot()
+            nodes = Snapshot.from_capacity(capacity, 0.0).nodes
+            bound = await self._bound_replicas()
         missing: dict[str, list[ResourceVector]] = {}
         for launch in running:
             for replica in launch.replicas:
                 if (launch.job_id, replica.rank) not in bound:
                     request = ResourceVector.from_k8s(launch.requests.get(replica.role, {}))
                     missing.setdefault(replica.node, []).append(request)
-        nodes = Snapshot.from_capacity(capacity, 0.0).nodes
+        if not missing:
+            return nodes
         return tuple(
             NodeState(node.name, node.allocatable,
                       (node.free - sum_vectors(missing.get(node.name, []))).clamp(),
@@ -553,9 +587,20 @@ class KubernetesJobs:
         return job
 
     async def status(self, launch: Launch) -> dict[tuple[str, int], ReplicaStatus]:
-        pods = await self.core.list_namespaced_pod(self.namespace, label_selector=self._selector(launch))
         by_rank = {r.rank: r for r in launch.replicas}
         out = {(r.role, r.index): ReplicaStatus(PENDING) for r in launch.replicas}
+        view = await self.live()
+        if view is not None:  # memory: what the pod watch saw last
+            for seen in view.job_pods(launch.job_id):
+                replica = by_rank.get(seen.rank)
+                if replica is None:
+                    continue
+                if seen.phase == "Running":
+                    out[(replica.role, replica.index)] = ReplicaStatus(RUNNING, None, seen.node)
+                elif seen.phase in ("Succeeded", "Failed"):
+                    out[(replica.role, replica.index)] = ReplicaStatus(ENDED, seen.exit_code, seen.node)
+            return out
+        pods = await self.core.list_namespaced_pod(self.namespace, label_selector=self._selector(launch))
         for pod in pods.items:
             replica = by_rank.get(_rank(pod.metadata.labels or {}))
             if replica is None:
@@ -585,9 +630,12 @@ class KubernetesJobs:
                 if e.status != 404:
                     raise
         selector = self._selector(launch)
+        view = await self.live()
         for _ in range(int((grace + 60) * 5)):  # the pods go with their owner
-            pods = await self.core.list_namespaced_pod(self.namespace, label_selector=selector)
-            if not pods.items:
+            if view is not None:
+                if not view.job_pods(launch.job_id):
+                    return
+            elif not (await self.core.list_namespaced_pod(self.namespace, label_selector=selector)).items:
                 return
             await asyncio.sleep(0.2)
 
@@ -606,6 +654,28 @@ class KubernetesJobs:
         except ApiException:
             return b""
         return text.encode()[offset:offset + limit]
+
+
+def job_pod(pod: Mapping[str, Any], namespace: str) -> JobPod | None:
+    """A replica pod of a classhub job in `namespace` as the live view keeps it (None for any
+    other pod): the same labels `_bound_replicas` and `status` read from a list."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    job = labels.get(JOB_LABEL)
+    if not job or meta.get("namespace") != namespace or not (
+            OPERATOR_TYPE_LABEL in labels or COMPLETION_INDEX in labels):
+        return None
+    status = pod.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    code = None
+    for container in status.get("containerStatuses") or ():
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated is not None:
+            code = terminated.get("exitCode")
+            break
+    if code is None and phase == "Succeeded":
+        code = 0
+    return JobPod(job, _rank(labels), phase, (pod.get("spec") or {}).get("nodeName") or "", code)
 
 
 def _rank(labels: Mapping[str, str]) -> int:

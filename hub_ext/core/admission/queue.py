@@ -99,7 +99,8 @@ def _smallest(jobs: Iterable[Job]) -> int | None:
 class QueueManager:
     """Keeps every course's queue sorted while jobs arrive and leave; `snapshot()` for a cycle.
 
-    Pure (no I/O): the service (issue 17) owns one and feeds it from the store.
+    Pure (no I/O): the service's job loop owns one and feeds it with its submit, cancel and end
+    events (docs/jobs-loop.md); bench/admission.py drives the same class.
     """
 
     def __init__(self) -> None:
@@ -107,6 +108,9 @@ class QueueManager:
         self._where: dict[str, tuple[str, tuple[int, float, str]]] = {}
         self._needs: Counter[int | None] = Counter()
         self._runtimes: Counter[float] = Counter()
+        self._frozen: dict[str, tuple[Job, ...]] = {}
+        """Each course's queue as the last snapshot froze it; a course is frozen again only
+        after a job of it came or went (a cycle over 50,000 waiting jobs copies none of them)."""
 
     def __len__(self) -> int:
         return len(self._where)
@@ -120,6 +124,7 @@ class QueueManager:
             self.remove(job.name)
         key = queue_key(job)
         insort(self._queues.setdefault(job.course, []), (key, job), key=lambda entry: entry[0])
+        self._frozen.pop(job.course, None)
         self._where[job.name] = (job.course, key)
         self._needs[_need(job)] += 1
         self._runtimes[job.max_runtime] += 1
@@ -133,6 +138,7 @@ class QueueManager:
         queue = self._queues[course]
         index = bisect_left(queue, key, key=lambda entry: entry[0])
         job = queue.pop(index)[1]
+        self._frozen.pop(course, None)
         if not queue:
             del self._queues[course]
         for counter, value in ((self._needs, _need(job)), (self._runtimes, job.max_runtime)):
@@ -144,11 +150,12 @@ class QueueManager:
     def snapshot(self) -> QueueSnapshot:
         needs = self._needs
         smallest = None if None in needs else min(needs, default=None)  # type: ignore[type-var]
+        frozen = self._frozen
+        for course, queue in self._queues.items():
+            if course not in frozen:
+                frozen[course] = tuple(job for _, job in queue)
         return QueueSnapshot(
-            MappingProxyType({
-                course: tuple(job for _, job in queue)
-                for course, queue in sorted(self._queues.items())
-            }),
+            MappingProxyType({course: frozen[course] for course in sorted(self._queues)}),
             (smallest,),
             min(self._runtimes, default=float("inf")),
         )

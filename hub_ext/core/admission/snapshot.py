@@ -14,6 +14,10 @@ cycle is a pure function: tests and bench/admission.py build snapshots by hand.
   (`quota.Limits`/`quota.Usage`: servers and jobs share one ledger) and its users' limits.
 - `CourseWindow`: capacity a course reserved for a time window (a lab session).
 - `Snapshot`: all of the above at `now`, plus the job holding the reservation from the last cycle.
+- `ClusterState`: the admission loop's picture between cycles (nodes and running jobs, changed by
+  events: a node or pod watch, a job started or ended), from which each cycle's `Snapshot` is
+  made without rebuilding what did not change. The service's loop and bench/admission.py both
+  keep one (docs/jobs-loop.md).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from datetime import datetime, time, timedelta, tzinfo
 from functools import cached_property
 from types import MappingProxyType
 
-from hub_ext.core.capacity import GPU_PRODUCT_LABEL, CapacitySnapshot
+from hub_ext.core.capacity import GPU_PRODUCT_LABEL, CapacitySnapshot, NodeCapacity
 from hub_ext.core.jobs import Job
 from hub_ext.core.quota import Limits, Usage
 from hub_ext.core.resources import PODS, ZERO, ResourceVector, is_gpu_taint, sum_vectors
@@ -32,6 +36,7 @@ from hub_ext.core.resources import PODS, ZERO, ResourceVector, is_gpu_taint, sum
 _NANO = 10**9
 
 __all__ = [
+    "ClusterState",
     "CourseQuota",
     "CourseWindow",
     "NodeState",
@@ -54,6 +59,20 @@ class NodeState:
     def __post_init__(self) -> None:
         if not self.free.is_nonnegative():
             raise ValueError(f"node {self.name}: free capacity must not be negative")
+
+    @classmethod
+    def from_capacity(cls, node: NodeCapacity) -> NodeState:
+        """A node of the capacity snapshot the spawn form uses (pods already counted in `free`)."""
+        return cls(
+            name=node.name,
+            allocatable=node.allocatable,
+            free=node.free,
+            gpu_product=node.labels.get(GPU_PRODUCT_LABEL) or None,
+            # GPU taints do not count: job pods tolerate every GPU taint key (placement is
+            # admission's, by node affinity); any other hard taint keeps jobs off the node
+            schedulable=node.schedulable and not any(t.is_hard for t in node.taints
+                                                      if not is_gpu_taint(t.key)),
+        )
 
     @cached_property
     def free_nanos(self) -> Mapping[str, int]:
@@ -238,19 +257,7 @@ class Snapshot:
     ) -> Snapshot:
         """From the capacity snapshot the spawn form uses: notebooks' and jobs' pods are counted
         in each node's `free` already, so a job never lands on capacity a notebook holds."""
-        nodes = tuple(
-            NodeState(
-                name=node.name,
-                allocatable=node.allocatable,
-                free=node.free,
-                gpu_product=node.labels.get(GPU_PRODUCT_LABEL) or None,
-                # GPU taints do not count: job pods tolerate every GPU taint key (placement is
-                # admission's, by node affinity); any other hard taint keeps jobs off the node
-                schedulable=node.schedulable and not any(t.is_hard for t in node.taints
-                                                          if not is_gpu_taint(t.key)),
-            )
-            for node in capacity.nodes
-        )
+        nodes = tuple(NodeState.from_capacity(node) for node in capacity.nodes)
         return cls(
             now=now,
             nodes=nodes,
@@ -261,3 +268,100 @@ class Snapshot:
             reserved_placement=reserved_placement,
             grace=grace,
         )
+
+
+class ClusterState:
+    """Nodes and running jobs as events change them; `snapshot()` freezes them for one cycle.
+
+    Why a class of its own: a cycle over 5,000 nodes and 1,000 running jobs must not rebuild
+    5,000 node states and 1,000 running jobs from a database and a cluster list each time. The
+    owner tells it what changed (`put_node`, `drop_node`, `adjust`, `start`, `end`, `preempt`);
+    the frozen tuples a `Snapshot` holds are rebuilt only after such a change. Who changes `free`
+    is the owner's business: in Kubernetes the pods counted by a watch (the backend hands whole
+    `NodeState`s), in bench/admission.py the simulated jobs (`adjust`).
+    """
+
+    def __init__(self, nodes: Iterable[NodeState] = ()) -> None:
+        self._nodes: dict[str, NodeState] = {}
+        self._running: dict[str, RunningJob] = {}
+        self._node_tuple: tuple[NodeState, ...] | None = None
+        self._running_tuple: tuple[RunningJob, ...] | None = None
+        self._total: tuple[tuple[NodeState, ...], ResourceVector] | None = None
+        self.set_nodes(nodes)
+
+    # -- nodes
+    def set_nodes(self, nodes: Iterable[NodeState]) -> None:
+        """Replace every node; nothing is rebuilt when the same node objects come back."""
+        given = tuple(nodes)
+        current = self._node_tuple if self._node_tuple is not None else tuple(self._nodes.values())
+        if len(given) == len(current) and all(a is b for a, b in zip(given, current, strict=True)):
+            return
+        self._nodes = {node.name: node for node in given}
+        self._node_tuple = given if len(self._nodes) == len(given) else None
+
+    def put_node(self, node: NodeState) -> None:
+        """Add or replace one node (a watch event)."""
+        if self._nodes.get(node.name) is not node:
+            self._nodes[node.name] = node
+            self._node_tuple = None
+
+    def drop_node(self, name: str) -> None:
+        if self._nodes.pop(name, None) is not None:
+            self._node_tuple = None
+
+    def node(self, name: str) -> NodeState:
+        return self._nodes[name]
+
+    def adjust(self, name: str, delta: ResourceVector) -> None:
+        """Change a node's free capacity by `delta` (a job placed there started or ended)."""
+        node = self._nodes[name]
+        self.put_node(NodeState(node.name, node.allocatable, node.free + delta, node.gpu_product,
+                                node.schedulable))
+
+    @property
+    def nodes(self) -> tuple[NodeState, ...]:
+        if self._node_tuple is None:
+            self._node_tuple = tuple(self._nodes.values())
+        return self._node_tuple
+
+    # -- running jobs
+    def start(self, run: RunningJob) -> None:
+        self._running[run.job.name] = run
+        self._running_tuple = None
+
+    def end(self, name: str) -> RunningJob | None:
+        run = self._running.pop(name, None)
+        if run is not None:
+            self._running_tuple = None
+        return run
+
+    def preempt(self, name: str, ends_by: float) -> RunningJob | None:
+        """Mark a running job preempted (gone by `ends_by`); None when it does not run."""
+        run = self._running.get(name)
+        if run is None:
+            return None
+        run = RunningJob(run.job, run.placement, run.started, run.borrowed, ends_by)
+        self.start(run)
+        return run
+
+    @property
+    def running(self) -> Mapping[str, RunningJob]:
+        return MappingProxyType(self._running)
+
+    # -- the cycle's picture
+    def snapshot(self, now: float, courses: Mapping[str, CourseQuota] | None = None, *,
+                 windows: Iterable[CourseWindow] = (), reserved_job: str | None = None,
+                 reserved_placement: tuple[tuple[str, int, str], ...] = (),
+                 grace: float = 30.0) -> Snapshot:
+        if self._running_tuple is None:
+            self._running_tuple = tuple(self._running.values())
+        nodes = self.nodes
+        snapshot = Snapshot(now=now, nodes=nodes, running=self._running_tuple,
+                            courses=MappingProxyType(dict(courses or {})), windows=tuple(windows),
+                            reserved_job=reserved_job, reserved_placement=reserved_placement,
+                            grace=grace)
+        if self._total is None or self._total[0] is not nodes:
+            self._total = (nodes, snapshot.total_allocatable)
+        else:  # the same nodes as last cycle: their sum is known (a cached property's value)
+            snapshot.__dict__["total_allocatable"] = self._total[1]
+        return snapshot

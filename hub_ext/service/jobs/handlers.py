@@ -69,6 +69,14 @@ class _JobsHandler(APIHandler):
             self._looked_up = True
         return self._record
 
+    def shown(self, record: JobRecord) -> dict[str, Any]:
+        """The API's view of a job; a waiting job whose place the loop has not written yet (it
+        is behind the head of its queue, docs/jobs-loop.md) shows its place at the last cycle."""
+        out = as_json(record)
+        if out["state"] == jobs.QUEUED and out["queue_position"] is None:
+            out["queue_position"] = self.jobs.loop.position(record.job_id)
+        return out
+
     @property
     def record(self) -> JobRecord:
         """The job the request is about, once `needs` allowed the caller to see it."""
@@ -130,7 +138,7 @@ class JobsHandler(_JobsHandler):
         rows, total = await asyncio.to_thread(self.jobs.store.list, states=states, offset=offset,
                                               limit=limit, **shown)
         after = offset + len(rows)
-        self.write_json({"jobs": [as_json(r) for r in rows], "total": total, "offset": offset,
+        self.write_json({"jobs": [self.shown(r) for r in rows], "total": total, "offset": offset,
                          "limit": limit, "next_offset": after if after < total else None})
 
     @refuses(JobError)
@@ -151,7 +159,7 @@ class JobsHandler(_JobsHandler):
         if course not in quotas:
             raise web.HTTPError(404, "No course %s; GET /api/courses lists the courses.", course)
         quota = quotas[course]
-        nodes = await self.jobs.backend.nodes({})
+        nodes = await self.jobs.loop.known_nodes()  # the loop's live view: no cluster list per submit
         user_limits = quota.users.get(caller.name, (None, None))[0]
         refusal = refuse_at_submit(job, nodes, quota.limits, user_limits)
         if refusal:
@@ -170,7 +178,7 @@ class JobHandler(_JobsHandler):
 
     @needs(authz.READ_JOB, **_THE_JOB)
     async def get(self, job_id: str) -> None:
-        self.write_json({**as_json(self.record), "events": events_json(self.record.events)})
+        self.write_json({**self.shown(self.record), "events": events_json(self.record.events)})
 
 
 class JobCancelHandler(_JobsHandler):

@@ -8,12 +8,17 @@ transaction.
 
 Resources a job holds are in the reservation ledger (kind "job", key "job:<job id>"): reserved
 when the job is admitted, released when its last replica is gone.
+
+Every method that changes a job tells the store's listeners which job changed (`listen`), after
+its transaction committed: the admission loop keeps its queue and its running jobs in memory
+and re-reads only the jobs it is told about (docs/jobs-loop.md), never every job per cycle.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -75,6 +80,20 @@ class JobStore:
         self.ledger = ledger or Ledger(sessions)
         #: reads never wait on (nor take) sqlite's write lock: the loop reads every few seconds
         self.readers = readers(sessions)
+        self._listeners: list[Callable[[str], None]] = []
+        self._lock = threading.Lock()
+
+    def listen(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(job_id)` after every committed change of a job (any thread: the
+        handlers write from worker threads; the listener must only note the id)."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def _changed(self, job_id: str) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(job_id)
 
     # ------------------------------------------------------------------ reading
     def get(self, job_id: str) -> JobRecord | None:
@@ -122,6 +141,18 @@ class JobStore:
                 .order_by(JobRecord.submitted_at, JobRecord.id)
             ))
 
+    def by_ids(self, job_ids: Iterable[str]) -> list[JobRecord]:
+        """The jobs named (those that exist), with replicas and course loaded: what the loop
+        reads of the jobs it was told changed."""
+        ids = list(job_ids)
+        if not ids:
+            return []
+        with self.readers() as session:
+            return list(session.scalars(
+                select(JobRecord).where(JobRecord.job_id.in_(ids))
+                .options(selectinload(JobRecord.replicas), selectinload(JobRecord.course))
+            ))
+
     # ------------------------------------------------------------------ submit and cancel
     def submit(self, owner: str, course: str, submission: Submission, job: Job, now: datetime,
                profiles: Mapping[str, Any] | None = None) -> tuple[JobRecord, bool]:
@@ -159,7 +190,9 @@ class JobStore:
                     session.add(JobEvent(job=record, at=now, state=J.QUEUED,
                                          message=f"submitted by {owner}: {job.describe()}{shown}"))
                     session.flush()
-                return self.get(record.job_id), True  # type: ignore[return-value]
+                    job_id = record.job_id
+                self._changed(job_id)
+                return self.get(job_id), True  # type: ignore[return-value]
             except IntegrityError:
                 if submission.client_id is None:
                     raise
@@ -189,6 +222,7 @@ class JobStore:
             else:
                 record.stop_reason, record.stop_by, record.stop_requested_at = reason, by, now
                 session.add(JobEvent(job=record, at=now, state=record.state, message=message))
+        self._changed(job_id)
         return self.get(job_id)  # type: ignore[return-value]
 
     # ------------------------------------------------------------------ the loop's writes
@@ -224,11 +258,16 @@ class JobStore:
             if delegate:
                 message = f"handed to {delegate}, which starts all {len(admitted.replicas)} replicas at once"
             self._move(session, record, J.ADMITTED, now, message)
+        self._changed(admitted.job_id)
         return True
 
-    def release_orphans(self, now: datetime) -> tuple[str, ...]:
-        """Release job reservations whose job holds nothing (crash between reserve and admit)."""
-        holding = {job_key(r.job_id) for r in self.in_states(J.HOLDING)}
+    def release_orphans(self, now: datetime, holding_ids: Iterable[str] | None = None) -> tuple[str, ...]:
+        """Release job reservations whose job holds nothing (crash between reserve and admit).
+        `holding_ids`: the jobs that hold capacity, when the caller knows them (the loop keeps
+        them in memory); else they are read."""
+        if holding_ids is None:
+            holding_ids = [r.job_id for r in self.in_states(J.HOLDING)]
+        holding = {job_key(i) for i in holding_ids}
         held = self.ledger.held_keys(kind="job")  # a read: no write lock
         if not held - holding:  # the usual case: no write transaction at all
             return ()
@@ -259,6 +298,7 @@ class JobStore:
                 record.started_at = now
                 self._move(session, record, J.RUNNING, now,
                            f"running: all {len(record.replicas)} replicas started")
+        self._changed(job_id)
         return self.get(job_id)  # type: ignore[return-value]
 
     def count_restart(self, job_id: str, role: str, index: int, now: datetime) -> None:
@@ -272,6 +312,7 @@ class JobStore:
                     session.add(JobEvent(job=record, at=now, state=record.state, message=(
                         f"{role}-{index} exited {replica.exit_code}; restart {replica.restarts} "
                         f"of {record.spec['job'].get('max_restarts', 0)}")))
+        self._changed(job_id)
 
     def finish(self, job_id: str, state: str, now: datetime, message: str) -> JobRecord:
         """End a job that holds capacity: its final state (or PREEMPTED, then queued again) and
@@ -295,6 +336,7 @@ class JobStore:
                 self._move(session, record, J.QUEUED, now, "back in the queue after preemption")
             # the same transaction: a crash must not leave an ended job's reservation held
             self.ledger.release_in(session, job_key(job_id), now)
+        self._changed(job_id)
         return self.get(job_id)  # type: ignore[return-value]
 
     def fail_queued(self, job_id: str, now: datetime, message: str) -> None:
@@ -303,6 +345,7 @@ class JobStore:
             if record.state == J.QUEUED:
                 record.finished_at = now
                 self._move(session, record, J.FAILED, now, message)
+        self._changed(job_id)
 
     def set_waiting(self, reasons: Mapping[str, tuple[str, str, datetime | None, int | None]]) -> None:
         """Store why each queued job waits (code, sentence, estimated start, queue position)."""
