@@ -152,11 +152,13 @@ def test_a_teacher_runs_a_course_by_clicking_and_a_new_student_starts_the_templa
     clicks.click("a.classhub-nav-link >> text=Templates")                     # 6
     clicks.click("#start-own")                                                # 7 start my server
     clicks.click("#pub-tree button.classhub-pick[data-path=lab1]")            # 8 the folder
+    assert "in lab1/ of their home" in page.inner_text("#pub-land-says")  # where the files land
     page.fill("#pub-name", "lab1")
     page.fill("#pub-desc", "Lab 1")
     clicks.click("#publish")                                                  # 9
     page.wait_for_selector("#page-status:text('Published demo101/lab1 v1')")
     assert "Lab 1" in page.inner_text("#t-demo101-lab1")
+    assert page.inner_text("#t-demo101-lab1 .classhub-lands") == "lab1/"
     screenshot(page, "page-templates")
     assert clicks.count == TEACHER_ROSTER_LIMIT_PUBLISH
     context.close()
@@ -168,29 +170,30 @@ def test_a_teacher_runs_a_course_by_clicking_and_a_new_student_starts_the_templa
     clicks = Clicks(page)
     card = page.locator("#t-demo101-lab1")
     clicks.click_locator(card.locator(".classhub-start"))                     # 1
-    page.wait_for_url(re.compile(r"/user/newstudent1/"), timeout=LAB_TIMEOUT)
+    # the Starting page starts the server at once (none runs) and opens JupyterLab in lab1/
+    page.wait_for_url(re.compile(r"/user/newstudent1/lab/tree/lab1$"), timeout=LAB_TIMEOUT)
     page.locator(".jp-DirListing-item:has-text('hello.ipynb')").wait_for(timeout=LAB_TIMEOUT)
     assert clicks.count == STUDENT_STARTS_TEMPLATE
     home = hub.data_dir / "homes" / "newstudent1"
-    assert "Hello from lab 1" in (home / "hello.ipynb").read_text()
+    assert "Hello from lab 1" in (home / "lab1" / "hello.ipynb").read_text()
 
     # starting again while the server runs: the student is asked first, and nothing is lost
-    (home / "hello.ipynb").write_text(notebook("my own answer"))
+    (home / "lab1" / "hello.ipynb").write_text(notebook("my own answer"))
     (home / "notes.txt").write_text("mine\n")
     started = server_of(hub, "newstudent1")["started"]
     page.goto(f"{hub.url}/services/classhub/templates")
     clicks = Clicks(page)
     card = page.locator("#t-demo101-lab1")
     clicks.click_locator(card.locator(".classhub-start"))                     # 1
-    ask = card.locator(".classhub-start-ask")
+    ask = page.locator("#start-ask")
     ask.wait_for()
     assert "will restart" in ask.inner_text() and "running kernels stop" in ask.inner_text()
     assert server_of(hub, "newstudent1")["started"] == started  # asking restarted nothing
-    clicks.click_locator(card.locator(".classhub-start-confirm"))             # 2
-    page.wait_for_url(re.compile(r"/user/newstudent1/"), timeout=LAB_TIMEOUT)
+    clicks.click("#start-confirm")                                            # 2
+    page.wait_for_url(re.compile(r"/user/newstudent1/lab/tree/lab1$"), timeout=LAB_TIMEOUT)
     assert clicks.count == STUDENT_RESTARTS_FROM_TEMPLATE
     assert server_of(hub, "newstudent1")["started"] != started
-    assert "my own answer" in (home / "hello.ipynb").read_text()
+    assert "my own answer" in (home / "lab1" / "hello.ipynb").read_text()
     assert (home / "notes.txt").read_text() == "mine\n"
     context.close()
 
@@ -308,7 +311,9 @@ def test_a_teacher_publishes_a_template_by_uploading_an_archive(hub, browser, tm
     assert clicks.count == TEACHER_UPLOADS_TEMPLATE_ARCHIVE
     card.locator("summary:text('Versions')").click()
     cells = card.locator(".classhub-versions tbody tr").first.locator("td")
-    assert [cells.nth(i).inner_text() for i in range(4)][::3] == ["v1", "2"]  # version, files
+    assert [cells.nth(i).inner_text() for i in range(4)][::3] == ["v1", "2 files"]  # version, files
+    cells.nth(3).locator("summary").click()  # the version's files, as they land in a home
+    assert cells.nth(3).locator("li").all_inner_texts() == ["data/points.csv", "lab2.ipynb"]
     assert cells.nth(1).inner_text() == "teacher1"
     context.close()
 

@@ -96,7 +96,10 @@ def test_the_shorthand_and_roles_are_one_submission():
     (PublishFromServer, {"source": {"server_path": "../x"}},
      "server_path must be a folder inside your server, without '..'."),
     (PublishFromServer, {"source": {"server_path": "x"}, "colour": 1},
-     "Unknown field(s) colour; send image, profile, start_command, description and source."),
+     "Unknown field(s) colour; send image, profile, start_command, description, home_folder and "
+     "source."),
+    (PublishFromServer, {"source": {"server_path": "x"}, "home_folder": "../x"},
+     'home_folder must be a folder inside the home, without "..", "." or backslashes'),
     (PublishFromServer, {"source": {"server_path": "x"}, "image": "Not An Image"},
      "image must be a container image reference"),
     (PublishMetadata, {"profile": "GPU 1"}, "profile must be the slug of a profile of the spawn form"),

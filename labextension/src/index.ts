@@ -16,6 +16,7 @@ import {
   ToolbarButton,
   showDialog
 } from '@jupyterlab/apputils';
+import { PageConfig } from '@jupyterlab/coreutils';
 import { DocumentRegistry, DocumentWidget } from '@jupyterlab/docregistry';
 import { IFileBrowserFactory } from '@jupyterlab/filebrowser';
 import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
@@ -163,6 +164,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
     panel.title.icon = icon;
     app.shell.add(panel, 'left', { rank: 850 });
+    // A tree URL (the classhub Starting page opens /lab/tree/<the template's folder>) shows the
+    // file browser at that folder, even when the restored layout had this panel in front.
+    if (!readOnly && PageConfig.getOption('treePath')) {
+      void app.restored.then(() => app.shell.activateById('filebrowser'));
+    }
     if (!first) {
       panel.render(null, 'classhub could not be reached from this server.');
     } else if (first.viewer.owner) {
@@ -328,35 +334,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
 
     // -- templates ------------------------------------------------------------------------------
+    /**
+     * Start (or re-seed) from a template: the classhub "Starting <template>" page asks before it
+     * restarts this server, follows the start and opens JupyterLab at the template's folder.
+     */
     async function startTemplate(template: ITemplate): Promise<void> {
-      const name = template.display_name || template.name;
-      const answer = await showDialog({
-        title: `Start from ${name}?`,
-        body:
-          'Your server restarts: running kernels stop and unsaved changes are lost. Your files ' +
-          "are kept; the template's files are merged in (your edits win).",
-        buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: 'Restart my server' })]
-      });
-      if (!answer.button.accept) {
-        return;
-      }
-      const hub = panel.state?.hub_prefix || '/hub/';
-      try {
-        await serviceRequest(
-          `courses/${encodeURIComponent(template.course)}/templates/${encodeURIComponent(
-            template.name
-          )}/start`,
-          'POST',
-          {}
-        );
-      } catch (error) {
-        if (error instanceof ClasshubError && error.status >= 400 && error.status < 500) {
-          fail('Not started', error); // a quota refusal says what to change
-          return;
-        }
-        // the server going down under its own request: expected, it restarts
-      }
-      window.location.href = `${hub}home`;
+      const root = (panel.state?.hub_prefix || '/hub/').replace(/hub\/$/, '');
+      window.location.href =
+        `${root}services/classhub/templates/${encodeURIComponent(template.course)}/` +
+        `${encodeURIComponent(template.name)}/start`;
     }
 
     // -- commands -------------------------------------------------------------------------------
@@ -442,6 +428,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
           return;
         }
         const folder = browserFolder();
+        const landing = folder.split('/').pop() || '';
         const name = await InputDialog.getText({
           title: `Publish ${folder || 'the whole server'} to ${course}`,
           label: 'Template name (letters, digits, -)',
@@ -454,9 +441,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
           await serviceRequest(
             `courses/${encodeURIComponent(course)}/templates/${encodeURIComponent(name.value)}/versions`,
             'POST',
-            { source: { server_path: folder } }
+            // a folder picked as lab1 lands as lab1/ in each home (docs/templates.md)
+            { source: { server_path: folder }, home_folder: landing }
           );
-          Notification.success(`Published ${folder || 'your server'} as ${name.value}.`, { autoClose: 6000 });
+          Notification.success(
+            `Published ${folder || 'your server'} as ${name.value}: its files land in ` +
+              `${landing ? `${landing}/` : 'the top'} of each home.`,
+            { autoClose: 6000 }
+          );
         } catch (error) {
           fail('Not published', error);
         }

@@ -24,6 +24,7 @@ from hub_ext.service.pages.views import (
     SharingPage,
     StaticHandler,
     TemplatesPage,
+    TemplateStartPage,
 )
 
 __all__ = ["HUB_TEMPLATES", "NOT_FOUND_ROUTE", "OPENAPI_PATHS", "ROUTES", "STATIC_ROUTE",
@@ -33,12 +34,14 @@ ROUTES: list[tuple[str, type]] = [
     ("", HomePage),
     (r"courses/([^/]+)", CoursePage),
     ("templates", TemplatesPage),
+    (r"templates/([^/]+)/([^/]+)/start", TemplateStartPage),
     ("shares", SharingPage),
     ("jobs", JobsPage),
     ("api/files", api.FilesHandler),
     (r"api/courses/([^/]+)/roster/preview", api.RosterPreviewHandler),
     (r"api/courses/([^/]+)/audit", api.AuditHandler),
     (r"api/users/([^/]+)/server", api.StopServerHandler),
+    ("api/my-server/progress", api.ProgressHandler),
 ]
 
 #: The pages' CSS and JavaScript (not part of the API, so not in `ROUTES` and its document).
@@ -86,6 +89,16 @@ OPENAPI_PATHS: dict[str, Any] = {
         errors=("401", "403", "404"), params=("course",))},
     "/templates": {"get": op("The templates page: start, publish, versions (HTML)", _USER,
                               _html("HTML page"))},
+    "/templates/{course}/{template}/start": {"get": op(
+        "Starting a template: asks first when my server runs, starts it from the template, "
+        "follows the start and opens JupyterLab at the template's folder (HTML)",
+        "members of the course and hub admins (their own server)", _html("HTML page"),
+        errors=("400", "401", "403", "404"), params=("course", "template"))},
+    "/api/my-server/progress": {"get": op(
+        "The start progress of my default server: the hub's event stream, relayed with my own "
+        "login; one event {\"starting\": false} when it is not starting", _USER,
+        {"200": {"description": "Server-sent events", "content": {"text/event-stream": {}}}},
+        errors=("401", "403", "502"))},
     "/shares": {"get": op("The sharing page: share, revoke, shared with me (HTML)", _USER,
                            _html("HTML page"))},
     "/jobs": {"get": op("The jobs page: my jobs (state, place in the queue, why they wait, logs, "

@@ -10,7 +10,9 @@
   teachers of a course the owner is a student or TA of, and done with the caller's own hub
   credentials, so the hub's own check (``servers!user=<owner>``) applies too (no confused deputy).
 - ``GET /api/courses/<course>/audit?offset=&limit=``: the course's audit log, newest first
-  (teachers, TAs, admins); ``offset`` 0 to 2**62, ``limit`` 1 to 200.
+  (teachers, TAs, admins); ``offset`` 0 to 2**62, ``limit`` 1 to 200; each entry with its
+  sentence (hub_ext.service.pages.sentences).
+- ``GET /api/my-server/progress``: the start progress of my server (the hub's event stream).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from hub_ext.hubapi import HubAPIError
 from hub_ext.service.arguments import MAX_OFFSET, flag_argument, folder_argument, int_argument, refuse
 from hub_ext.service.declare import needs
 from hub_ext.service.handlers import APIHandler, roster_upload
+from hub_ext.service.pages.sentences import audit_sentence
 from hub_ext.store.models import AuditLog
 
 #: Most entries one page of the audit log holds.
@@ -168,5 +171,45 @@ class AuditHandler(APIHandler):
             found = session.scalars(select(AuditLog).where(where).order_by(AuditLog.id.desc())
                                     .offset(offset).limit(limit)).all()
             return total, [{"at": r.at.isoformat(), "actor": r.actor, "action": r.action,
+                            "sentence": audit_sentence(r.actor, r.action, r.details),
                             "details": {k: v for k, v in (r.details or {}).items() if k != "course"}}
                            for r in found]
+
+
+class ProgressHandler(APIHandler):
+    """``GET /api/my-server/progress``: the spawn progress of my default server, JupyterHub's own
+    event stream (``/hub/api/users/<me>/server/progress``) relayed with my own login, so the
+    "starting <template>" page can follow it (the hub's stream asks for the hub's XSRF token,
+    which a page of the service does not have). When the server is not starting (the hub answers
+    400 or 404: still stopping, or not asked yet) the stream is one event ``{"starting": false}``
+    and ends; the page asks again."""
+
+    @needs(authz.OPEN_PAGES)  # the caller's own server, with the caller's own token
+    async def get(self) -> None:
+        url = f"{self.hub.api_url}/users/{quote(self.caller.name, safe='')}/server/progress"
+        self.set_header("Content-Type", "text/event-stream")
+        self.set_header("Cache-Control", "no-cache")
+        status: list[int] = []
+
+        def header(line: str) -> None:
+            if not status and line.startswith("HTTP/"):
+                status.append(int(line.split()[1]))
+
+        def chunk(data: bytes) -> None:
+            if status and status[0] == 200 and not self.request.connection.stream.closed():
+                self.write(data)
+                self.flush()
+
+        client = AsyncHTTPClient(force_instance=True)
+        try:
+            await client.fetch(url, headers={"Authorization": f"token {_caller_token(self)}"},
+                               header_callback=header, streaming_callback=chunk,
+                               request_timeout=600, follow_redirects=False)
+        except HTTPClientError as e:
+            if e.code not in (400, 404, 599):
+                raise web.HTTPError(502, f"The hub answered {e.code} for your server's progress.") from None
+        finally:
+            client.close()
+        if not status or status[0] != 200:
+            self.write('data: {"starting": false}\n\n')
+        self.finish()

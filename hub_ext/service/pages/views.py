@@ -24,6 +24,8 @@ from hub_ext.service.declare import needs
 from hub_ext.service.handlers import SecurityHeaders
 from hub_ext.service.jobs.records import as_json as job_json
 from hub_ext.service.pages.render import STATIC, PageHandler
+from hub_ext.service.templates.base import settings_of
+from hub_ext.service.templates.browsing import version_files
 from hub_ext.store.models import Course
 from hub_ext.store.template_models import Template, reseed_mode, version_json
 
@@ -88,13 +90,20 @@ class _Pages(PageHandler):
 
     async def _templates(self, courses: list[str]) -> dict[str, list[dict[str, Any]]]:
         """Each course's templates with their versions (newest last), from the store."""
+        stored = settings_of(self.settings)
+
         def read() -> dict[str, list[dict[str, Any]]]:
             found: dict[str, list[dict[str, Any]]] = {c: [] for c in courses}
             with self.settings["sessions"]() as session:
                 for course in courses:
                     for t in session.scalars(select(Template).join(Course).where(Course.name == course)
                                              .order_by(Template.name)):
-                        versions = [version_json(course, t.name, v) for v in t.versions]
+                        versions = []
+                        for v in t.versions:
+                            shown = version_json(course, t.name, v)
+                            # the files and the folder they land in (docs/templates.md)
+                            shown["contents"] = version_files(stored, v.location, v.manifest_sha256)
+                            versions.append(shown)
                         for before, after in zip([None, *versions], versions, strict=False):
                             after["diff"] = _diff(before, after)
                         found[course].append({"name": t.name, "versions": versions,
@@ -262,6 +271,39 @@ class TemplatesPage(_Pages):
         server = _server_of(model)
         self.render_page("templates.html", caller, courses=courses, templates=templates,
                          reseed=reseed, publishable=publishable, server=server)
+
+
+class TemplateStartPage(_Pages):
+    """``GET /templates/<course>/<name>/start``: "Starting <template>". Asks first when my
+    server runs (it restarts); then starts it from the template through the API, follows the
+    spawn's progress (the hub's event stream, `ProgressHandler`) and opens JupyterLab at the
+    folder the template's files land in. The Templates page and the JupyterLab panel link here."""
+
+    @needs(authz.USE_TEMPLATE, course="course")
+    async def get(self, course: str, name: str) -> None:
+        caller = self.caller
+        name = template_rules.require_name(name)
+        stored = settings_of(self.settings)
+
+        def read() -> dict[str, Any] | None:
+            with self.settings["sessions"]() as session:
+                template = session.scalars(select(Template).join(Course).where(
+                    Course.name == course, Template.name == name)).one_or_none()
+                if template is None or not template.versions:
+                    return None
+                latest = template.versions[-1]
+                shown = version_json(course, name, latest)
+                shown["contents"] = version_files(stored, latest.location, latest.manifest_sha256)
+                return shown
+
+        version = await asyncio.to_thread(read)
+        if version is None:
+            raise web.HTTPError(404, "No template %s in %s; the Templates page lists them.", name, course)
+        server = _server_of(await self.hub.user(caller.name))
+        self.page_title = f"classhub: starting {name}"
+        folder = (version.get("contents") or {}).get("folder") or ""
+        self.render_page("starting.html", caller, course=course, template=name, version=version,
+                         folder=folder, running=bool(server))
 
 
 class SharingPage(_Pages):

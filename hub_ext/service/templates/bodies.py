@@ -26,6 +26,7 @@ IMAGE = re.compile(r"^[a-z0-9][a-z0-9._/-]*(:[0-9]+)?(/[a-z0-9._-]+)*(:[A-Za-z0-
 PROFILE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 MAX_DESCRIPTION = 4000
 MAX_START_ARGS = 64
+MAX_HOME_FOLDER = 255
 
 
 class TemplateSettingsBody(Body):
@@ -78,7 +79,8 @@ class PublishMetadata(Body):
 
     example: ClassVar[str] = ('{"image": "quay.io/jupyter/scipy-notebook:2024-10-07", "profile": "cpu", '
                               '"description": "Lab 1"}')
-    _fields_sentence: ClassVar[str] = "send image, profile, start_command, description and source"
+    _fields_sentence: ClassVar[str] = ("send image, profile, start_command, description, home_folder "
+                                       "and source")
 
     image: Annotated[str | None, Field(max_length=255, description="the container image of servers "
                                                                     "started from it (Kubernetes)")] = None
@@ -88,6 +90,10 @@ class PublishMetadata(Body):
         min_length=1, max_length=MAX_START_ARGS, description="the command servers started from it "
                                                              "run, e.g. [\"jupyterhub-singleuser\"]")] = None
     description: Annotated[str, Field(max_length=MAX_DESCRIPTION)] = ""
+    home_folder: Annotated[str, Field(
+        max_length=MAX_HOME_FOLDER,
+        description='where the files land in each home: a folder such as "lab1" (the publish form '
+                    'offers the picked folder\'s name), or "" for the top of the home (the default)')] = ""
 
     @model_validator(mode="before")
     @classmethod
@@ -138,6 +144,20 @@ class PublishMetadata(Body):
         if not isinstance(value, str) or len(value) > MAX_DESCRIPTION:
             raise ValueError(f"description must be a text of at most {MAX_DESCRIPTION} characters.")
         return value
+
+    @field_validator("home_folder", mode="before")
+    @classmethod
+    def _home_folder(cls, value: Any) -> Any:
+        value = "" if value is None else value
+        if not isinstance(value, str) or len(value) > MAX_HOME_FOLDER:
+            raise ValueError(f'home_folder must be a folder name of at most {MAX_HOME_FOLDER} characters, '
+                             'e.g. "lab1", or "" for the top of the home.')
+        path = value.strip("/")
+        if path and (any(part in ("", ".", "..") for part in path.split("/"))
+                     or "\\" in path or "\x00" in path):
+            raise ValueError(f'home_folder must be a folder inside the home, without "..", "." or '
+                             f'backslashes (not {value!r}), e.g. "lab1", or "" for the top of the home.')
+        return path
 
     def columns(self) -> dict[str, Any]:
         """The version's columns (image, profile, start_command, description)."""

@@ -10,8 +10,10 @@ from sqlalchemy import select
 from tornado import web
 
 from hub_ext import store
+from hub_ext.backends.templates import ClasshubTemplates
 from hub_ext.core import authz
 from hub_ext.core import templates as rules
+from hub_ext.core.seeding import DIR, TemplateRefused
 from hub_ext.service.declare import needs, refuses, takes
 from hub_ext.service.templates.base import TemplatesBase, _now
 from hub_ext.service.templates.bodies import TemplateSettingsBody
@@ -117,3 +119,25 @@ class SettingsHandler(TemplatesBase):
                 setting.reseed = mode
             store.record(session, actor, "template_settings", _now(), course=course, reseed=mode)
         return {"course": course, "reseed": mode}
+
+
+#: Most file names a version lists on the templates page (the count says how many there are).
+FILES_LISTED = 200
+
+
+def version_files(settings: ClasshubTemplates, location: str, digest: str) -> dict[str, Any] | None:
+    """What a stored version holds, for people: its files (paths as they land in a home, sorted,
+    at most `FILES_LISTED`) and the folder they land in ("" when they land at the top of the
+    home, or spread over several folders). None where the service cannot read the template
+    storage (Kubernetes with publisher pods: the volume is not mounted in the hub) or the
+    stored manifest is not the one published. Runs in a worker thread (a file read)."""
+    if settings.writes_through_pods or not settings.storage_dir:
+        return None
+    try:
+        manifest = settings.storage().manifest(location, digest)
+    except (OSError, ValueError, TemplateRefused):
+        return None
+    files = sorted(p for p, e in manifest.items() if e.is_file)
+    tops = {p.split("/", 1)[0] for p in manifest}
+    folder = next(iter(tops)) if len(tops) == 1 and manifest[next(iter(tops))].kind == DIR else ""
+    return {"files": files[:FILES_LISTED], "more": max(0, len(files) - FILES_LISTED), "folder": folder}

@@ -131,8 +131,9 @@ class ContentsReader:
 class PublishHandler(TemplatesBase):
     """``POST /api/courses/<course>/templates/<name>/versions``: publish the next version.
 
-    JSON body ``{"source": {"server_path": "lab1"}, "image", "profile", "start_command",
-    "description"}`` copies a folder of the caller's running server; any other body is an
+    JSON body ``{"source": {"server_path": "lab1"}, "home_folder": "lab1", "image", "profile",
+    "start_command", "description"}`` copies a folder of the caller's running server (its files
+    land in ``home_folder`` of each home; "" or none: the top of the home); any other body is an
     archive (zip or tar, optionally compressed) with the same fields as query arguments
     (``start_command`` as a JSON list). Teachers of the course and admins.
 
@@ -220,7 +221,7 @@ class PublishHandler(TemplatesBase):
         limits = self.templates.limits
         if self._archive is None:
             body = self.body_as(PublishFromServer)
-            meta, folder = body.columns(), body.source.server_path
+            meta, folder, home_folder = body.columns(), body.source.server_path, body.home_folder
             self._staged = storage.staging()
             reader = ContentsReader(await self._server_url(), self._caller_token())
             try:
@@ -237,13 +238,16 @@ class PublishHandler(TemplatesBase):
             if self._body_received == 0:
                 raise rules.TemplateError('The body is empty: send an archive, or JSON {"source": '
                                           '{"server_path": "..."}} with Content-Type application/json.')
-            meta = body_models.parse(PublishMetadata, self._query_metadata()).columns()
+            given = body_models.parse(PublishMetadata, self._query_metadata())
+            meta, home_folder = given.columns(), given.home_folder
             try:
                 await asyncio.to_thread(storage.extract, self._staged / "upload", self._staged, limits)
             except TemplateRefused as e:
                 raise rules.TemplateError(_not_published(e, self._staged)) from None
             await asyncio.to_thread(os.unlink, self._staged / "upload")
             source = "archive"
+        if home_folder:  # the files land in this folder of each home (docs/templates.md)
+            await asyncio.to_thread(_nest, self._staged / FILES, home_folder)
         try:
             manifest, digest = await asyncio.to_thread(storage.seal, self._staged, limits)
         except TemplateRefused as e:
@@ -293,7 +297,7 @@ class PublishHandler(TemplatesBase):
 
     def _query_metadata(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
-        for key in ("image", "profile", "description", "start_command"):
+        for key in ("image", "profile", "description", "start_command", "home_folder"):
             value = self.get_query_argument(key, None)
             if value is not None:
                 data[key] = value
@@ -374,6 +378,18 @@ def _not_published(refusal: TemplateRefused, staged: Path | None) -> str:
                 text = text.replace(f"{kind}{os.fspath(path)!r}", name)
             text = text.replace(os.fspath(path), name)
     return f"Not published: {text}. Nothing was stored."
+
+
+def _nest(files: Path, folder: str) -> None:
+    """Move the staged files one folder down, into ``folder`` (``lab1`` or ``course/lab1``), so
+    they land there in each home. Only the service writes the staging folder (a new one per
+    publish), and ``folder`` was checked by the body model: no ``..``, no absolute path."""
+    aside = files.with_name(files.name + ".nesting")
+    files.rename(aside)
+    target = files.joinpath(*folder.split("/"))
+    target.parent.mkdir(mode=0o755, parents=True)
+    aside.rename(target)
+    target.chmod(0o755)
 
 
 def _staging_storage(settings: ClasshubTemplates) -> TemplateStorage:

@@ -1,0 +1,183 @@
+"""A class day in Chromium against a real ``classhub local`` hub, without surprises (issue 32).
+
+- a teacher publishes ``lab1/`` from the Templates page, which says where the files land and
+  lists each version's files; a student who starts it from the JupyterLab panel goes through
+  the "Starting lab1" page (it follows the start) and lands in JupyterLab in ``lab1/``, with the
+  template's files, in at most 3 clicks;
+- no classhub page scrolls sideways in a 1280 px window, and the course's audit log reads as
+  sentences with the time and the details folded.
+
+Clicks are counted (tests/browser.py); one hub serves the module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Error as PlaywrightError
+
+from tests.browser import Clicks, hub_login, screenshot
+from tests.hubproc import HubSession, LocalHub, api, start_server
+
+pytestmark = pytest.mark.browser
+
+#: Clicks from a student's JupyterLab to their files of a template started from the panel:
+#: the panel's tab, Start, and "Restart and start" on the Starting page (the server runs).
+STUDENT_STARTS_TEMPLATE_FROM_PANEL = 3
+LAB_TIMEOUT = 120_000  # JupyterLab loads megabytes of JavaScript on 2 shared cores
+LAB_READY = "#jp-main-dock-panel"
+PANEL_TAB = ".jp-SideBar .lm-TabBar-tab[data-id='classhub-panel']"
+
+
+def notebook(text: str) -> str:
+    return json.dumps({"cells": [{"cell_type": "markdown", "metadata": {}, "source": [text]}],
+                       "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+
+
+#: A checkout that tests a panel built elsewhere (a git worktree) names it with JUPYTER_PATH;
+#: JupyterHub passes only ``Spawner.env_keep`` to servers (its defaults, plus this one).
+KEEP_JUPYTER_PATH = """
+c.Spawner.env_keep = ["PATH", "PYTHONPATH", "CONDA_ROOT", "CONDA_DEFAULT_ENV", "VIRTUAL_ENV", "LANG",
+                      "LC_ALL", "JUPYTERHUB_SINGLEUSER_APP", "JUPYTER_PATH"]
+"""
+
+
+@pytest.fixture(scope="module")
+def hub(hub_root: Path):
+    data_dir = hub_root / "class-day"
+    data_dir.mkdir()
+    if os.environ.get("JUPYTER_PATH"):
+        (data_dir / "jupyterhub_config.py").write_text(KEEP_JUPYTER_PATH)
+    hub = LocalHub(data_dir=data_dir).start()
+    yield hub
+    hub.stop()
+
+
+def home_of(hub: LocalHub, user: str) -> Path:
+    home = hub.data_dir / "homes" / user
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
+def new_page(browser, hub: LocalHub, user: str, timeout: int = 60_000):
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(timeout)
+    page = context.new_page()
+    hub_login(page, hub.url, user, hub.password)
+    return context, page
+
+
+def test_a_template_published_from_a_folder_lands_as_that_folder(hub, browser):
+    lab1 = home_of(hub, "teacher1") / "lab1"
+    (lab1 / "data").mkdir(parents=True)
+    (lab1 / "intro.ipynb").write_text(notebook("Welcome to lab 1"))
+    (lab1 / "data" / "points.csv").write_text("x,y\n1,2\n")
+    start_server(hub, "teacher1", HubSession(hub, "teacher1").new_token())
+
+    # the teacher picks lab1/: the form says the files land in lab1/, the top is a choice too
+    context, page = new_page(browser, hub, "teacher1")
+    page.goto(f"{hub.url}/services/classhub/templates")
+    page.click("#pub-tree button.classhub-pick[data-path=lab1]")
+    assert page.input_value("#pub-land-folder") == "lab1"
+    assert page.locator("#pub-land-in").is_checked()
+    assert "in lab1/ of their home" in page.inner_text("#pub-land-says")
+    page.check("#pub-land-top")
+    assert "at the top of their home" in page.inner_text("#pub-land-says")
+    page.check("#pub-land-in")
+    page.fill("#pub-name", "lab1")
+    page.fill("#pub-desc", "Lab 1")
+    page.click("#publish")
+    page.wait_for_selector("#page-status:text('Published demo101/lab1 v1 (2 files)')")
+    card = page.locator("#t-demo101-lab1")
+    assert card.locator(".classhub-lands").inner_text() == "lab1/"
+    card.locator(".classhub-latest-files summary").click()
+    assert card.locator(".classhub-latest-files li").all_inner_texts() == [
+        "lab1/data/points.csv", "lab1/intro.ipynb"]
+    card.locator("summary:text('Versions')").click()
+    row = card.locator(".classhub-versions tbody tr").first
+    row.locator(".classhub-files summary").click()
+    assert "lab1/intro.ipynb" in row.locator(".classhub-files").inner_text()
+    screenshot(page, "page-templates-files")
+    context.close()
+
+    # a student in JupyterLab: the panel's Start, then the Starting page's confirmation
+    student1 = home_of(hub, "student1")
+    (student1 / "mine.txt").write_text("my own notes\n")
+    start_server(hub, "student1", HubSession(hub, "student1").new_token())
+    context, page = new_page(browser, hub, "student1", timeout=LAB_TIMEOUT)
+    page.goto(f"{hub.url}/user/student1/lab")
+    page.wait_for_selector(LAB_READY)
+    page.wait_for_selector(PANEL_TAB)
+    clicks = Clicks(page)
+    clicks.click(PANEL_TAB)                                                   # 1
+    panel = page.locator("#classhub-panel")
+    clicks.click_locator(panel.get_by_role("button", name="Start or re-seed from lab1"))  # 2
+    page.wait_for_url(re.compile(r"/services/classhub/templates/demo101/lab1/start$"))
+    assert "Starting lab1" in page.inner_text("h1")
+    assert "in lab1/" in page.inner_text("#start-where")
+    ask = page.locator("#start-ask")
+    assert "will restart" in ask.inner_text()
+    # what the page shows while it follows the start is kept in the tab's sessionStorage (the
+    # origin is the same after JupyterLab opens), so it is read after the page has moved on
+    page.evaluate("""() => new MutationObserver(() => sessionStorage.setItem("seen",
+        document.getElementById("start-log").innerText)).observe(
+        document.getElementById("start-log"), {childList: true})""")
+    clicks.click("#start-confirm")                                            # 3
+    try:  # the Starting page with the hub's first messages, while it lasts
+        page.wait_for_selector("#start-log li", state="attached", timeout=30_000)
+        screenshot(page, "page-template-starting")
+    except PlaywrightError:
+        pass  # JupyterLab opened first: the messages are checked below
+    page.wait_for_url(re.compile(r"/user/student1/lab/tree/lab1$"), timeout=LAB_TIMEOUT)
+    page.locator(".jp-DirListing-item:has-text('intro.ipynb')").wait_for(timeout=LAB_TIMEOUT)
+    assert page.locator(".jp-DirListing-item:has-text('data')").count() == 1
+    crumbs = page.locator(".jp-FileBrowser .jp-BreadCrumbs").first.inner_text()
+    assert "lab1" in crumbs
+    assert clicks.count <= STUDENT_STARTS_TEMPLATE_FROM_PANEL
+    # the hub's own progress messages were shown while the server started
+    assert "Server requested" in (page.evaluate("() => sessionStorage.getItem('seen')") or "")
+    assert "Welcome to lab 1" in (student1 / "lab1" / "intro.ipynb").read_text()
+    assert (student1 / "lab1" / "data" / "points.csv").read_text() == "x,y\n1,2\n"
+    assert not (student1 / "intro.ipynb").exists()  # nothing at the top of the home
+    assert (student1 / "mine.txt").read_text() == "my own notes\n"
+    context.close()
+
+
+#: Every classhub page a teacher reaches (the Starting page has its own test above).
+PAGES = ["/services/classhub/", "/services/classhub/courses/demo101", "/services/classhub/templates",
+         "/services/classhub/shares", "/services/classhub/jobs", "/services/classhub/no-such-page"]
+
+
+def test_no_page_scrolls_sideways_at_1280px_and_the_audit_log_reads_as_sentences(hub, browser):
+    teacher = HubSession(hub, "teacher1").new_token()
+    r = api(hub, "PUT", "courses/demo101/quota/users/student2", teacher,
+            json={"gpu_hours_per_week": 2, "servers": 1})
+    assert r.status_code == 200, r.text
+    long_name = "a-folder-with-a-very-long-name-" * 6  # long names wrap instead of widening a page
+    (home_of(hub, "teacher1") / long_name).mkdir()
+    context, page = new_page(browser, hub, "teacher1")
+    wide = {}
+    for path in PAGES:
+        page.goto(f"{hub.url}{path}")
+        page.wait_for_load_state("networkidle")
+        # folded lists and details count too
+        page.evaluate("() => document.querySelectorAll('details').forEach((d) => { d.open = true; })")
+        width = page.evaluate("() => [document.scrollingElement.scrollWidth, "
+                              "document.scrollingElement.clientWidth]")
+        if width[0] > width[1]:
+            wide[path] = width
+    assert wide == {}, f"pages wider than a 1280 px window: {wide}"
+
+    page.goto(f"{hub.url}/services/classhub/courses/demo101")
+    entry = page.locator("#audit-table tr.classhub-audit-entry").first
+    entry.wait_for()
+    assert entry.locator(".classhub-audit-sentence").inner_text() == (
+        "teacher1 set student2's limits to GPU-hours per week 2, servers 1")
+    assert not entry.locator("details").evaluate("d => d.open")  # the details are folded
+    entry.locator("summary").click()
+    assert "quota.user.set" in entry.locator(".classhub-audit-details").inner_text()
+    context.close()
