@@ -42,9 +42,13 @@ const classhub = (() => {
     el.classList.add(ok ? "text-success" : "text-danger");
   }
 
-  /** Run `work` for a button: disabled while it runs, errors shown in `statusEl`. */
+  /** Run `work` for a button: disabled while it runs, `statusEl` emptied first, errors shown
+   *  in it. */
   async function busy(button, statusEl, work) {
     button.disabled = true;
+    // a new action clears what the previous one said (a refusal never sits under an old "Saved.")
+    const el = typeof statusEl === "string" ? document.getElementById(statusEl) : statusEl;
+    if (el) el.textContent = "";
     try {
       return await work();
     } catch (e) {
@@ -150,11 +154,18 @@ const classhub = (() => {
       };
     });
   }
+  /** An ISO time in the one format of every classhub page: the browser's locale and time
+   *  zone, date and minutes ("4 Dec 2026, 14:05" or "Dec 4, 2026, 2:05 PM"). */
+  const timeFormat = new Intl.DateTimeFormat(undefined, {dateStyle: "medium", timeStyle: "short"});
+  function when(iso) {
+    const d = new Date(iso);
+    return Number.isNaN(d.getTime()) ? String(iso ?? "") : timeFormat.format(d);
+  }
   /** Show the ISO time in `el.dataset.localTime` in the reader's own time zone. */
   function localTime(el) {
     const d = new Date(el.dataset.localTime);
     if (!Number.isNaN(d.getTime())) {
-      el.textContent = d.toLocaleString();
+      el.textContent = when(el.dataset.localTime);
       el.title = el.dataset.localTime;
     }
   }
@@ -164,5 +175,5 @@ const classhub = (() => {
     document.querySelectorAll("[data-local-time]").forEach(localTime);
   });
 
-  return {api, say, busy, esc, enc, tree, localTime, get prefix() { return prefixOf(); }};
+  return {api, say, busy, esc, enc, tree, localTime, when, get prefix() { return prefixOf(); }};
 })();
