@@ -125,3 +125,30 @@ def audit_sentence(actor: str, action: str, details: Details | None) -> str:
     except (AttributeError, TypeError, ValueError):  # an entry of an older shape
         return f"{actor}: {action.replace('_', ' ')}"
     return " ".join(text.split())
+
+
+def login_sentence(authenticator_class: str | None) -> str:
+    """How people added to a course log in, from the hub's authenticator class (the hub's
+    ``/hub/api/info``; None when the service may not read it: the generic sentence)."""
+    name = (authenticator_class or "").rsplit(".", 1)[-1]
+    lowered = (authenticator_class or "").lower()
+    if name == "DemoAuthenticator":
+        return ("People you add log in on this hub's login page with their username and the demo "
+                "password (printed when classhub local started; kept in the data folder's "
+                "demo-password file).")
+    if name == "DummyAuthenticator":
+        return ("People you add log in on this hub's login page with their username; this test "
+                "hub's DummyAuthenticator checks no real password.")
+    if "nativeauthenticator" in lowered or name == "NativeAuthenticator":
+        return ("People you add sign up on this hub's sign-up page with exactly the username you "
+                "gave, then log in (an admin may have to approve the sign-up).")
+    if "oauthenticator" in lowered or name.endswith("OAuthenticator"):
+        provider = name[: -len("OAuthenticator")] or "single sign-on"
+        return (f"People you add log in with their {provider} account; the username you give must "
+                "be the one that account has on this hub.")
+    if name in ("PAMAuthenticator", "LocalAuthenticator", "SystemdAuthenticator"):
+        return ("People you add log in with their account on this machine (its username and "
+                "password).")
+    if name:
+        return f"People you add log in on this hub's login page ({name}) with the username you give."
+    return "People you add log in on this hub's login page with the username you give."

@@ -19,11 +19,13 @@ from tornado import web
 from hub_ext.core import authz
 from hub_ext.core import templates as template_rules
 from hub_ext.core.jobs import ADMITTED, PREEMPTED, QUEUED, RUNNING
+from hub_ext.core.profiles import Catalog, CatalogError
 from hub_ext.hubapi import HubAPIError
 from hub_ext.service.declare import needs
 from hub_ext.service.handlers import SecurityHeaders
 from hub_ext.service.jobs.records import as_json as job_json
 from hub_ext.service.pages.render import STATIC, PageHandler
+from hub_ext.service.pages.sentences import login_sentence
 from hub_ext.service.templates.base import settings_of
 from hub_ext.service.templates.browsing import version_files
 from hub_ext.store.models import Course
@@ -87,6 +89,22 @@ class _Pages(PageHandler):
     @property
     def shares(self) -> Any:
         return self.settings["shares"]
+
+    async def _offered(self, courses: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """What the pickers offer, per course: the profiles of the course (slug, display name,
+        the resource names one server of it holds), from the caller's spawner catalog (the hub
+        is its one source: docs/architecture.md, rule 4). Empty where the hub has no classhub
+        profiles or its catalog cannot be read: the fields then take what is typed."""
+        try:
+            answer = await self.hub.profile_catalog(self.caller.name)
+            catalog = Catalog.from_config(answer.get("profiles") or []) if answer.get("enabled") else None
+        except (HubAPIError, CatalogError):
+            catalog = None
+        if catalog is None:
+            return {c: [] for c in courses}
+        return {c: [{"slug": p.slug, "display_name": p.display_name,
+                     "resources": sorted(p.request)} for p in catalog.for_course(c).profiles]
+                for c in courses}
 
     async def _templates(self, courses: list[str]) -> dict[str, list[dict[str, Any]]]:
         """Each course's templates with their versions (newest last), from the store."""
@@ -195,6 +213,11 @@ class CoursePage(_Pages):
         windows = await self.settings["culling"].windows(course)
         ns["windows"] = windows["windows"]
         ns["sharing"] = await self.shares.course_settings(course)
+        if teacher:
+            ns["login_sentence"] = await self._login_sentence()
+        if teacher:  # the resource names the quota forms offer: the course's profiles hold them
+            offered = (await self._offered([course]))[course]
+            ns["resource_names"] = sorted({"cpu", "memory"} | {r for p in offered for r in p["resources"]})
         if staff:
             members = await self.courses.members(course)
             usage = await self.courses.course_usage(course)
@@ -209,6 +232,15 @@ class CoursePage(_Pages):
             mine = (await self.courses.my_usage(caller.name))["courses"].get(course, {})
             ns["my_bars"] = _bars(mine.get("usage", {}), mine.get("limits", {}))
         self.render_page("course.html", caller, **ns)
+
+    async def _login_sentence(self) -> str:
+        """How added people log in, from the hub's authenticator (``/hub/api/info`` needs the
+        service's scope ``read:hub``; without it, the generic sentence)."""
+        try:
+            info = await self.hub.get("info")
+        except HubAPIError:
+            return login_sentence(None)
+        return login_sentence(((info or {}).get("authenticator") or {}).get("class"))
 
     @staticmethod
     def _usage_rows(members: list[dict[str, str]], usage: dict[str, Any]) -> list[dict[str, Any]]:
@@ -269,8 +301,11 @@ class TemplatesPage(_Pages):
         publishable = [c for c in courses if template_rules.may_publish(caller, c)]
         model = await self.hub.user(caller.name)
         server = _server_of(model)
+        offered = await self._offered(publishable) if publishable else {}
         self.render_page("templates.html", caller, courses=courses, templates=templates,
-                         reseed=reseed, publishable=publishable, server=server)
+                         reseed=reseed, publishable=publishable, server=server,
+                         profiles={c: [{"slug": p["slug"], "display_name": p["display_name"]}
+                                       for p in found] for c, found in offered.items()})
 
 
 class TemplateStartPage(_Pages):
