@@ -6,6 +6,17 @@ import { Widget } from '@lumino/widgets';
 
 import { IShareForm } from './state';
 
+/**
+ * When a share ends: the same choices as the classhub Sharing page ("Ends"), in minutes
+ * (0: when its owner revokes it).
+ */
+export const EXPIRY: ReadonlyArray<[number, string]> = [
+  [0, 'when I revoke it'],
+  [90, 'in 90 minutes'],
+  [1440, 'in a day'],
+  [10080, 'in a week']
+];
+
 export class ShareForm extends Widget {
   constructor(path: string, courses: string[]) {
     super();
@@ -30,8 +41,10 @@ export class ShareForm extends Widget {
       <input id="${id('user')}" name="user" class="classhub-share-user" type="text" autocomplete="off" placeholder="e.g. ta1" />
       <label for="${id('course')}" class="classhub-share-course" hidden>Course</label>
       <select id="${id('course')}" name="course" class="classhub-share-course" hidden>${courseOptions}</select>
-      <label for="${id('minutes')}">Expires after (minutes, 0: never)</label>
-      <input id="${id('minutes')}" name="minutes" type="number" min="0" step="1" value="0" />
+      <label for="${id('minutes')}">Ends</label>
+      <select id="${id('minutes')}" name="minutes">${EXPIRY.map(
+        ([minutes, label]) => `<option value="${minutes}">${label}</option>`
+      ).join('')}</select>
     `;
     this._path = path;
     const withSelect = this.node.querySelector<HTMLSelectElement>('select[name=with]')!;
@@ -45,9 +58,9 @@ export class ShareForm extends Widget {
     this.node.querySelectorAll<HTMLElement>('.classhub-share-course').forEach(n => {
       n.hidden = target !== 'course';
     });
-    const minutes = this.node.querySelector<HTMLInputElement>('input[name=minutes]')!;
+    const minutes = this.node.querySelector<HTMLSelectElement>('select[name=minutes]')!;
     if (target === 'link' && minutes.value === '0') {
-      minutes.value = '1440';
+      minutes.value = '1440'; // a link someone could pass on ends in a day unless chosen otherwise
     }
   }
 
