@@ -250,7 +250,7 @@ def test_template_settings_and_the_page(hub: LocalHub, tokens: dict[str, str]):
     assert marker(hub, "student1")["version"] == "3"
     page = requests.get(f"{hub.url}/services/classhub/templates", timeout=30,
                         headers={"Authorization": f"token {student}"})
-    assert page.status_code == 200 and "Start</button>" in page.text and "lab1" in page.text
+    assert page.status_code == 200 and ">Start</a>" in page.text and "lab1" in page.text
 
 
 def test_a_teacher_publishes_from_the_browser_with_their_own_login(hub: LocalHub, tokens: dict[str, str]):

@@ -106,8 +106,9 @@ class _Pages(PageHandler):
                      "resources": sorted(p.request)} for p in catalog.for_course(c).profiles]
                 for c in courses}
 
-    async def _templates(self, courses: list[str]) -> dict[str, list[dict[str, Any]]]:
-        """Each course's templates with their versions (newest last), from the store."""
+    async def _templates(self, courses: list[str], files: bool = False) -> dict[str, list[dict[str, Any]]]:
+        """Each course's templates with their versions (newest last), from the store; ``files``:
+        with each version's files (its stored manifest is read: the Templates page only)."""
         stored = settings_of(self.settings)
 
         def read() -> dict[str, list[dict[str, Any]]]:
@@ -120,7 +121,8 @@ class _Pages(PageHandler):
                         for v in t.versions:
                             shown = version_json(course, t.name, v)
                             # the files and the folder they land in (docs/templates.md)
-                            shown["contents"] = version_files(stored, v.location, v.manifest_sha256)
+                            shown["contents"] = (version_files(stored, v.location, v.manifest_sha256)
+                                                 if files else None)
                             versions.append(shown)
                         for before, after in zip([None, *versions], versions, strict=False):
                             after["diff"] = _diff(before, after)
@@ -213,9 +215,8 @@ class CoursePage(_Pages):
         windows = await self.settings["culling"].windows(course)
         ns["windows"] = windows["windows"]
         ns["sharing"] = await self.shares.course_settings(course)
-        if teacher:
+        if teacher:  # how added people log in; the resource names the course's profiles use
             ns["login_sentence"] = await self._login_sentence()
-        if teacher:  # the resource names the quota forms offer: the course's profiles hold them
             offered = (await self._offered([course]))[course]
             ns["resource_names"] = sorted({"cpu", "memory"} | {r for p in offered for r in p["resources"]})
         if staff:
@@ -296,7 +297,7 @@ class TemplatesPage(_Pages):
     async def get(self) -> None:
         caller = self.caller
         courses = sorted(c["name"] for c in await self.courses.list(caller))
-        templates = await self._templates(courses)
+        templates = await self._templates(courses, files=True)
         reseed = await self._reseed(courses)
         publishable = [c for c in courses if template_rules.may_publish(caller, c)]
         model = await self.hub.user(caller.name)
