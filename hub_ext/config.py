@@ -80,6 +80,8 @@ SERVICE_SCOPES = [
     # sharing (issue 7): create, list and revoke shares and share codes for users' servers
     "shares", "read:shares", "users:shares", "groups:shares", "read:users:shares", "read:groups:shares",
     "read:users:name", "read:groups:name", "access:servers",
+    # Add and Import say how added people log in, from the authenticator in use (GET /hub/api/info)
+    "read:hub",
     # security: which token reports a server's events (the server's own, see ShareAccessHandler)
     "read:tokens",
     *sharing.CUSTOM_SCOPES,

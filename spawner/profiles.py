@@ -33,9 +33,16 @@ from hub_ext.core.profiles import (
 from spawner import form, quota
 from spawner.pressure import reclaim_notice
 
+#: What every server classhub starts gets on its command line: JupyterLab's news toast off (each
+#: student of a class would be asked on first start whether to fetch JupyterLab's news).
+SERVER_ARGS = ("--LabApp.news_url=None",)
+
 
 class ProfilesMixin(HasTraits):
     """Profile catalog, spawn form and validated ``user_options`` for a classhub spawner."""
+
+    def get_args(self) -> list[str]:
+        return [*super().get_args(), *SERVER_ARGS]
 
     profiles = List(
         Dict(),

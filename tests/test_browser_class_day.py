@@ -182,5 +182,5 @@ def test_no_page_scrolls_sideways_at_1280px_and_the_audit_log_reads_as_sentences
     entry.locator("summary").click()
     assert "quota.user.set" in entry.locator(".classhub-audit-details").inner_text()
     # Add says how the people it adds log in (the roster preview says it too)
-    assert "log in" in page.inner_text("#add-member .classhub-login-help")
+    assert "demo password" in page.inner_text("#add-member .classhub-login-help")  # DemoAuthenticator
     context.close()
