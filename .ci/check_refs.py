@@ -31,12 +31,6 @@ SKIP = (".ci/check_refs.py", "tests/data", "tests/upstream_kubespawner", "node_m
 #: Markdown whose links are checked.
 PAGES = ("README.md", "docs")
 
-#: Pages other branches are adding (docs/_ext/classhub_docs.py, PENDING_PAGES, places them in the
-#: site): a citation of one of them is not reported while it does not exist yet. Remove a name
-#: once its page is on main.
-PENDING = {"docs/admission.md", "docs/jobs-loop.md", "docs/performance.md",
-           "docs/pages.md", "docs/templates.md"}
-
 _PAGE = r"(?P<page>README(?:\.md)?|docs/[\w./-]+?\.md)"
 #: ``docs/x.md, "Heading"``, ``README's "Heading"``, ``README "Heading"``, optional ``, rule N``.
 CITE = re.compile(_PAGE + r"(?:'s)?(?:,\s*|\s+)(?:section\s+)?[\"“](?P<heading>[^\"”\n]{1,120})[\"”]")
@@ -114,15 +108,13 @@ def check_text(root: Path, raw: str) -> Iterator[tuple[int, str]]:
     for m in CITE.finditer(text):
         page = _page(root, m.group("page"))
         if not page.exists():
-            if m.group("page") not in PENDING:
-                yield line_of(m.start()), f"{m.group('page')} does not exist"
+            yield line_of(m.start()), f"{m.group('page')} does not exist"
         elif _norm(m.group("heading")) not in {_norm(h) for h in headings(page)}:
             yield line_of(m.start()), f"{m.group('page')} has no heading \"{m.group('heading')}\""
     for m in RULES.finditer(text):
         page = _page(root, m.group("page"))
         if not page.exists():
-            if m.group("page") not in PENDING:
-                yield line_of(m.start()), f"{m.group('page')} does not exist"
+            yield line_of(m.start()), f"{m.group('page')} does not exist"
             continue
         have = rules(page)
         for number in map(int, re.findall(r"\d+", m.group("rules"))):
@@ -133,7 +125,7 @@ def check_text(root: Path, raw: str) -> Iterator[tuple[int, str]]:
         if page.exists() and m.group("anchor") not in {slug(h) for h in headings(page)}:
             yield line_of(m.start()), f"{m.group('page')} has no heading with the anchor #{m.group('anchor')}"
     for m in re.finditer(r"docs/[\w./-]+?\.md\b", text):
-        if not (root / m.group(0)).exists() and m.group(0) not in PENDING:
+        if not (root / m.group(0)).exists():
             yield line_of(m.start()), f"{m.group(0)} does not exist"
 
 

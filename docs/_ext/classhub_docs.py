@@ -129,22 +129,8 @@ def _write(path: Path, text: str) -> None:
         path.write_text(text)
 
 
-#: Pages other branches are adding (their section's toctree names them already): until a page
-#: exists, its toctree line is dropped, so the site builds with and without it.
-PENDING_PAGES = ("admission", "jobs-loop", "kueue", "kubefake", "performance", "pages", "templates",
-                 "jupyterhub-versions")
-
-
-def drop_pending(app: Any, docname: str, source: list[str]) -> None:
-    """``source-read``: remove toctree lines naming a pending page that does not exist yet."""
-    missing = [name for name in PENDING_PAGES if not (Path(app.srcdir) / f"{name}.md").exists()]
-    if missing:
-        source[0] = "\n".join(line for line in source[0].split("\n")
-                              if line.strip() not in {f"/{name}" for name in missing})
-
 
 def setup(app: Any) -> dict[str, Any]:
     """Sphinx entry point: generate before the sources are read."""
     write_generated(Path(app.srcdir))
-    app.connect("source-read", drop_pending)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
