@@ -59,6 +59,8 @@ def _tier_problems(items: list[pytest.Item]) -> list[str]:
 #: module grows.
 SLOWEST_FIRST = (  # seconds: the larger of two CI runs' reports (--durations, junit)
     "test_quota_spawns",  # 368
+    "test_helm_chart_hub",  # ~250 since it restarts the hub mid-job for both job kinds (estimate)
+    "test_labextension_install",  # ~200: builds the panel, sdist and wheels of a clean clone (estimate)
     "test_local_gpu_profiles",  # 162
     "test_browser_lab",  # 146
     "test_kube_spawner",  # 137
@@ -66,6 +68,9 @@ SLOWEST_FIRST = (  # seconds: the larger of two CI runs' reports (--durations, j
     "test_browser_pages",  # 108
     "test_culler_local",  # 92
     "test_jobs_restart",  # 92
+    "test_hub_versions",  # ~90: installs JupyterHub 5 beside the venv and starts a hub (estimate)
+    "test_preemption_kube_hub",  # estimate
+    "test_preemption_hub",  # estimate
     "test_culler_kube",  # 86
     "test_bench_storm",  # 70
     "test_sharing_hub",  # 65
@@ -73,7 +78,6 @@ SLOWEST_FIRST = (  # seconds: the larger of two CI runs' reports (--durations, j
     "test_templates_kube",  # 60
     "test_hubapi_pagination",  # 52
     "test_service_courses",  # 42
-    "test_helm_chart_hub",  # 36
     "test_jobs_hub",  # 35
     "test_shutdown",  # 35
     "test_kubefake_spawner_paths",  # 34
