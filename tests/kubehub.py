@@ -172,3 +172,23 @@ def process_cluster(tmp_path_factory: Any, nodes: list[dict[str, Any]]) -> Itera
     with FakeCluster(nodes=nodes, kubelet_mode="process") as fake:
         fake.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
         yield fake
+
+
+def jobs_cluster(tmp_path_factory: Any, nodes: list[dict[str, Any]], namespace: str) -> Iterator[Any]:
+    """Body of a module-scoped ``cluster`` fixture for distributed jobs: `process_cluster` with
+    the jobs' namespace and the stand-in training operator (PyTorchJob, TrainJob)."""
+    from tests.kubefake.training import TrainingOperator
+
+    for fake in process_cluster(tmp_path_factory, nodes):
+        fake.create("namespaces", {"metadata": {"name": namespace}}, None)
+        TrainingOperator(fake)
+        yield fake
+
+
+def running_hub(cluster: Any, tmp_path_factory: Any, namespace: str, extra_config: str) -> Iterator[KubeHub]:
+    """Body of a module-scoped ``hub`` fixture: a Kubernetes-mode hub on `cluster`, stopped after."""
+    hub = KubeHub(tmp_path_factory.mktemp("kubehub"), cluster.kubeconfig_path, namespace=namespace,
+                  extra_config=extra_config)
+    hub.start()
+    yield hub
+    hub.stop()

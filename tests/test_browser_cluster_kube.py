@@ -15,8 +15,8 @@ import pytest
 
 from tests.browser import Clicks, hub_login, screenshot
 from tests.hubproc import api, wait_for
-from tests.kubefake.training import SCHEDULER_NAME, TrainingOperator
-from tests.kubehub import KubeHub, process_cluster, request_server, wait_ready, wait_stopped
+from tests.kubefake.training import SCHEDULER_NAME
+from tests.kubehub import jobs_cluster, request_server, running_hub, wait_ready, wait_stopped
 
 pytestmark = pytest.mark.browser
 
@@ -40,19 +40,12 @@ FOLLOWS_WITHIN_MS = 5_000
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    for fake in process_cluster(tmp_path_factory, NODES):
-        fake.create("namespaces", {"metadata": {"name": NS}}, None)
-        TrainingOperator(fake)
-        yield fake
+    yield from jobs_cluster(tmp_path_factory, NODES, NS)
 
 
 @pytest.fixture(scope="module")
 def hub(cluster, tmp_path_factory):
-    hub = KubeHub(tmp_path_factory.mktemp("kubehub"), cluster.kubeconfig_path, namespace=NS,
-                  extra_config=EXTRA)
-    hub.start()
-    yield hub
-    hub.stop()
+    yield from running_hub(cluster, tmp_path_factory, NS, EXTRA)
 
 
 def _node_of(cluster, match) -> str:

@@ -15,8 +15,8 @@ import sys
 import pytest
 
 from tests.hubproc import api, wait_for
-from tests.kubefake.training import SCHEDULER_NAME, TrainingOperator
-from tests.kubehub import KubeHub, process_cluster
+from tests.kubefake.training import SCHEDULER_NAME
+from tests.kubehub import jobs_cluster, running_hub
 
 pytestmark = pytest.mark.cluster
 
@@ -39,19 +39,12 @@ PRINT_RANK = "import os; print('rank', os.environ['RANK'], 'of', os.environ['WOR
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    for fake in process_cluster(tmp_path_factory, NODES):
-        fake.create("namespaces", {"metadata": {"name": NS}}, None)
-        TrainingOperator(fake)
-        yield fake
+    yield from jobs_cluster(tmp_path_factory, NODES, NS)
 
 
 @pytest.fixture(scope="module")
 def hub(cluster, tmp_path_factory):
-    hub = KubeHub(tmp_path_factory.mktemp("kubehub"), cluster.kubeconfig_path, namespace=NS,
-                  extra_config=EXTRA)
-    hub.start()
-    yield hub
-    hub.stop()
+    yield from running_hub(cluster, tmp_path_factory, NS, EXTRA)
 
 
 def test_a_job_submitted_to_a_kubernetes_mode_hub_runs_as_a_pytorchjob(hub, cluster):

@@ -10,8 +10,7 @@ import pytest
 from tests import preemption_story as story
 from tests.hubproc import api
 from tests.kubefake import RUN_ANNOTATION
-from tests.kubefake.training import TrainingOperator
-from tests.kubehub import KubeHub, process_cluster
+from tests.kubehub import jobs_cluster, running_hub
 
 pytestmark = pytest.mark.cluster
 
@@ -36,19 +35,12 @@ c.ClasshubJobs.course_shares = {{"gpu101": {{"nvidia.com/gpu": 2}}}}
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    for fake in process_cluster(tmp_path_factory, NODES):
-        fake.create("namespaces", {"metadata": {"name": NS}}, None)
-        TrainingOperator(fake)
-        yield fake
+    yield from jobs_cluster(tmp_path_factory, NODES, NS)
 
 
 @pytest.fixture(scope="module")
 def hub(cluster, tmp_path_factory):
-    hub = KubeHub(tmp_path_factory.mktemp("kubehub"), cluster.kubeconfig_path, namespace=NS,
-                  extra_config=EXTRA)
-    hub.start()
-    yield hub
-    hub.stop()
+    yield from running_hub(cluster, tmp_path_factory, NS, EXTRA)
 
 
 def test_a_borrowing_pytorchjob_is_preempted_requeued_in_its_place_and_resumes(hub, cluster, tmp_path):
