@@ -115,7 +115,8 @@ def tell(hub, tokens: dict[str, str], mine: str, grace: float, scratch: Path,
     assert f"course {mine}, within its share" in why and f"{grace:g} s after SIGTERM" in why, why
     assert messages[-2:] == ["preempted; every replica stopped", "back in the queue after preemption"]
     assert ckpt.read_text() == "step 42"  # the grace let it checkpoint
-    assert job(hub, owl, later)["queue_position"] == 2  # submitted later: it stays behind
+    behind = job(hub, owl, later)
+    assert behind["queue_position"] == 2, behind  # submitted later: it stays behind
     assert notebook_kept()  # notebooks are never preempted
     # the culler was asked to reclaim idle notebooks' GPUs for the jobs next in line (none was
     # idle long enough: the notebook stays)

@@ -7,6 +7,7 @@ says nothing or leaves no copy to go back to; a first start that suddenly needs 
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -247,7 +248,11 @@ def test_the_service_and_the_culler_stop_with_the_sentence_on_a_schema_behind(
     line naming the command, not a traceback, and a non-zero exit (the hub logs it)."""
     url = f"sqlite:///{tmp_path / 'classhub.sqlite'}"
     build_at(url, OLD)
-    env = {"PATH": os.environ["PATH"], "CLASSHUB_DB_URL": url, "JUPYTERHUB_API_TOKEN": "t" * 32,
+    # the database as configure(c) hands it: the service's section (CLASSHUB_CONFIG), the
+    # culler's URL (CLASSHUB_DB_URL, docs/configuration.md)
+    handed = ({"CLASSHUB_CONFIG": json.dumps({"ClasshubService": {"db_url": url}})}
+              if name == "service" else {"CLASSHUB_DB_URL": url})
+    env = {**handed, "PATH": os.environ["PATH"], "JUPYTERHUB_API_TOKEN": "t" * 32,
            "JUPYTERHUB_API_URL": "http://127.0.0.1:9/hub/api", "JUPYTERHUB_SERVICE_NAME": "classhub",
            "JUPYTERHUB_SERVICE_URL": "http://127.0.0.1:9", "JUPYTERHUB_SERVICE_PREFIX": "/services/x/",
            "JUPYTERHUB_CLIENT_ID": "service-classhub", "JUPYTERHUB_HOST": "",

@@ -318,7 +318,8 @@ class TemplateStartPage(_Pages):
     @needs(authz.USE_TEMPLATE, course="course")
     async def get(self, course: str, name: str) -> None:
         caller = self.caller
-        name = template_rules.require_name(name)
+        if template_rules.name_problem(name):  # no such template can exist: the page's 404
+            raise web.HTTPError(404, "No template %s in %s; the Templates page lists them.", name, course)
         stored = settings_of(self.settings)
 
         def read() -> dict[str, Any] | None:
