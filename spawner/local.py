@@ -147,7 +147,7 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
         return propose_profiles(self.gpu_pool.offered())
 
     async def capacity_view(self) -> GPUPool:
-        return await self.gpu_pool.look()
+        return await self.gpu_pool.look(self.hub.api_url)
 
     def free_count(self, profile: Profile, view: GPUPool) -> int | None:
         if not profile.gpu_resource:
@@ -174,7 +174,7 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
         if profile is None or not profile.gpu_resource:
             self.gpu_uuids = []
             return
-        pool = await self.gpu_pool.look()
+        pool = await self.gpu_pool.look(self.hub.api_url)
         try:  # no await between the look and the assignment: decided in one step of the loop
             self.gpu_uuids = pool.assign(self.owner_key, profile.gpu_resource, profile.gpu_count)
         except AssignmentError as e:

@@ -9,6 +9,8 @@ is a sentence; the history tells what happened.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -16,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hub_ext.backends.local import gpus
-from hub_ext.backends.local.jobs import LocalJobs, job_devices, job_processes
+from hub_ext.backends.local.jobs import LocalJobs, job_devices, job_processes, notebook_devices
 from hub_ext.core import jobs as J
 from hub_ext.core.devices import Inventory
 from hub_ext.core.quota import parse_limits
@@ -24,6 +26,7 @@ from hub_ext.service.jobs.bodies import parse_submission
 from hub_ext.service.jobs.loop import JobLoop
 from hub_ext.service.jobs.records import JobStore, job_key
 from hub_ext.store import Ledger, add_member, connect, ensure_course, set_course_limits
+from tests.hubproc import wait_for
 
 pytestmark = pytest.mark.unit
 
@@ -40,7 +43,9 @@ def world(tmp_path):
         add_member(session, course, "student1", "student")
         add_member(session, course, "student2", "student")
     inventory = Inventory(gpus.discover(command=["cat", str(DATA / "two-h200.txt")], use_nvml=False))
-    backend = LocalJobs(tmp_path / "homes", inventory)
+    # A hub of its own (no server carries this URL): GPU notebooks of the hubs other tests run on
+    # this machine at the same time, with the same test UUIDs, are not this hub's holders.
+    backend = LocalJobs(tmp_path / "homes", inventory, hub_api_url=f"http://{tmp_path.name}.invalid/hub/api/")
     store = JobStore(sessions, Ledger(sessions))
     loop = JobLoop(store, backend, interval=0.2, grace=2.0)
     yield store, loop, backend
@@ -105,13 +110,15 @@ def test_a_three_gpu_job_waits_on_two_gpus_and_says_why(world):
 
 
 def test_cancel_and_max_runtime_leave_no_process(world):
-    store, loop, _ = world
+    store, loop, backend = world
     long = submit(store, "student1", {"name": "long", "command": command("600"), "replicas": 2,
                                       "resources": {"nvidia.com/gpu": 1}})
     asyncio.run(until(loop, lambda: store.get(long).state == J.RUNNING))
     assert len(job_processes(long)) >= 2
     held = {u for r in store.get(long).replicas for u in r.devices["gpu_uuids"]}
-    assert len(held) == 2 and held <= job_devices()  # what a notebook's GPU pool must skip
+    # what this hub's notebook GPU pool must skip, and no other hub's
+    assert len(held) == 2 and held <= job_devices(backend.hub_api_url)
+    assert not held & job_devices("http://another-hub.invalid/hub/api/")
     store.request_stop(long, J.STOP_CANCEL, "student1", datetime.now(timezone.utc), "cancel")
     record = asyncio.run(until(loop, lambda: (r := store.get(long)).state in J.FINAL and r))
     assert record.state == J.CANCELLED
@@ -208,5 +215,29 @@ def test_jobs_behind_the_head_of_the_queue_show_their_place_without_a_write_per_
     assert behind.queue_position is None  # not written ...
     assert loop.position(third) == 2  # ... but known: the API shows it (JobsHandler.shown)
     store.request_stop(running, J.STOP_CANCEL, "student1", datetime.now(timezone.utc), "cancel")
-    asyncio.run(until(loop, lambda: store.get(third).state in J.FINAL))
-    assert store.get(second).state == J.SUCCEEDED  # the room went to the waiting jobs, in order
+    asyncio.run(until(loop, lambda: store.get(second).state in J.FINAL and store.get(third).state in J.FINAL))
+    head, behind = store.get(second), store.get(third)
+    assert head.state == behind.state == J.SUCCEEDED  # the room went to the waiting jobs ...
+    assert head.admitted_at <= behind.admitted_at  # ... in order
+
+
+def test_a_backend_counts_the_gpus_of_its_own_hubs_notebooks_only(world, tmp_path):
+    """Two hubs on one machine (a test hub beside another, a staging hub): the GPU a server of
+    the other hub holds is not held for this hub's jobs; one of this hub's servers is."""
+    _, _, backend = world
+    uuid = "GPU-0a1b2c3d-0000-4000-8000-000000000001"
+    env = {"PATH": os.environ["PATH"], "JUPYTERHUB_USER": "ann", "CUDA_VISIBLE_DEVICES": uuid}
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env={**env, "JUPYTERHUB_API_URL": "http://another-hub.invalid/hub/api/"})
+    try:
+        wait_for(lambda: uuid in notebook_devices(), 10, "the other hub's server to run")
+        assert asyncio.run(backend.nodes({}))[0].free["nvidia.com/gpu"] == 2
+        ours = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                env={**env, "JUPYTERHUB_API_URL": backend.hub_api_url})
+        try:
+            wait_for(lambda: uuid in notebook_devices(backend.hub_api_url), 10, "our server to run")
+            assert asyncio.run(backend.nodes({}))[0].free["nvidia.com/gpu"] == 1
+        finally:
+            ours.kill()
+    finally:
+        other.kill()

@@ -70,7 +70,10 @@ def test_sigkill_at_any_moment_loses_no_job_and_starts_none_twice(database_url, 
             if all(store.get(i).state in J.FINAL for i in ids):
                 break
             seen = events(store)
-            proc = subprocess.Popen(command, cwd=ROOT)
+            # as under a hub: JupyterHub gives the service its hub's API URL (here a hub of its
+            # own, so other tests' GPU notebooks on this machine are not this hub's holders)
+            proc = subprocess.Popen(command, cwd=ROOT, env={
+                **os.environ, "JUPYTERHUB_API_URL": f"http://{tmp_path.name}.invalid/hub/api/"})
             try:  # kill right after the loop recorded something: mid-admission, mid-launch, mid-end
                 wait_for(lambda seen=seen, proc=proc: events(store) > seen or proc.poll() is not None,
                          60, "progress")

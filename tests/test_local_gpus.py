@@ -356,7 +356,7 @@ def test_one_look_at_the_pool_reads_the_process_table_once(monkeypatch):
     mig = "MIG-3358c542-9dbd-59b7-b61c-6126ff5c2128"
     reads = []
 
-    def job_devices() -> set[str]:  # the process table: one job replica holds one MIG slice
+    def job_devices(hub: str | None = None) -> set[str]:  # the process table: a replica holds a MIG slice
         reads.append(1)
         return {mig}
 
@@ -380,7 +380,7 @@ def test_a_slow_process_table_does_not_hold_the_hubs_loop(monkeypatch):
     page_served = threading.Event()
     served_during_read: list[bool] = []
 
-    def slow_read() -> set:
+    def slow_read(hub: str | None = None) -> set:
         served_during_read.append(page_served.wait(20))
         return set()
 

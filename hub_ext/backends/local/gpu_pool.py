@@ -57,7 +57,7 @@ class GPUPool:
         inventory = self.inventory
         return {r: [product_label(p) for p in inventory.products_of(r)] for r in inventory.resources()}
 
-    async def look(self) -> GPUPool:
+    async def look(self, hub: str | None = None) -> GPUPool:
         """The pool with the devices of running job replicas held again; `free` and `assign`
         answer from this look until the next one.
 
@@ -66,8 +66,10 @@ class GPUPool:
         milliseconds to seconds. It is read in a worker thread, and the result is applied in
         one step of the hub's event loop, so a caller that assigns right after its look (no
         await in between) decides atomically. On the loop, 50 students starting at once held
-        it for up to 45 s (one read per device), then 2.4 s (one read per look)."""
-        self.hold_job_devices(await asyncio.to_thread(job_devices))
+        it for up to 45 s (one read per device), then 2.4 s (one read per look). `hub` (the
+        hub's API URL) limits the jobs to that hub's (another hub on the machine has its own
+        pool)."""
+        self.hold_job_devices(await asyncio.to_thread(job_devices, hub))
         return self
 
     def free(self, resource_name: str, product: str | None = None) -> int:

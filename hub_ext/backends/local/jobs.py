@@ -21,6 +21,10 @@ Why it looks like this:
   exit status; a stop sends SIGTERM to the process groups, SIGKILL after the grace period, then
   kills any process of the owner's account that still carries the job's CLASSHUB_JOB_ID (one
   that left its group).
+- **One hub's processes**: every replica carries the hub it belongs to (CLASSHUB_HUB_API_URL, the
+  hub's API URL as JupyterHub gives it to servers and services in JUPYTERHUB_API_URL), so the
+  devices a backend counts as held are those of its own hub's notebooks and jobs, not those of
+  another hub on the same machine (a second hub for a test, a staging hub).
 """
 
 from __future__ import annotations
@@ -52,6 +56,9 @@ from hub_ext.core.resources import PODS, ResourceVector
 __all__ = ["LocalJobs", "job_devices", "job_processes", "notebook_devices", "torch_env"]
 
 JOB_ENV = "CLASSHUB_JOB_ID"
+#: The hub a job replica belongs to (its API URL); servers carry JupyterHub's JUPYTERHUB_API_URL.
+JOB_HUB_ENV = "CLASSHUB_HUB_API_URL"
+SERVER_HUB_ENV = "JUPYTERHUB_API_URL"
 _WRAPPER = "hub_ext.backends.local.jobwrap"
 
 
@@ -85,29 +92,33 @@ def job_processes(job_id: str | None = None, uid: int | None = None) -> list[psu
     return found
 
 
-def job_devices() -> set[str]:
+def job_devices(hub: str | None = None) -> set[str]:
     """GPU UUIDs that job replicas hold now (their CUDA_VISIBLE_DEVICES): what a local GPU pool
-    must not hand to a notebook while a job runs."""
+    must not hand to a notebook while a job runs. Only the replicas of hub `hub` (its API URL)
+    when given."""
     held: set[str] = set()
     for proc in job_processes():
         try:
-            value = proc.environ().get("CUDA_VISIBLE_DEVICES", "")
+            env = proc.environ()
         except (psutil.Error, OSError):
             continue
-        held.update(u for u in value.split(",") if u.strip())
+        if hub is None or env.get(JOB_HUB_ENV) == hub:
+            held.update(u for u in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if u.strip())
     return held
 
 
-def notebook_devices() -> set[str]:
+def notebook_devices(hub: str | None = None) -> set[str]:
     """GPU UUIDs that servers (and their kernels) hold: the CUDA_VISIBLE_DEVICES of every process
-    the hub started for a user (JUPYTERHUB_USER set) that is not a job replica."""
+    a hub started for a user (JUPYTERHUB_USER set) that is not a job replica; only those of hub
+    `hub` (its API URL, the servers' JUPYTERHUB_API_URL) when given."""
     held: set[str] = set()
     for proc in psutil.process_iter():
         try:
             env = proc.environ()
         except (psutil.Error, OSError):
             continue
-        if "JUPYTERHUB_USER" in env and JOB_ENV not in env:
+        if "JUPYTERHUB_USER" in env and JOB_ENV not in env and (
+                hub is None or env.get(SERVER_HUB_ENV) == hub):
             held.update(u for u in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if u.strip())
     return held
 
@@ -117,7 +128,8 @@ class LocalJobs:
 
     def __init__(self, homes_dir: Path, inventory: Inventory, *, system_users: bool = False,
                  user_prefix: str = "jupyter-", node: str = "localhost",
-                 python: str = sys.executable, state_dir: Path | None = None) -> None:
+                 python: str = sys.executable, state_dir: Path | None = None,
+                 hub_api_url: str | None = None) -> None:
         self.homes_dir = Path(homes_dir)
         #: the jobs' logs and bookkeeping (default: ``jobs`` beside the homes, in the data dir)
         self.state_dir = Path(state_dir) if state_dir else self.homes_dir.resolve().parent / "jobs"
@@ -126,6 +138,8 @@ class LocalJobs:
         self.user_prefix = user_prefix
         self.node = node
         self.python = python
+        #: the hub this backend's jobs belong to (None: every hub's servers count as holders)
+        self.hub_api_url = hub_api_url
         self._children: dict[int, subprocess.Popen] = {}
 
     # -- capacity -------------------------------------------------------------------------------
@@ -143,7 +157,7 @@ class LocalJobs:
                     running: Sequence[Launch] = ()) -> tuple[NodeState, ...]:
         """This machine as one node: free = allocatable - notebooks' devices - jobs' devices -
         `other` (the CPU and memory running jobs asked for)."""
-        notebooks = await asyncio.to_thread(notebook_devices)
+        notebooks = await asyncio.to_thread(notebook_devices, self.hub_api_url)
         taken = notebooks | {u for uuids in held.values() for u in uuids}
         allocatable = self.allocatable()
         used: dict[str, Fraction] = {}
@@ -162,7 +176,7 @@ class LocalJobs:
         """`count` free devices of `resource`, avoiding `taken` and what notebooks hold now; of
         GPU model `product` when given (a whole-GPU-by-model profile), matched as the hub's GPU
         pool matches a notebook's profile (`matches_product`)."""
-        busy = taken | notebook_devices()
+        busy = taken | notebook_devices(self.hub_api_url)
         free = [d.uuid for d in self.inventory.devices_for(resource)
                 if d.uuid not in busy and matches_product(d.product, product)]
         if len(free) < count:
@@ -250,6 +264,8 @@ class LocalJobs:
         env.update(launch.env)
         env.update(torch_env(launch, replica))
         env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices(replica.gpu_uuids)
+        if self.hub_api_url:
+            env[JOB_HUB_ENV] = self.hub_api_url
         return env
 
     async def restart(self, launch: Launch, role: str, index: int) -> None:

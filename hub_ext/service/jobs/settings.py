@@ -8,6 +8,7 @@ the classhub service (hub_ext.envtraits).
 from __future__ import annotations
 
 import json
+import os
 import shlex
 from dataclasses import dataclass
 from datetime import datetime
@@ -141,7 +142,8 @@ class ClasshubJobs(Configurable):
         devices = gpus.discover(command=list(self.gpu_discovery_command), use_nvml=self.use_nvml)
         homes = Path(self.homes_dir or "homes")
         return LocalJobs(homes, Inventory(devices), system_users=self.system_users,
-                         user_prefix=self.system_user_prefix, state_dir=self.state_dir or None)
+                         user_prefix=self.system_user_prefix, state_dir=self.state_dir or None,
+                         hub_api_url=os.environ.get("JUPYTERHUB_API_URL"))
 
 
 @dataclass
