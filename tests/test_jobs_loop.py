@@ -241,3 +241,18 @@ def test_a_backend_counts_the_gpus_of_its_own_hubs_notebooks_only(world, tmp_pat
             ours.kill()
     finally:
         other.kill()
+
+
+def test_a_preemption_decided_on_a_stale_snapshot_never_cancels_a_waiting_job(world):
+    """The loop decides preemptions on a snapshot; by the time it asks, the job may be back in
+    the queue (preempted once already): the late request changes nothing, where a cancel of a
+    queued job ends it at once."""
+    store, _, _ = world
+    waiting = submit(store, "student1", {"name": "w", "command": command(), "replicas": 1,
+                                         "resources": {"cpu": "1"}})
+    before = store.get(waiting)
+    after = store.request_stop(waiting, J.STOP_PREEMPT, "classhub", datetime.now(timezone.utc), "preempted")
+    assert after.state == J.QUEUED and after.stop_requested_at is None
+    assert len(after.events) == len(before.events)
+    cancelled = store.request_stop(waiting, J.STOP_CANCEL, "student1", datetime.now(timezone.utc), "cancel")
+    assert cancelled.state == J.CANCELLED

@@ -210,10 +210,13 @@ class JobStore:
                      message: str) -> JobRecord:
         """Ask for a job's end: a queued job is cancelled at once; an admitted or running one is
         marked, and the loop stops its replicas (SIGTERM, grace, SIGKILL) and ends it. Asking
-        again, or for a job that already ended, changes nothing."""
+        again, or for a job that already ended, changes nothing; so does a preemption of a job
+        that no longer runs (the loop decided on a snapshot: the job may have ended or gone back
+        to the queue since, and a preemption never cancels a job)."""
         with self.sessions.begin() as session:
             record = self._locked(session, job_id)
-            if record.state in J.FINAL or record.stop_requested_at is not None:
+            stale = reason == J.STOP_PREEMPT and record.state not in (J.ADMITTED, J.RUNNING)
+            if record.state in J.FINAL or record.stop_requested_at is not None or stale:
                 pass
             elif record.state == J.QUEUED or (record.state == J.PREEMPTED and reason == J.STOP_CANCEL):
                 self._move(session, record, J.CANCELLED, now, message)
