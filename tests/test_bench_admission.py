@@ -93,3 +93,23 @@ def test_the_benchmark_drives_the_classes_the_service_loop_runs():
         assert getattr(bench, name) is getattr(loop, name), name
     source = BENCH.read_text()
     assert "from hub_ext.service.jobs.loop import JobLoop" in source
+
+
+def test_seeds_mode_prints_a_row_per_seed_and_the_worst_figures_last(capsys):
+    bench = load_bench()
+    result = bench.main(["--seeds", "3-4", "--synthetic-nodes", "6", "--synthetic-jobs", "80",
+                         "--cycle-nodes", "20", "--cycle-waiting", "50", "--cycle-runs", "2"])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert LAST_LINE.fullmatch(lines[-1]), lines[-1]
+    rows = [line.split() for line in lines if re.match(r"^\s+[34]\s+\d", line)]
+    assert [row[0] for row in rows] == ["3", "4"]
+    worst_big = max(float(row[3]) for row in rows)
+    assert f"bigjob_delay_vs_strict={worst_big:.3f}" in lines[-1]
+    assert lines[-2] == f"{result['met']} of 2 seeds meet every goal"
+
+
+def test_a_bad_seed_range_is_refused_with_a_sentence(capsys):
+    bench = load_bench()
+    with pytest.raises(SystemExit):
+        bench.main(["--seeds", "one-twenty"])
+    assert "--seeds takes a range such as 1-20" in capsys.readouterr().err

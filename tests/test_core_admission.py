@@ -14,6 +14,8 @@ from hub_ext.core.admission import (
     COURSE_QUOTA,
     COURSE_WINDOW,
     PREEMPTING,
+    RESERVATION_AGING,
+    RESERVATION_DEPTH,
     RESERVED,
     USER_QUOTA,
     CourseQuota,
@@ -55,9 +57,9 @@ def running(j, nodes, started=NOW - 100, borrowed=False, ends_by=None):
     return RunningJob(j, tuple(("w", k, n) for k, n in enumerate(nodes)), started, borrowed, ends_by)
 
 
-def cycle(nodes, jobs, run=(), courses=None, **kw):
+def cycle(nodes, jobs, run=(), courses=None, depth=RESERVATION_DEPTH, **kw):
     snap = Snapshot(NOW, tuple(nodes), tuple(run), courses or {}, **kw)
-    return admission_cycle(snap, QueueSnapshot.of(jobs))
+    return admission_cycle(snap, QueueSnapshot.of(jobs), depth=depth)
 
 
 def names(result):
@@ -124,7 +126,7 @@ def test_within_a_course_priority_then_submit_time_then_name():
     jobs = [job("late", t=5), job("early", t=1), job("urgent", t=9, prio=1), job("b-tie", t=1)]
     q = QueueSnapshot.of(jobs)
     assert [j.name for j in q.by_course["c1"]] == ["urgent", "b-tie", "early", "late"]
-    result = cycle([node("a", 2, alloc=2)], jobs)
+    result = cycle([node("a", 2, alloc=2)], jobs, depth=1)  # "late" holds no reservation
     assert names(result) == ["urgent", "b-tie"]
     late = result.waiting("late")
     assert "; 2nd in c1's queue; estimated start " in late.message  # "early" is 1st of those left
@@ -133,12 +135,28 @@ def test_within_a_course_priority_then_submit_time_then_name():
 
 def test_drf_serves_the_course_with_the_smaller_dominant_share_first():
     courses = {"heavy": CourseQuota(usage=Usage(rv(6))), "light": CourseQuota(usage=Usage(rv(1)))}
-    jobs = [job("h1", course="heavy", t=0), job("l1", course="light", t=50)]
+    # submitted within the aging time: fair order decides (after it, submit order: see below)
+    jobs = [job("h1", course="heavy", t=NOW - 100), job("l1", course="light", t=NOW - 50)]
     result = cycle([node("a", 1, alloc=8)], jobs, courses=courses)
     assert names(result) == ["l1"]
     # weights divide the share: heavy with weight 10 now counts 6/8/10 < 1/8
     courses["heavy"] = CourseQuota(usage=Usage(rv(6)), weight=10)
     assert names(cycle([node("a", 1, alloc=8)], jobs, courses=courses)) == ["h1"]
+
+
+def test_a_job_waiting_longer_than_the_aging_time_goes_first_whatever_its_course_share():
+    """Reservations follow submit order once a job has waited RESERVATION_AGING seconds: a big
+    job of a busy course is not overtaken for ever by a stream of jobs of lighter courses."""
+    courses = {"heavy": CourseQuota(usage=Usage(rv(6))), "light": CourseQuota(usage=Usage(rv(1)))}
+    old = job("h1", course="heavy", t=NOW - RESERVATION_AGING - 1)
+    young = job("l1", course="light", t=NOW - 5)
+    assert names(cycle([node("a", 1, alloc=8)], [old, young], courses=courses)) == ["h1"]
+    # and a blocked old job holds a reservation that the young one may not delay
+    busy = running(job("r", 1, 1, rt=1100, t=-10), ["a"])  # gives its GPU back at NOW + 1000
+    result = cycle([node("a", 1, alloc=2)], [job("h2", 1, 2, course="heavy", t=NOW - 400), young],
+                   [busy], courses=courses)
+    assert result.reservation.job == "h2" and names(result) == []
+    assert result.waiting("l1").code == BEHIND_RESERVATION
     assert dominant_share({G: 4}, {G: 8}, 2) == 0.25
 
 
@@ -198,7 +216,7 @@ def test_backfill_refuses_a_long_job_on_the_nodes_the_reservation_needs():
     assert result.admitted[0].placement.nodes == ("b",)
     # with b full too, the long job waits behind the reservation
     nodes2 = [node("a", 4), node("b", 0)]
-    result = cycle(nodes2, [job("big", 1, 8, t=0), job("long", 1, 4, t=1, rt=9000)], run)
+    result = cycle(nodes2, [job("big", 1, 8, t=0), job("long", 1, 4, t=1, rt=9000)], run, depth=1)
     assert names(result) == []
     why = result.waiting("long")
     assert why.code == BEHIND_RESERVATION

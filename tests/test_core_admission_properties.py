@@ -3,8 +3,11 @@
 - no node resource is ever over-committed; all replicas of a job are placed or none;
 - quotas hold, except for admissions declared as borrowed (which stay within borrowing limits);
 - the same input gives the same decisions (whatever the order jobs are given in);
-- with exact runtimes, a backfilled job never delays the reserved job: it starts by its
-  reservation time;
+- with exact runtimes, no job starts later than the first reservation it was given, at any
+  reservation depth (conservative backfilling, docs/admission.md): neither a backfill nor a job
+  submitted later can push a reservation back;
+- the reservations of one cycle fit together: at every instant, on every node, running jobs
+  (until their max runtime), admissions and reservations active then stay within allocatable;
 - with bounded runtimes, every job that can fit the cluster eventually starts.
 """
 
@@ -162,22 +165,30 @@ def test_the_same_input_gives_the_same_decisions(situation, rnd):
         {j.name: again.waiting(j.name) for j in waiting}
 
 
-def simulate(cluster, jobs, courses=None, limit=400):
-    """Run cycles at every job end, runtimes exactly max_runtime; returns starts and promises."""
+def simulate(cluster, jobs, courses=None, limit=400, depth=None):
+    """Run cycles at every job end and arrival, runtimes exactly max_runtime, every reservation
+    carried to the next cycle; returns starts and promises (the first reservation of each job).
+    `depth` None: the single-reservation interface (`reserved_job`) with depth 1."""
     now = 0.0
     running: list[RunningJob] = []
     waiting = {j.name: j for j in jobs}
     starts: dict[str, float] = {}
     promised: dict[str, float] = {}
-    reserved, placement = None, ()
+    reserved, placement, carried = None, (), ()
     for _ in range(limit):
         arrived = [j for j in waiting.values() if j.submit_time <= now]
         usage = {c: sum_vectors(r.job.total for r in running if r.job.course == c) for c in COURSES}
         quotas = {c: CourseQuota(nominal=q.nominal, borrowing_limit=q.borrowing_limit,
                                  usage=Usage(usage[c])) for c, q in (courses or {}).items()}
-        snap = snapshot_for(cluster, running, now, courses=quotas, reserved_job=reserved,
-                            reserved_placement=placement)
-        result = admission_cycle(snap, QueueSnapshot.of(arrived))
+        if depth is None:
+            snap = snapshot_for(cluster, running, now, courses=quotas, reserved_job=reserved,
+                                reserved_placement=placement)
+            result = admission_cycle(snap, QueueSnapshot.of(arrived), depth=1)
+        else:
+            snap = snapshot_for(cluster, running, now, courses=quotas, reservations=carried)
+            result = admission_cycle(snap, QueueSnapshot.of(arrived), depth=depth)
+            assert len(result.reservations) <= depth
+            carried = result.carried
         for a in result.admitted:
             running.append(RunningJob(a.job, a.placement.replicas, now, a.borrowed))
             starts[a.job.name] = now
@@ -185,8 +196,8 @@ def simulate(cluster, jobs, courses=None, limit=400):
         for p in result.preemptions:
             running = [RunningJob(r.job, r.placement, r.started, r.borrowed, p.ends_by)
                        if r.job.name == p.job else r for r in running]
-        if result.reservation:
-            promised.setdefault(result.reservation.job, result.reservation.start)
+        for res in result.reservations:
+            promised.setdefault(res.job, res.start)
         reserved = result.reserved_job
         placement = result.reservation.placement.replicas if result.reservation else ()
         if not waiting:
@@ -210,6 +221,46 @@ def test_with_exact_runtimes_backfill_never_delays_the_reserved_job(cluster, job
     starts, promised = simulate(cluster, jobs)
     for name, start in promised.items():
         assert starts[name] <= start, f"{name} promised {start}, started {starts[name]}"
+
+
+@settings(max_examples=80, deadline=None)
+@given(clusters(), job_lists(max_jobs=10), st.integers(1, 6))
+def test_with_exact_runtimes_no_job_starts_later_than_its_first_reservation(cluster, jobs, depth):
+    """The guarantee of conservative backfilling: once a job holds a reservation, neither a job
+    backfilled around it nor one submitted later (whatever its priority or course) makes it
+    start later. Jobs arrive over time (submit 0-50 s) while others run."""
+    jobs = fitting(jobs, cluster)
+    starts, promised = simulate(cluster, jobs, depth=depth)
+    assert set(starts) == {j.name for j in jobs}
+    for name, start in promised.items():
+        assert starts[name] <= start, f"{name} promised {start}, started {starts[name]}"
+
+
+@settings(max_examples=60, deadline=None)
+@given(situations(), st.integers(1, 6))
+def test_the_reservations_of_a_cycle_fit_together(situation, depth):
+    cluster, running, waiting, courses, now = situation
+    snap = snapshot_for(cluster, running, now, courses=courses)
+    result = admission_cycle(snap, QueueSnapshot.of(waiting), depth=depth)
+    assert len(result.reservations) <= depth
+    jobs = {j.name: j for j in waiting}
+    spans = [(r.started, r.expected_end, r.job, r.placement) for r in running]
+    spans += [(now, now + a.job.max_runtime, a.job, a.placement.replicas) for a in result.admitted]
+    spans += [(r.start, r.start + jobs[r.job].max_runtime, jobs[r.job], r.placement.replicas)
+              for r in result.reservations]
+    preempted = {p.job: p.ends_by for p in result.preemptions}
+    spans = [(s, min(e, preempted.get(j.name, e)), j, pl) for s, e, j, pl in spans]
+    sizes = dict(cluster)
+    for instant in sorted({s for s, *_ in spans} | {now}):
+        held: dict[str, ResourceVector] = {}
+        for start, end, job, placement in spans:
+            if start <= instant < end:
+                requests = {role.name: role.request for role in job.roles}
+                for role, _k, node in placement:
+                    held[node] = held.get(node, ResourceVector()) + requests[role]
+        for node, amount in held.items():
+            assert (alloc(sizes[node]) - amount).is_nonnegative(), \
+                f"{node} over-committed at {instant} by the plan"
 
 
 @settings(max_examples=40)

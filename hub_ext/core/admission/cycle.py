@@ -5,9 +5,10 @@ returns decisions; creating pods, writing the ledger and signalling preempted jo
 (issue 17). The rules, in the order a job meets them (docs/explanation/gang-admission.md, "Distributed jobs:
 gang admission"):
 
-1. Fair order: the job that held the reservation after the last cycle comes first; then courses
-   take turns by Dominant Resource Fairness (fairness.py), each course's queue in priority, submit
-   time, name order (queue.py).
+1. Order: the jobs that held reservations after the last cycle come first, in the order they got
+   them (each is planned again on its nodes first, so it can only move earlier); then courses
+   take turns by Dominant Resource Fairness (fairness.py), each course's queue in priority,
+   submit time, name order (queue.py).
 2. Quotas: the course's and the user's hard ceilings from the ledger (`quota.admit`, servers and
    jobs counted together) are never crossed -> `course_quota` / `user_quota`.
 3. Borrowing: a job that takes its course beyond its nominal share runs on borrowed capacity
@@ -16,19 +17,23 @@ gang admission"):
    only if the reservation stays free -> `course_window` (windows.py).
 5. Gang: all replicas are placed at once on nodes that fit each of them, or none is (assigner.py)
    -> `capacity`.
-6. Reservation: the first job that passes 2-4 but not 5 gets a reservation at its earliest start;
-   when it is within its course's share and borrowed jobs of others hold the room, they are
+6. Reservations: each job that passes 2-4 but not 5 gets a reservation at its earliest start,
+   around every reservation before it, up to `depth` of them (conservative backfilling,
+   backfill.py; docs/admission.md says why and shows the measurements). For the first one, when
+   its job is within its course's share and borrowed jobs of others hold the room, they are
    preempted with a grace period (preemption.py) -> `reserved` / `preempting`.
-7. Backfill: later jobs start only if they fit now and cannot delay the reservation ->
-   `behind_reservation` (backfill.py).
+7. Backfill: any other job starts only if it fits now and delays no reservation ->
+   `behind_reservation`.
 
-The scan stops once a reservation exists and no node has as much free as the smallest waiting
-replica asks for: nothing further could start. Reasons are built only when asked
-(`CycleResult.waiting`), so a cycle over 10,000 waiting jobs writes no 10,000 sentences.
+The scan stops once reservations exist and no node has as much free as the smallest waiting
+replica asks for (within what the reservations leave): nothing further could start. Reasons are
+built only when asked (`CycleResult.waiting`), so a cycle over 10,000 waiting jobs writes no
+10,000 sentences.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -37,10 +42,10 @@ from types import MappingProxyType
 from typing import Any
 
 from hub_ext.core.admission.assigner import NANO, FreeIndex, Placement, nanos
-from hub_ext.core.admission.backfill import Release, Reservation, earliest_start
+from hub_ext.core.admission.backfill import Release, Reservation, _place_pinned, earliest_start
 from hub_ext.core.admission.fairness import FairOrder
 from hub_ext.core.admission.preemption import choose_victims, first_reclaimer
-from hub_ext.core.admission.queue import QueueSnapshot
+from hub_ext.core.admission.queue import QueueSnapshot, queue_key
 from hub_ext.core.admission.snapshot import CourseWindow, RunningJob, Snapshot
 from hub_ext.core.admission.windows import WindowBook
 from hub_ext.core.jobs import Job
@@ -54,6 +59,8 @@ __all__ = [
     "COURSE_QUOTA",
     "COURSE_WINDOW",
     "PREEMPTING",
+    "RESERVATION_AGING",
+    "RESERVATION_DEPTH",
     "RESERVED",
     "USER_QUOTA",
     "WAITING_CODES",
@@ -74,6 +81,11 @@ COURSE_QUOTA = "course_quota"
 USER_QUOTA = "user_quota"
 BORROWING_LIMIT = "borrowing_limit"
 COURSE_WINDOW = "course_window"
+RESERVATION_DEPTH = 4
+"""How many waiting jobs hold a reservation at once (docs/admission.md: chosen by measurement)."""
+RESERVATION_AGING = 300.0
+"""Seconds after which a waiting job is served in submit order, ahead of fair order, for the
+reservations (docs/admission.md)."""
 WAITING_CODES = frozenset({CAPACITY, RESERVED, PREEMPTING, BEHIND_RESERVATION, COURSE_QUOTA,
                            USER_QUOTA, BORROWING_LIMIT, COURSE_WINDOW})
 
@@ -118,7 +130,7 @@ def format_clock(t: float, now: float) -> str:
 
 @dataclass(frozen=True)
 class CycleResult:
-    """The decisions of one cycle. `reservation.job` goes into the next snapshot's `reserved_job`."""
+    """The decisions of one cycle. `carried` goes into the next snapshot's `reservations`."""
 
     now: float
     admitted: tuple[Admission, ...]
@@ -130,6 +142,14 @@ class CycleResult:
     examined: int
     """How many waiting jobs the cycle looked at before it could stop."""
     _explain: Callable[[str], Waiting | None] = field(repr=False, compare=False)
+    reservations: tuple[Reservation, ...] = ()
+    """Every reservation after this cycle, in order (the head first): hand them to the next
+    snapshot (`Snapshot.reservations`, see `carried`) so that each keeps its place."""
+
+    @property
+    def carried(self) -> tuple[tuple[str, tuple[tuple[str, int, str], ...]], ...]:
+        """`reservations` as `Snapshot.reservations` takes them: ((job, placement), ...)."""
+        return tuple((r.job, r.placement.replicas) for r in self.reservations)
 
     @property
     def reserved_job(self) -> str | None:
@@ -149,7 +169,7 @@ class _Cycle:
     """The working state of one cycle; only `admission_cycle` uses it."""
 
     def __init__(self, snapshot: Snapshot, queues: QueueSnapshot,
-                 clock: Callable[[float, float], str]) -> None:
+                 clock: Callable[[float, float], str], depth: int, aging: float) -> None:
         self.s, self.q, self.clock, self.now = snapshot, queues, clock, snapshot.now
         self.index = FreeIndex(snapshot.nodes)
         self.positions = {name: i for i, name in enumerate(self.index.names)}
@@ -166,32 +186,82 @@ class _Cycle:
         self.admitted: list[Admission] = []
         self.admitted_names: set[str] = set()
         self.codes: dict[str, tuple[Any, ...]] = {}
-        self.reservation: Reservation | None = None
-        self.reserved: Job | None = None
-        self.extra: dict[int, dict[str, int]] | None = None
+        self.depth, self.aging = depth, aging
+        # the reservations, in the order they were made (kept ones first): conservative
+        # backfilling up to `depth` (backfill.py); `plan` is `index` minus what they hold
+        self.res: list[Reservation] = []
+        self.res_jobs: list[Job] = []
+        self.res_extra: list[dict[int, dict[str, int]]] = []
+        self.res_releases: list[Release] = []
+        self.res_index: dict[str, int] = {}
+        self.plan: FreeIndex | None = None
+        self._running_releases: list[Release] | None = None
         self.preemptions: list[Preemption] = []
         self.pressure: dict[str, Fraction] = {}
+        self.kept = tuple((name, placement) for name, placement in snapshot.kept_reservations
+                          if name in queues.jobs)
         self.order = FairOrder(queues, self.usage, self.totals,
                                {c: snapshot.quota(c).weight for c in courses},
-                               skip={snapshot.reserved_job} if snapshot.reserved_job else set())
+                               skip={name for name, _ in self.kept})
+
+    @property
+    def reservation(self) -> Reservation | None:
+        """The head reservation (the one the culler's pressure and preemption serve)."""
+        for res in self.res:
+            if res.job not in self.admitted_names:
+                return res
+        return None
+
+    def live(self) -> list[tuple[int, Reservation]]:
+        return [(k, r) for k, r in enumerate(self.res) if r.job not in self.admitted_names]
 
     # -- the scan
     def run(self) -> int:
-        sticky = self.q.jobs.get(self.s.reserved_job) if self.s.reserved_job else None
-        if sticky is None or self.borrowing(sticky)[0]:  # reclaiming goes first (preemption.py)
+        # 0. reclaiming goes first (preemption.py): a course head within its share that needs
+        #    borrowed capacity back plans (and preempts) before kept reservations of borrowers
+        if not self.kept or self.borrowing(self.q.jobs[self.kept[0][0]])[0]:
             reclaimer = self._reclaimer()
             if reclaimer is not None:
-                sticky, self.order.skip = reclaimer, {reclaimer.name}
-        smallest_nanos = self.q.smallest_gpu_need
+                self.kept = tuple(k for k in self.kept if k[0] != reclaimer.name)
+                self.order.skip.add(reclaimer.name)
+                self.consider(reclaimer, head=True)
         examined = 0
-        if sticky is not None:
+        refused: set[str] = set()
+        # 1. every kept reservation is planned again first, in its order, on its own nodes: it
+        #    can only move earlier (backfill.py); nothing is admitted yet
+        for name, placement in self.kept:
+            job = self.q.jobs[name]
             examined += 1
-            self.consider(sticky)
+            if self.precheck(job) is None:
+                self.reserve(job, borrowed=self.borrowing(job)[0],
+                             pinned=Placement(placement) if placement else None)
+            else:
+                refused.add(name)
+        # 2. kept jobs that fit now start now
+        smallest_nanos = self.q.smallest_gpu_need
+        for name, _ in self.kept:
+            if name in refused:
+                continue  # refused by a quota or the borrowing limit in step 1
+            self.consider(self.q.jobs[name])
+        # 3. the head of the whole queue, in the order strict FIFO takes it (priority, submit
+        #    time, name), among jobs that waited `aging` seconds or more: each starts now or gets
+        #    a reservation, until `depth` are held (younger jobs: fair order, step 4)
+        if len(self.live()) < self.depth:
+            old = self.now - self.aging
+            for job in heapq.merge(*self.q.by_course.values(), key=queue_key):
+                if len(self.live()) >= self.depth:
+                    break
+                if (job.submit_time > old or job.name in self.res_index
+                        or job.name in self.order.skip):
+                    continue
+                examined += 1
+                self.order.skip.add(job.name)
+                self.consider(job, head=True)
+        # 4. every other job in fair order: it starts now if it delays no reservation
         for job in self.order:
-            res = self.reservation
-            if res is not None and smallest_nanos is not None:
-                # every job left would still run at the reservation: only `extra` is left there
-                limits = self.extra if self.now + self.q.shortest_runtime > res.start else None
+            if self.res and smallest_nanos is not None:
+                # nothing left could start: only what the reservations leave is free
+                limits = self.limits(self.now + self.q.shortest_runtime)
                 if self.index.max_free_any(limits) < smallest_nanos:
                     break
             examined += 1
@@ -203,7 +273,7 @@ class _Cycle:
             return None
 
         def may_reclaim(job: Job) -> bool:
-            return (self.quota(job, None) is None and not self.borrowing(job)[0]
+            return (self.quota(job, []) is None and not self.borrowing(job)[0]
                     and self.book.blocking(job, self.now, self.now + job.max_runtime) is None
                     and not self._fits_ignoring_reservation(job))
 
@@ -211,32 +281,73 @@ class _Cycle:
             (jobs[0] for jobs in self.q.by_course.values() if jobs), may_reclaim,
             lambda job: choose_victims(job, self.index, self.s.running, self.over_share, self.positions))
 
-    def consider(self, job: Job) -> None:
-        res = self.reservation
-        if res is not None and not all(self.index.can_hold(role) for role in job.roles):
+    def precheck(self, job: Job) -> tuple[Any, ...] | None:
+        """A quota, borrowing-limit or window refusal for `job` starting now, or None."""
+        end = self.now + job.max_runtime
+        refusal = self.quota(job, [j for r, j in zip(self.res, self.res_jobs, strict=True)
+                                   if r.start < end and j.name != job.name
+                                   and r.job not in self.admitted_names])
+        if refusal is not None:
+            self.codes[job.name] = refusal
+            return refusal
+        _borrowed, limit = self.borrowing(job)
+        if limit is not None:
+            self.codes[job.name] = (BORROWING_LIMIT, limit)
+            return self.codes[job.name]
+        return None
+
+    def limits(self, end: float, skip: str | None = None,
+               before: int | None = None) -> dict[int, dict[str, int]] | None:
+        """Per node, what a job running from now to `end` may take there without delaying any
+        reservation starting before `end` (the smallest `extra` of each; a fresh copy).
+
+        `skip`: the job's own reservation. `before`: only reservations made before that one
+        count (a reserved job starting on its own nodes: the later ones were planned with it
+        holding them already)."""
+        merged: dict[int, dict[str, int]] = {}
+        for k, res in self.live():
+            if res.start >= end or res.job == skip or (before is not None and k >= before):
+                continue
+            for i, room in self.res_extra[k].items():
+                have = merged.get(i)
+                if have is None:
+                    merged[i] = dict(room)
+                else:
+                    for name, amount in room.items():
+                        if amount < have.get(name, amount):
+                            have[name] = amount
+        return merged or None
+
+    def consider(self, job: Job, head: bool = False) -> None:
+        own = self.res_index.get(job.name)
+        if (self.res and own is None and not head
+                and not all(self.index.can_hold(role) for role in job.roles)):
             self.codes[job.name] = (CAPACITY,)
             return
         end = self.now + job.max_runtime
-        long = res is not None and end > res.start
-        refusal = self.quota(job, self.reserved if long else None)
-        if refusal is not None:
-            self.codes[job.name] = refusal
+        if own is None and self.precheck(job) is not None:
             return
-        borrowed, limit = self.borrowing(job)
-        if limit is not None:
-            self.codes[job.name] = (BORROWING_LIMIT, limit)
-            return
+        borrowed, _limit = self.borrowing(job)
         window = self.book.blocking(job, self.now, end)
         placement = None
         if window is None:
-            placement = self.index.place(job, self.extra if long else None)
+            if own is not None:
+                pinned = self.res[own].placement
+                placement = self.place_pinned(job, pinned, self.limits(end, before=own))
+            if placement is None:
+                placement = self.index.place(job, self.limits(end, skip=job.name))
         if placement is not None:
-            self.admit(job, placement, borrowed, backfilled=res is not None)
-        elif res is None:
-            self.reserve(job, borrowed, window)
+            self.admit(job, placement, borrowed,
+                       backfilled=own is None and any(True for _ in self.live()))
+        elif own is not None:
+            pass  # keeps its reservation (and its code from step 1)
+        elif window is None and len(self.live()) < self.depth:
+            self.reserve(job, borrowed=borrowed)
+        elif window is not None and not self.live():
+            self.reserve(job, borrowed=borrowed, window=window)
         elif window is not None:
             self.codes[job.name] = (COURSE_WINDOW, window)
-        elif long and self._fits_ignoring_reservation(job):
+        elif self.live() and self._fits_ignoring_reservation(job):
             self.codes[job.name] = (BEHIND_RESERVATION,)
         else:
             self.codes[job.name] = (CAPACITY,)
@@ -254,16 +365,17 @@ class _Cycle:
             self.index.take(self.positions[node], needs[role], -1)
 
     # -- quotas
-    def quota(self, job: Job, booked: Job | None) -> tuple[str, str] | None:
+    def quota(self, job: Job, booked: list[Job]) -> tuple[str, str] | None:
         course, owner = job.course, job.owner
         cq = self.s.quota(course)
         more = self.added.get(course, ZERO)
         user_limits, user_usage = cq.users.get(owner, (_NO_LIMITS, _NO_USAGE))
         user_more = self.user_added.get((course, owner), ZERO)
-        if booked is not None and booked.course == course:
-            more = more + booked.total
-            if booked.owner == owner:
-                user_more = user_more + booked.total
+        for other in booked:  # reserved jobs that start while this one would still run
+            if other.course == course:
+                more = more + other.total
+                if other.owner == owner:
+                    user_more = user_more + other.total
         decision = admit(
             job.total,
             (user_limits, _plus(user_usage, user_more)),
@@ -317,45 +429,103 @@ class _Cycle:
         self.user_added[key] = self.user_added.get(key, ZERO) + job.total
         end = self.now + job.max_runtime
         self.book.book(job, self.now, end)
-        self.started.append((end, job.name, _held(job, placement, self.positions)))
+        held = _held(job, placement, self.positions)
+        self.started.append((end, job.name, held))
+        needs = {role.name: role.need for role in job.roles}
+        if self.plan is not None:
+            own = self.res_index.get(job.name)
+            if own is not None:  # its reservation's hold gives way to what it holds now
+                for i, back in _held(job, self.res[own].placement, self.positions).items():
+                    self.plan.release(i, back)
+                self.res_releases = [r for r in self.res_releases if r[1] != job.name]
+            for role, _r, node in placement.replicas:
+                self.plan.take(self.positions[node], needs[role])
+        for k, res in self.live():  # what it takes from each reservation it would still run at
+            if res.start < end:
+                extra = self.res_extra[k]
+                for role, _r, node in placement.replicas:
+                    room = extra.get(self.positions[node])
+                    if room is not None:
+                        for name, amount in needs[role]:
+                            room[name] = room.get(name, 0) - amount
 
     def releases(self, victims: tuple[RunningJob, ...] = ()) -> list[Release]:
-        cut = {run.job.name for run in victims}
-        out: list[Release] = list(self.started)
-        for run in self.s.running:
-            end = run.expected_end
-            if run.job.name in cut:
-                end = min(end, self.now + self.s.grace)
-            out.append((end, run.job.name,
-                        {self.positions[n]: h for n, h in run.held.items() if n in self.positions}))
+        """When running jobs (and this cycle's admissions) give their capacity back; built once
+        per cycle, as every reservation replays them."""
+        if self._running_releases is None:
+            self._running_releases = [
+                (run.expected_end, run.job.name,
+                 {self.positions[n]: h for n, h in run.held.items() if n in self.positions})
+                for run in self.s.running]
+        out: list[Release] = self.started + self._running_releases
+        if victims:
+            cut = {run.job.name for run in victims}
+            limit = self.now + self.s.grace
+            out = [(min(end, limit) if name in cut else end, name, held) for end, name, held in out]
         return out
 
-    def reserve(self, job: Job, borrowed: bool, window: CourseWindow | None) -> None:
+    def reserve(self, job: Job, borrowed: bool = False, window: CourseWindow | None = None,
+                pinned: Placement | None = None) -> None:
+        """Give `job` a reservation: the earliest time all its replicas fit around the running
+        jobs and every reservation made before it (held from now until they end: backfill.py)."""
+        head = not self.live()
         victims: tuple[RunningJob, ...] = ()
-        if not borrowed and window is None:
+        if head and not borrowed and window is None:
             victims = choose_victims(job, self.index, self.s.running, self.over_share,
                                      self.positions) or ()
-        pinned = (Placement(self.s.reserved_placement)
-                  if job.name == self.s.reserved_job and self.s.reserved_placement else None)
-        found = earliest_start(
-            job, self.index, self.releases(victims), self.now,
-            allowed=lambda t: self.book.blocking(job, t, t + job.max_runtime) is None,
-            extra_times=[w.end for w in self.book.windows],
-            pinned=pinned,
-        )
-        self.pressure = self._shortfall(job)
+        if self.plan is None:
+            self.plan = self.index.clone()
+        found = None
+        for only_pinned in ((True, False) if pinned is not None else (False,)):
+            # a kept reservation stays on its nodes (it can only move earlier there); only if
+            # they can no longer hold it (a node gone, a job past its max runtime) is it moved
+            found = earliest_start(
+                job, self.plan, self.releases(victims) + self.res_releases, self.now,
+                allowed=lambda t: self.book.blocking(job, t, t + job.max_runtime) is None,
+                extra_times=[w.end for w in self.book.windows],
+                pinned=pinned, only_pinned=only_pinned,
+            )
+            if found is not None:
+                break
+        if head:
+            self.pressure = self._shortfall(job)
         if found is None:
             self.codes[job.name] = (CAPACITY,)
             return
         start, placement, extra = found
-        self.reservation = Reservation(job.name, start, placement,
-                                       tuple(run.job.name for run in victims))
-        self.reserved, self.extra = job, extra
+        self.res_index[job.name] = len(self.res)
+        self.res.append(Reservation(job.name, start, placement,
+                                    tuple(run.job.name for run in victims)))
+        self.res_jobs.append(job)
+        self.res_extra.append(extra)
+        held = _held(job, placement, self.positions)
+        needs = {role.name: role.need for role in job.roles}
+        for role, _r, node in placement.replicas:
+            self.plan.take(self.positions[node], needs[role])
+        self.res_releases.append((start + job.max_runtime, job.name, held))
         self.book.book(job, start, start + job.max_runtime)
         for run in victims:
             self.preemptions.append(Preemption(run.job.name, run.job.course, job.name,
                                                min(run.expected_end, self.now + self.s.grace)))
         self.codes[job.name] = (PREEMPTING if victims else RESERVED,)
+
+    def place_pinned(self, job: Job, pinned: Placement,
+                     limits: dict[int, dict[str, int]] | None) -> Placement | None:
+        """`job` on exactly its reservation's nodes now, within `limits`; or nothing."""
+        placed = _place_pinned(self.index, job, pinned)
+        if placed is None or not limits:
+            return placed
+        needs = {role.name: role.need for role in job.roles}
+        room = {i: dict(r) for i, r in limits.items()}
+        for role, _r, node in placed.replicas:
+            i = self.positions[node]
+            if i in room:
+                for name, amount in needs[role]:
+                    room[i][name] = room[i].get(name, 0) - amount
+                    if room[i][name] < 0:
+                        self._undo(job, placed)
+                        return None
+        return placed
 
     def _shortfall(self, job: Job) -> dict[str, Fraction]:
         free: dict[str, int] = {}
@@ -385,14 +555,20 @@ class _Cycle:
         res = self.reservation
         if code in (COURSE_QUOTA, USER_QUOTA, BORROWING_LIMIT):
             return Waiting(name, code, f"{detail[0]}; {where}")
-        if res is not None and res.job == name:
-            when = self.clock(res.start, self.now)
+        own = self.res_index.get(name)
+        if own is not None:
+            mine = self.res[own]
+            when = self.clock(mine.start, self.now)
             if code == PREEMPTING:
-                text = (f"next to start: {len(res.preempting)} job(s) running on capacity borrowed "
+                text = (f"next to start: {len(mine.preempting)} job(s) running on capacity borrowed "
                         f"by other courses were asked to stop; {where}; estimated start {when}")
-            else:
+            elif mine is res:
                 text = f"next to start, all {job.replicas} replicas at once; {where}; estimated start {when}"
-            return Waiting(name, code, text, res.start)
+            else:
+                text = (f"holds a reservation, all {job.replicas} replicas at once; {where}; "
+                        f"estimated start {when} at the latest if running jobs end by their "
+                        "max runtime")
+            return Waiting(name, code, text, mine.start)
         estimate = self._estimate(job)
         when = ("no estimated start yet: notebooks hold what it needs" if estimate is None
                 else f"estimated start {self.clock(estimate, self.now)} at the earliest")
@@ -416,8 +592,7 @@ class _Cycle:
         window = self.book.blocking(job, self.now, self.now + job.max_runtime)
         if window is not None:
             return (COURSE_WINDOW, window)
-        res = self.reservation
-        if res is not None and self.now + job.max_runtime > res.start:
+        if any(self.now + job.max_runtime > r.start for _, r in self.live()):
             trial = self.index.clone()
             if trial.place(job) is not None:
                 return (BEHIND_RESERVATION,)
@@ -438,19 +613,13 @@ class _Cycle:
         return f"waiting for {role.replicas} {nodes} with {what}{extra} ({have} has them now)"
 
     def _estimate(self, job: Job) -> float | None:
-        res = self.reservation
-        index = self.index
-        if res is not None and self.reserved is not None:
-            index = index.clone()
-            index.place(self.reserved)  # the reserved job is planned first (at res.start or later)
+        """When `job` would start if it were planned now, behind every reservation."""
         found = earliest_start(
-            job, index, self.releases(), self.now,
+            job, self.plan or self.index, self.releases() + self.res_releases, self.now,
             allowed=lambda t: self.book.blocking(job, t, t + job.max_runtime) is None,
             extra_times=[w.end for w in self.book.windows],
         )
-        if found is None:
-            return None
-        return found[0] if res is None else max(found[0], res.start)
+        return None if found is None else found[0]
 
 
 _NO_LIMITS = Limits()
@@ -479,13 +648,21 @@ def admission_cycle(
     queues: QueueSnapshot,
     *,
     clock: Callable[[float, float], str] = format_clock,
+    depth: int = RESERVATION_DEPTH,
+    aging: float = RESERVATION_AGING,
 ) -> CycleResult:
     """Decide which waiting jobs start now (see the module docstring for the rules).
 
     Pure: the same snapshot and queues give the same result. `clock(t, now)` words times in
-    messages ("14:20").
+    messages ("14:20"). `depth`: how many jobs hold a reservation at once (1: EASY
+    backfilling); `aging`: seconds of waiting after which a job's turn for a reservation follows
+    submit order instead of fair order (backfill.py, docs/admission.md).
     """
-    cycle = _Cycle(snapshot, queues, clock)
+    if depth < 1:
+        raise ValueError(f"depth must be at least 1 (one reservation: EASY backfilling), not {depth}")
+    if aging < 0:
+        raise ValueError(f"aging must be >= 0 seconds, not {aging}")
+    cycle = _Cycle(snapshot, queues, clock, depth, aging)
     examined = cycle.run()
     return CycleResult(
         now=snapshot.now,
@@ -495,4 +672,5 @@ def admission_cycle(
         pressure=MappingProxyType(cycle.pressure),
         examined=examined,
         _explain=cycle.explain,
+        reservations=tuple(r for _, r in cycle.live()),
     )

@@ -228,6 +228,19 @@ class Snapshot:
     backfilled around it cannot push it later by making the best-fit search pick other nodes."""
     grace: float = 30.0
     """Seconds a preempted job gets to checkpoint and stop."""
+    reservations: tuple[tuple[str, tuple[tuple[str, int, str], ...]], ...] = ()
+    """Every reservation after the previous cycle, in the order they were made: ((job,
+    placement), ...) as `CycleResult.carried` gives them. Each is planned again first, on its
+    nodes, so it can only move earlier (docs/admission.md). When empty, `reserved_job` and
+    `reserved_placement` stand for a single one (the interface before conservative backfilling)."""
+
+    @property
+    def kept_reservations(self) -> tuple[tuple[str, tuple[tuple[str, int, str], ...]], ...]:
+        if self.reservations:
+            return self.reservations
+        if self.reserved_job:
+            return ((self.reserved_job, self.reserved_placement),)
+        return ()
 
     def __post_init__(self) -> None:
         names = [node.name for node in self.nodes]
@@ -254,6 +267,7 @@ class Snapshot:
         reserved_job: str | None = None,
         grace: float = 30.0,
         reserved_placement: tuple[tuple[str, int, str], ...] = (),
+        reservations: tuple[tuple[str, tuple[tuple[str, int, str], ...]], ...] = (),
     ) -> Snapshot:
         """From the capacity snapshot the spawn form uses: notebooks' and jobs' pods are counted
         in each node's `free` already, so a job never lands on capacity a notebook holds."""
@@ -267,6 +281,7 @@ class Snapshot:
             reserved_job=reserved_job,
             reserved_placement=reserved_placement,
             grace=grace,
+            reservations=reservations,
         )
 
 
@@ -352,6 +367,7 @@ class ClusterState:
     def snapshot(self, now: float, courses: Mapping[str, CourseQuota] | None = None, *,
                  windows: Iterable[CourseWindow] = (), reserved_job: str | None = None,
                  reserved_placement: tuple[tuple[str, int, str], ...] = (),
+                 reservations: tuple[tuple[str, tuple[tuple[str, int, str], ...]], ...] = (),
                  grace: float = 30.0) -> Snapshot:
         if self._running_tuple is None:
             self._running_tuple = tuple(self._running.values())
@@ -359,7 +375,7 @@ class ClusterState:
         snapshot = Snapshot(now=now, nodes=nodes, running=self._running_tuple,
                             courses=MappingProxyType(dict(courses or {})), windows=tuple(windows),
                             reserved_job=reserved_job, reserved_placement=reserved_placement,
-                            grace=grace)
+                            reservations=reservations, grace=grace)
         if self._total is None or self._total[0] is not nodes:
             self._total = (nodes, snapshot.total_allocatable)
         else:  # the same nodes as last cycle: their sum is known (a cached property's value)

@@ -110,7 +110,9 @@ class JobLoop:
         self._stopping: dict[str, asyncio.Task] = {}
         self._launching: dict[str, asyncio.Task] = {}
         self._launched: set[str] = set()
-        self._reserved: tuple[str | None, tuple[tuple[str, int, str], ...]] = (None, ())
+        #: The cycle's reservations, carried into the next cycle's snapshot so that each keeps
+        #: its place (conservative backfilling: docs/admission.md).
+        self._reserved: tuple[tuple[str, tuple[tuple[str, int, str], ...]], ...] = ()
         self._limits = limits or course_limits(store)
         self._culler = CullerAsk(store.sessions)
         self._told: dict[str, tuple[Any, ...]] = {}
@@ -389,7 +391,7 @@ class JobLoop:
 
     async def _admit(self, now: datetime) -> None:
         if not len(self.queue):
-            self._reserved = (None, ())
+            self._reserved = ()
             return
         if self.delegate is not None:
             await self._hand_over(now)
@@ -401,11 +403,10 @@ class JobLoop:
         queues = self.last_queues = self.queue.snapshot()
         courses = set(queues.by_course) | {h.record.course.name for h in self.holding.values()}
         quotas = await self._quotas(courses, now)
-        snapshot = self.cluster.snapshot(now.timestamp(), quotas, reserved_job=self._reserved[0],
-                                         reserved_placement=self._reserved[1], grace=self.grace)
+        snapshot = self.cluster.snapshot(now.timestamp(), quotas, reservations=self._reserved,
+                                         grace=self.grace)
         result = await asyncio.to_thread(admission_cycle, snapshot, queues)
-        self._reserved = ((result.reservation.job, tuple(result.reservation.placement.replicas))
-                          if result.reservation else (None, ()))
+        self._reserved = result.carried
         taken = {u for uuids in held.values() for u in uuids}
         started = set()
         for admission in result.admitted:
