@@ -314,6 +314,43 @@ def test_a_job_already_preempted_is_not_preempted_again_and_frees_at_its_grace_e
     assert result.reservation.start == NOW + 20
 
 
+def test_a_preempted_job_comes_back_ahead_of_its_course_later_reserved_job():
+    """The preemption story (tests/preemption_story.py) cycle by cycle: 3 GPUs, a notebook holds
+    one, night's borrowing job the other two; night's later 1-GPU job holds a reservation when
+    mine1 (within its course's share) reclaims a GPU. The later job gives its reservation up and
+    waits while the borrower stops; back in the queue, the borrower is planned first, and the
+    later job does not take the GPU that mine1 leaves."""
+    courses = {"mine": CourseQuota(nominal=rv(2)),
+               "night": CourseQuota(nominal=rv(0), usage=Usage(rv(2)))}
+    borrow = job("borrow", 1, 2, course="night", t=NOW - 200)
+    small = job("small", 1, 1, course="night", t=NOW - 50)
+    mine1 = job("mine1", 1, 1, course="mine", t=NOW - 10, rt=600)
+    full = [NodeState("a", rv(3), rv(0), "NVIDIA-H200")]  # notebook 1 + borrow 2
+    run = [running(borrow, ["a"], borrowed=True)]
+
+    first = cycle(full, [small], run, courses)
+    assert first.carried == (("small", (("w", 0, "a"),)),)
+
+    second = cycle(full, [small, mine1], run, courses, reservations=first.carried, grace=3.0)
+    assert [p.job for p in second.preemptions] == ["borrow"]
+    assert [name for name, _ in second.carried] == ["mine1"]  # small gave its reservation up
+    waits = second.waiting("small")
+    assert waits.code == CAPACITY and "waits for borrow" in waits.message, waits
+
+    stopping = [running(borrow, ["a"], borrowed=True, ends_by=NOW + 3)]
+    third = cycle(full, [small, mine1], stopping, courses, reservations=second.carried, grace=3.0)
+    assert third.preemptions == () and names(third) == []
+    assert [name for name, _ in third.carried] == ["mine1"]
+
+    # the borrower is gone and back in the queue: the notebook still holds one GPU of three
+    courses["night"] = CourseQuota(nominal=rv(0))
+    back = cycle([NodeState("a", rv(3), rv(2), "NVIDIA-H200")], [borrow, small, mine1], (),
+                 courses, reservations=third.carried)
+    assert names(back) == ["mine1"]
+    assert back.carried[0][0] == "borrow"
+    assert back.waiting("small").code in (BEHIND_RESERVATION, RESERVED)
+
+
 def test_notebooks_are_never_preempted_but_pressure_asks_the_culler():
     # the node's GPUs are held by notebooks (not in `running`): nothing to preempt
     courses = {"mine": CourseQuota(nominal=rv(8))}

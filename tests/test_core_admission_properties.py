@@ -8,7 +8,12 @@
   submitted later can push a reservation back;
 - the reservations of one cycle fit together: at every instant, on every node, running jobs
   (until their max runtime), admissions and reservations active then stay within allocatable;
-- with bounded runtimes, every job that can fit the cluster eventually starts.
+- with bounded runtimes, every job that can fit the cluster eventually starts;
+- over many cycles with shares, borrowing, preemption and notebooks holding part of the nodes, no
+  node ever holds more than its allocatable (notebooks, running and stopping jobs together), and a
+  preempted job keeps its place: while it stops, no job of its course queued behind it starts or
+  holds a reservation, and none holds one kept from before its return (docs/admission.md,
+  "Preemption and reservations").
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hub_ext.core.admission import (
@@ -26,6 +31,7 @@ from hub_ext.core.admission import (
     RunningJob,
     Snapshot,
     admission_cycle,
+    queue_key,
     refuse_at_submit,
 )
 from hub_ext.core.jobs import Job, Role
@@ -273,3 +279,101 @@ def test_with_bounded_runtimes_every_job_eventually_starts(cluster, jobs, shares
     assert set(starts) == {j.name for j in jobs}
     horizon = max((j.submit_time for j in jobs), default=0) + sum(j.max_runtime + 30 for j in jobs)
     assert all(t <= horizon for t in starts.values())
+
+
+def simulate_with_preemption(cluster, jobs, shares, depth, notebooks, limit=300):
+    """Cycles at every arrival and end, runtimes exactly max_runtime, every reservation carried,
+    each course with a nominal share (borrowing beyond it, preemption of borrowed jobs with a 30 s
+    grace) and `notebooks` (node -> GPUs) held outside the jobs; the invariants of the module
+    docstring are checked after every cycle."""
+    now = 0.0
+    sizes = dict(cluster)
+    running: list[RunningJob] = []
+    waiting = {j.name: j for j in jobs}
+    carried: tuple = ()
+    requeued: set[str] = set()
+    for _ in range(limit):
+        arrived = [j for j in waiting.values() if j.submit_time <= now]
+        used: dict[str, list[ResourceVector]] = {}
+        for run in running:
+            for node, held in run.per_node.items():
+                used.setdefault(node, []).append(held)
+        nodes = tuple(NodeState(name, alloc(size), (alloc(size) - rv(notebooks.get(name, 0))
+                                                    - sum_vectors(used.get(name, []))).clamp())
+                      for name, size in cluster)
+        usage = {c: sum_vectors(r.job.total for r in running if r.job.course == c) for c in COURSES}
+        quotas = {c: CourseQuota(nominal=rv(n), usage=Usage(usage[c])) for c, n in shares.items()}
+        snap = Snapshot(now, nodes, tuple(running), quotas, reservations=carried)
+        result = admission_cycle(snap, QueueSnapshot.of(arrived), depth=depth)
+        queued = {j.name: j for j in arrived}
+
+        # a preempted job keeps its place (cycle.py, rule 8)
+        stopping = [r.job for r in running if r.preempted]
+        stopping += [r.job for r in running if r.job.name in {p.job for p in result.preemptions}]
+        later = [a.job for a in result.admitted] + [queued[r.job] for r in result.reservations]
+        for first in stopping:
+            for job in later:
+                assert not (job.course == first.course and queue_key(job) > queue_key(first)), (
+                    f"{job.name} started or holds a reservation while {first.name}, ahead of it "
+                    f"in {first.course}'s queue, is preempted at {now}")
+        for name in requeued & queued.keys():
+            first = queued[name]
+            for kept, _placement in carried:
+                job = queued.get(kept)
+                assert job is None or not (job.course == first.course
+                                           and queue_key(job) > queue_key(first)), (
+                    f"{kept} kept a reservation made before {name}, ahead of it, came back")
+
+        for a in result.admitted:
+            running.append(RunningJob(a.job, a.placement.replicas, now, a.borrowed))
+            del waiting[a.job.name]
+        cut = {p.job: p.ends_by for p in result.preemptions}
+        running = [RunningJob(r.job, r.placement, r.started, r.borrowed, cut[r.job.name])
+                   if r.job.name in cut else r for r in running]
+        carried = result.carried
+
+        # no node holds more than its allocatable: notebooks, running and stopping jobs
+        held = {name: rv(notebooks.get(name, 0)) for name in sizes}
+        for run in running:
+            for node, amount in run.per_node.items():
+                held[node] = held[node] + amount
+        for node, amount in held.items():
+            assert (alloc(sizes[node]) - amount).is_nonnegative(), f"{node} over-committed at {now}"
+
+        if not waiting:
+            return
+        upcoming = [r.expected_end for r in running] + [j.submit_time for j in waiting.values()
+                                                        if j.submit_time > now]
+        if not upcoming:
+            return  # what waits cannot start beside the notebooks: nothing more happens
+        now = min(upcoming)
+        requeued = set()
+        for r in [r for r in running if r.expected_end <= now]:
+            running.remove(r)
+            if r.preempted and r.expected_end < r.started + r.job.max_runtime:
+                waiting[r.job.name] = r.job  # preempted: back in the queue, in its place
+                requeued.add(r.job.name)
+
+
+def _story_jobs():
+    """tests/preemption_story.py: 3 GPUs, a notebook holds one; b borrows two, queues a 1-GPU
+    job behind; a (guaranteed 2 GPUs) then needs one."""
+    def one(name, course, gpus, submit, runtime):
+        return Job(name, "u1", course, (Role("w", 1, rv(gpus)),), runtime, submit)
+    return [one("borrow", "b", 2, 0.0, 2000.0), one("small", "b", 1, 1.0, 2000.0),
+            one("mine", "a", 1, 2.0, 600.0)]
+
+
+@settings(max_examples=80, deadline=None)
+@given(clusters(), job_lists(max_jobs=10),
+       st.fixed_dictionaries({c: st.integers(0, 8) for c in COURSES}), st.integers(1, 6),
+       st.dictionaries(st.sampled_from([f"n{i}" for i in range(5)]), st.integers(0, 2), max_size=3))
+@example(cluster=[("n0", 3)], jobs=_story_jobs(), shares={"a": 2, "b": 0, "c": 0}, depth=4,
+         notebooks={"n0": 1})
+def test_preemption_keeps_a_job_s_place_and_no_node_is_ever_over_committed(
+        cluster, jobs, shares, depth, notebooks):
+    sizes = dict(cluster)
+    notebooks = {n: min(g, sizes[n]) for n, g in notebooks.items() if n in sizes}
+    room = [(name, size - notebooks.get(name, 0)) for name, size in cluster]
+    jobs = fitting(jobs, [(name, size) for name, size in room if size > 0])
+    simulate_with_preemption(cluster, jobs, shares, depth, notebooks)

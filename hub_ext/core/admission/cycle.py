@@ -24,11 +24,15 @@ gang admission"):
    preempted with a grace period (preemption.py) -> `reserved` / `preempting`.
 7. Backfill: any other job starts only if it fits now and delays no reservation ->
    `behind_reservation`.
+8. A preempted job keeps its place: from the cycle that preempts it until it is back in the
+   queue, the jobs of its course queued behind it neither start nor hold a reservation (a kept
+   one is given up), so that it is planned before them when it returns -> `capacity` with a
+   sentence naming it (docs/admission.md, "Preemption and reservations").
 
-The scan stops once reservations exist and no node has as much free as the smallest waiting
-replica asks for (within what the reservations leave): nothing further could start. Reasons are
-built only when asked (`CycleResult.waiting`), so a cycle over 10,000 waiting jobs writes no
-10,000 sentences.
+The scan stops once all `depth` reservations are held and no node has as much free as the
+smallest waiting replica asks for (within what the reservations leave): nothing further could
+start or get a reservation. Reasons are built only when asked (`CycleResult.waiting`), so a
+cycle over 10,000 waiting jobs writes no 10,000 sentences.
 """
 
 from __future__ import annotations
@@ -200,6 +204,12 @@ class _Cycle:
         self.pressure: dict[str, Fraction] = {}
         self.kept = tuple((name, placement) for name, placement in snapshot.kept_reservations
                           if name in queues.jobs)
+        # per course, its first job (in queue order) that is preempted and not back in the
+        # queue yet: the course's jobs queued behind it wait for it (rule 8)
+        self.returning: dict[str, Job] = {}
+        for run in snapshot.running:
+            if run.preempted:
+                self._returns(run.job)
         self.order = FairOrder(queues, self.usage, self.totals,
                                {c: snapshot.quota(c).weight for c in courses},
                                skip={name for name, _ in self.kept})
@@ -214,6 +224,24 @@ class _Cycle:
 
     def live(self) -> list[tuple[int, Reservation]]:
         return [(k, r) for k, r in enumerate(self.res) if r.job not in self.admitted_names]
+
+    def _returns(self, job: Job) -> None:
+        """`job` was preempted: it comes back to its course's queue in its place (rule 8)."""
+        first = self.returning.get(job.course)
+        if first is None or queue_key(job) < queue_key(first):
+            self.returning[job.course] = job
+
+    def behind_preempted(self, job: Job) -> Job | None:
+        """The preempted job of `job`'s course, queued ahead of it, that it waits for; or None.
+
+        Why: reservations are planned around running jobs as if they ran to their max runtime;
+        a preempted job goes back to the queue by submit time, and the later jobs of its course
+        must not take its place (a kept reservation, or a start on the capacity it gave up)
+        while it stops."""
+        first = self.returning.get(job.course)
+        if first is None or first.name == job.name or queue_key(first) > queue_key(job):
+            return None
+        return first
 
     # -- the scan
     def run(self) -> int:
@@ -232,7 +260,11 @@ class _Cycle:
         for name, placement in self.kept:
             job = self.q.jobs[name]
             examined += 1
-            if self.precheck(job) is None:
+            first = self.behind_preempted(job)
+            if first is not None:  # its reservation is given up: the preempted job goes first
+                self.codes[name] = (CAPACITY, first.name)
+                refused.add(name)
+            elif self.precheck(job) is None:
                 self.reserve(job, borrowed=self.borrowing(job)[0],
                              pinned=Placement(placement) if placement else None)
             else:
@@ -241,7 +273,7 @@ class _Cycle:
         smallest_nanos = self.q.smallest_gpu_need
         for name, _ in self.kept:
             if name in refused:
-                continue  # refused by a quota or the borrowing limit in step 1
+                continue  # refused by a quota or the borrowing limit, or behind a preempted job
             self.consider(self.q.jobs[name])
         # 3. the head of the whole queue, in the order strict FIFO takes it (priority, submit
         #    time, name), among jobs that waited `aging` seconds or more: each starts now or gets
@@ -259,8 +291,9 @@ class _Cycle:
                 self.consider(job, head=True)
         # 4. every other job in fair order: it starts now if it delays no reservation
         for job in self.order:
-            if self.res and smallest_nanos is not None:
-                # nothing left could start: only what the reservations leave is free
+            if smallest_nanos is not None and len(self.live()) >= self.depth:
+                # every reservation is held and nothing left could start: only what the
+                # reservations leave is free
                 limits = self.limits(self.now + self.q.shortest_runtime)
                 if self.index.max_free_any(limits) < smallest_nanos:
                     break
@@ -320,9 +353,15 @@ class _Cycle:
 
     def consider(self, job: Job, head: bool = False) -> None:
         own = self.res_index.get(job.name)
-        if (self.res and own is None and not head
+        # the cheap test (no node has one replica's worth free now) may only skip a job that
+        # could not get a reservation either: every one of the `depth` is held
+        if (own is None and not head and len(self.live()) >= self.depth
                 and not all(self.index.can_hold(role) for role in job.roles)):
             self.codes[job.name] = (CAPACITY,)
+            return
+        first = self.behind_preempted(job)
+        if first is not None:
+            self.codes[job.name] = (CAPACITY, first.name)
             return
         end = self.now + job.max_runtime
         if own is None and self.precheck(job) is not None:
@@ -507,6 +546,7 @@ class _Cycle:
         for run in victims:
             self.preemptions.append(Preemption(run.job.name, run.job.course, job.name,
                                                min(run.expected_end, self.now + self.s.grace)))
+            self._returns(run.job)
         self.codes[job.name] = (PREEMPTING if victims else RESERVED,)
 
     def place_pinned(self, job: Job, pinned: Placement,
@@ -582,6 +622,9 @@ class _Cycle:
             text = (f"fits now, but would still run at {self.clock(res.start, self.now)}, when "
                     f"{res.job} starts on the nodes it needs; a shorter max_runtime could start it "
                     f"now; {where}; {when}")
+        elif detail:  # behind a preempted job of its course (rule 8)
+            text = (f"waits for {detail[0]}, submitted before it in {course} and preempted: it goes "
+                    f"back to the queue first; {where}; {when}")
         else:
             text = f"{self._need_text(job)}; {where}; {when}"
         return Waiting(name, code, text, estimate)
@@ -589,6 +632,9 @@ class _Cycle:
     def _unexamined(self, job: Job) -> tuple[Any, ...]:
         """The code of a job the scan stopped before: another course's window, or behind the
         reservation if it would fit now on capacity the reserved job needs, else capacity."""
+        first = self.behind_preempted(job)
+        if first is not None:
+            return (CAPACITY, first.name)
         window = self.book.blocking(job, self.now, self.now + job.max_runtime)
         if window is not None:
             return (COURSE_WINDOW, window)
