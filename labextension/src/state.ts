@@ -339,6 +339,32 @@ export function isReadOnly(viewer: IViewer): boolean {
   return !viewer.owner && viewer.access === 'read-only';
 }
 
+/** JupyterLab commands that would run, change or save a document. */
+const RUNS = /^(notebook:(run|restart|interrupt|shutdown|reconnect|change-kernel|clear)|runmenu:|kernelmenu:|console:create)/;
+const CHANGES =
+  /^notebook:(cut|delete|insert|merge|split|paste|move-cell|change-cell-to|undo|redo|trust|toggle-render-side-by-side)/;
+const SAVES = /^docmanager:(save|rename|delete|duplicate)/;
+
+/**
+ * Why a JupyterLab command does nothing in a read-only share (null: it runs as usual).
+ *
+ * JupyterLab 4 would open "Select Kernel" and then clear the outputs on Shift+Enter in a
+ * notebook without a kernel, and offer "Save as" into the owner's server, which refuses it.
+ * A read-only viewer gets this sentence instead, with "Copy to my server" beside it.
+ */
+export function readOnlyRefusal(command: string): string | null {
+  if (RUNS.test(command)) {
+    return 'Shared read-only: it does not run here. Copy it to your server to run it.';
+  }
+  if (SAVES.test(command)) {
+    return 'Shared read-only: nothing is saved here. Copy it to your server to keep your own version.';
+  }
+  if (CHANGES.test(command)) {
+    return 'Shared read-only: cells cannot be changed here. Copy it to your server to edit it.';
+  }
+  return null;
+}
+
 /** What a person fills in the share dialog. */
 export interface IShareForm {
   kind: 'read-only' | 'edit';

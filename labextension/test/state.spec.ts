@@ -16,6 +16,7 @@ import {
   jobRequest,
   parseQuantity,
   quotaBars,
+  readOnlyRefusal,
   secondsLeft,
   shareRequest,
   waitingText
@@ -109,6 +110,22 @@ describe('who looks', () => {
     expect(bannerText({ owner: 'student1', viewer: { name: 'ta1', owner: false, access: 'edit' } })).toBe(
       'Shared by student1 (editable)'
     );
+  });
+
+  it('tells a read-only viewer why running, changing or saving does nothing', () => {
+    for (const id of ['notebook:run-cell-and-select-next', 'notebook:run-all-cells', 'runmenu:run',
+                      'notebook:restart-run-all', 'notebook:clear-all-cell-outputs', 'kernelmenu:restart']) {
+      expect(readOnlyRefusal(id)).toMatch(/does not run here\. Copy it to your server/);
+    }
+    for (const id of ['docmanager:save', 'docmanager:save-as', 'docmanager:rename']) {
+      expect(readOnlyRefusal(id)).toMatch(/nothing is saved here/);
+    }
+    for (const id of ['notebook:delete-cell', 'notebook:insert-cell-below', 'notebook:change-cell-to-markdown']) {
+      expect(readOnlyRefusal(id)).toMatch(/cells cannot be changed here/);
+    }
+    for (const id of ['notebook:copy-cell', 'notebook:move-cursor-down', 'docmanager:open', 'classhub:copy-to-my-server']) {
+      expect(readOnlyRefusal(id)).toBeNull();
+    }
   });
 
   it('opens documents read-only only for read-only visitors', () => {
