@@ -299,7 +299,15 @@ def test_only_owner_or_admin_shares() -> None:
 ])
 def test_jupyterlab_background_requests_are_known(method: str, url: str, expected: object) -> None:
     """The requests JupyterLab repeats on its own, answered as it expects when refused."""
-    assert sharing.background_request(method, url) == expected
+    assert sharing.background_request(method, url, READ_ONLY) == expected
+    assert sharing.background_request(method, url, EDIT) == expected
+
+
+def test_a_revoked_viewer_keeps_the_refusals() -> None:
+    """Someone whose share ended is refused, so their JupyterLab learns it."""
+    for level in (NONE, OWNER):
+        assert sharing.background_request("GET", "api/kernels", level) is None
+        assert sharing.background_request("PUT", "lab/api/workspaces/default", level) is None
 
 
 def test_a_folder_lists_only_shared_entries_and_the_folders_leading_to_them() -> None:

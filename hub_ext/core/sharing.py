@@ -288,8 +288,11 @@ SHARED_ONLY = "shared-only"
 _RUNNING_LISTS = {"api/kernels": "kernels", "api/sessions": "sessions", "api/terminals": "terminals"}
 
 
-def background_request(method: str, url_path: str) -> tuple[str, str, str] | None:
+def background_request(method: str, url_path: str, level: str) -> tuple[str, str, str] | None:
     """(answer, action, resource) for a request JupyterLab repeats on its own, else None.
+
+    Only for a viewer who still holds a share (`level` read-only or edit): a revoked or expired
+    share keeps its refusals, so the viewer's JupyterLab learns that the access ended.
 
     Why: JupyterLab polls the running kernels, sessions and terminals, lists the file browser's
     folder and saves its layout (``PUT lab/api/workspaces/<id>``) every few seconds, whatever the
@@ -299,6 +302,8 @@ def background_request(method: str, url_path: str) -> tuple[str, str, str] | Non
     the viewer's layout is not kept on the owner's server (`NOT_KEPT`), a folder above a shared
     file lists the shared entries only (`SHARED_ONLY`). Everything else keeps its refusal.
     """
+    if level not in KINDS:
+        return None
     path = url_path.strip("/")
     method = method.upper()
     if method == "GET" and path in _RUNNING_LISTS:

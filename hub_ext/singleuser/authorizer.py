@@ -211,16 +211,19 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
         the viewer's JupyterLab stays quiet and the owner's log keeps the refusals that mean
         something. Nothing is revealed or changed that the refusal would have protected.
         """
-        method = handler.request.method.upper()
-        known = sharing.background_request(method, self._url_path(handler))
-        if known is None:
-            return False
+        method, url = handler.request.method.upper(), self._url_path(handler)
+        if sharing.background_request(method, url, sharing.READ_ONLY) is None:
+            return False  # not a background request (cheap: no hub question)
         hub_user = handler.current_user.hub_user
         if hub_user.get("kind", "user") == "user" and hub_user.get("name") == self.owner:
             return False
-        answer, action, resource = known
+        _, action, resource = sharing.background_request(method, url, sharing.READ_ONLY)
         if await self._decide(handler, action, resource):
             return False  # allowed: the real handler answers
+        known = sharing.background_request(method, url, getattr(handler, "_classhub_level", sharing.NONE))
+        if known is None:
+            return False  # no share any more: refused, so the viewer's JupyterLab learns it
+        answer = known[0]
         if answer == sharing.EMPTY_LIST:
             handler.set_header("Content-Type", "application/json")
             handler.finish("[]")
@@ -229,15 +232,26 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
             handler.finish()
         else:
             grant = getattr(handler, "_classhub_grant", None)
-            folder = self._resolve(sharing.request_path("contents", self._url_path(handler)) or "")
+            try:
+                folder = self._resolve(sharing.request_path("contents", url) or "")
+            except ValueError:
+                return False  # a path that leaves the root: refused with its sentence
             paths = grant.paths if grant is not None else None
             listed = paths is not None and folder is not None
             children = sharing.shared_children(paths, folder) if listed else ()
             if not children:
                 return False  # not above a shared file: refused as before
             cm = handler.contents_manager
-            model = await ensure_async(cm.get(folder, content=False))
-            entries = [await ensure_async(cm.get(child, content=False)) for child in children]
+            entries = []
+            for child in children:
+                try:
+                    entries.append(await ensure_async(cm.get(child, content=False)))
+                except web.HTTPError:
+                    continue  # a shared file the owner removed since
+            try:
+                model = await ensure_async(cm.get(folder, content=False))
+            except web.HTTPError:
+                return False
             model = {**model, "content": entries, "format": "json", "writable": False}
             handler.set_header("Content-Type", "application/json")
             handler.finish(json.dumps(model, default=json_default))
