@@ -35,6 +35,7 @@ import {
   IShare,
   ITemplate,
   bannerText,
+  cancelledText,
   cullMessage,
   describeJob,
   isActiveJob,
@@ -153,8 +154,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       copyToMyServer: () => app.commands.execute(CommandIDs.copy) as Promise<void>,
       cancelJob: async (job: IJob) => {
         try {
-          await serviceRequest(`jobs/${encodeURIComponent(job.id)}/cancel`, 'POST', {});
-          Notification.success(`Job ${job.name} is being cancelled.`, { autoClose: 5000 });
+          const after = await serviceRequest<IJob>(`jobs/${encodeURIComponent(job.id)}/cancel`, 'POST', {});
+          Notification.success(cancelledText(job.name, after?.state), { autoClose: 8000 });
         } catch (error) {
           fail('Not cancelled', error);
         }

@@ -87,11 +87,31 @@ export function describeJob(job: IJob): string {
 }
 
 /** Why a waiting job waits, as the panel shows it under the job; null for a job not waiting. */
+/** What Cancel did, in plain words (the service answers the job as it is now). */
+export function cancelledText(name: string, state: string | undefined): string {
+  if (state === 'cancelled') {
+    return `Cancelled ${name}: it left the queue and will not start.`;
+  }
+  return `Stopping ${name}: its programs are asked to stop, and stopped for good after a short grace period.`;
+}
+
+/** Times in the one format of the classhub pages: the reader's locale and time zone. */
+const TIME_FORMAT = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'short' });
+const ISO_TIME = /\b\d{4}-\d\d-\d\dT\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d:\d\d)/g;
+
+/**
+ * A sentence with ISO times in it (a waiting job's reason says "estimated start
+ * 2026-12-04T14:20Z") with each time as the classhub pages show times.
+ */
+export function timesIn(text: string, format: Intl.DateTimeFormat = TIME_FORMAT): string {
+  return text.replace(ISO_TIME, iso => format.format(new Date(iso)));
+}
+
 export function waitingText(job: IJob): string | null {
   if ((job.state !== 'queued' && job.state !== 'preempted') || !job.reason) {
     return null;
   }
-  return `Waits: ${job.reason}`;
+  return `Waits: ${timesIn(job.reason)}`;
 }
 
 /** Whether a job may still change (its log may still grow): the panel and log view poll it. */

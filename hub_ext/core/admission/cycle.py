@@ -63,6 +63,7 @@ __all__ = [
     "Waiting",
     "admission_cycle",
     "format_clock",
+    "iso_clock",
 ]
 
 # Reason codes of waiting jobs: stable strings (Prometheus labels); never reword them.
@@ -114,6 +115,14 @@ def format_clock(t: float, now: float) -> str:
     when = datetime.fromtimestamp(t, timezone.utc)
     same_day = when.date() == datetime.fromtimestamp(now, timezone.utc).date()
     return when.strftime("%H:%M" if same_day else "%a %H:%M")
+
+
+def iso_clock(t: float, now: float) -> str:
+    """"2026-12-04T14:20Z": a time in a reason as ISO 8601 (UTC, to the minute), which the
+    classhub pages and the JupyterLab panel show in the reader's own format and time zone, the
+    one format of every time they show (the service's clock; `format_clock` is for logs and
+    benchmarks)."""
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
 
 
 @dataclass(frozen=True)
