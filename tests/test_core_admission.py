@@ -181,7 +181,7 @@ def test_the_first_blocked_job_gets_a_reservation_at_its_earliest_start():
     why = result.waiting("big")
     assert why.code == RESERVED and why.estimated_start == NOW + 1000
     # it says what it waits for: the running jobs holding GPUs, soonest end (max runtime) first
-    assert why.message == ("next to start, all 1 replicas at once; waits for what your job r1 (until "
+    assert why.message == ("next to start; waits for what your job r1 (until "
                            "14:03 at the latest) and your job r2 (until 15:10 at the latest) hold; "
                            "1st in c1's queue; estimated start 14:03")
 
@@ -205,7 +205,7 @@ def test_a_waiting_job_names_the_jobs_holding_what_it_needs_and_when_they_end():
         "2nd in c1's queue; "), why.message
     # the reserved head's owner sees other people's jobs by course only, never their names
     assert result.waiting("j-4").message.startswith(
-        "next to start, all 1 replicas at once; waits for what another job of c1 (until 13:55 at the "
+        "next to start; waits for what another job of c1 (until 13:55 at the "
         "latest), another job of c1 (until 14:45 at the latest) and 1 more job hold; ")
     one = admission_cycle(Snapshot(NOW, (node("a", 0, alloc=4),), (running(other_course, ["a"]),), {}),
                           QueueSnapshot.of([head])).waiting("j-4")

@@ -404,7 +404,8 @@ class _Cycle:
                 holders = self._holders(job)
                 held = "" if holders is None else \
                     f"; waits for what {holders[0]} {'holds' if holders[1] else 'hold'}"
-                text = (f"next to start, all {job.replicas} replicas at once{held}; {where}; "
+                replicas = f", all {job.replicas} replicas at once" if job.replicas > 1 else ""
+                text = (f"next to start{replicas}{held}; {where}; "
                         f"estimated start {when}")
             return Waiting(name, code, text, res.start)
         estimate = self._estimate(job)
