@@ -62,7 +62,7 @@ SLOWEST_FIRST = (  # seconds: the larger of two CI runs' reports (--durations, j
     "test_helm_chart_hub",  # ~250 since it restarts the hub mid-job for both job kinds (estimate)
     "test_labextension_install",  # ~200: builds the panel, sdist and wheels of a clean clone (estimate)
     "test_local_gpu_profiles",  # 162
-    "test_browser_lab",  # 146
+    "test_browser_lab",  # ~160: 146, and the read-only journey watches the owner's log for 10 s
     "test_kube_spawner",  # 137
     "test_service_fuzz",  # 205 before issue 29 moved about 75 s of its CPU out; about 130 expected
     "test_browser_pages",  # 108
@@ -77,6 +77,7 @@ SLOWEST_FIRST = (  # seconds: the larger of two CI runs' reports (--durations, j
     "test_templates_e2e",  # 63
     "test_templates_kube",  # 60
     "test_hubapi_pagination",  # 52
+    "test_browser_jobs",  # ~50 with the waiting job's page (estimate: 32 s on a quiet machine)
     "test_service_courses",  # 42
     "test_jobs_hub",  # 35
     "test_shutdown",  # 35

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from tests.browser import Clicks, hub_login, screenshot
-from tests.hubproc import traits
+from tests.hubproc import HubSession, api, traits, wait_for
 from tests.test_jobs_hub import CONFIG, JOBS
 
 pytestmark = pytest.mark.browser
@@ -58,3 +58,46 @@ def test_a_student_submits_a_job_and_reads_its_log_by_clicking(hub, page):
     page.fill("#job-command", "python -c 'print(1)")
     page.click("#job-submit")
     page.wait_for_selector("#submit-status:has-text('unclosed')")
+
+
+#: A time as an en-US reader's browser shows it on the classhub pages ("Dec 4, 2026, 2:20 PM").
+US_TIME = r"[A-Z][a-z]{2} \d{1,2}, \d{4}, \d{1,2}:\d\d\s?[AP]M"
+
+
+def test_a_waiting_job_says_what_it_waits_for_in_the_pages_one_time_format(hub, browser):
+    """A job waiting behind the owner's running job names it and when it ends at the latest, and
+    shows its times as the Submitted column does (one format: the reader's, here 12-hour)."""
+    token = HubSession(hub, "student1").new_token()
+    sleep = ["python", "-c", "import time; time.sleep(600)"]
+    holder = api(hub, "POST", "jobs", token, json={"name": "holder", "command": sleep,
+                                                   "resources": {"nvidia.com/gpu": 3}}).json()["id"]
+    waiter = None
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US",
+                                  timezone_id="America/New_York")
+    try:
+        wait_for(lambda: api(hub, "GET", f"jobs/{holder}", token).json()["state"] == "running", 60,
+                 "holder running")
+        waiter = api(hub, "POST", "jobs", token, json={"name": "waiter", "command": ["true"],
+                                                       "resources": {"nvidia.com/gpu": 1}}).json()["id"]
+        wait_for(lambda: "your job holder" in (api(hub, "GET", f"jobs/{waiter}", token).json()["reason"]
+                                               or ""), 30, "the waiter's reason naming the holder")
+        page = context.new_page()
+        hub_login(page, hub.url, "student1", hub.password)
+        page.goto(f"{hub.url}/services/classhub/jobs")
+        row = page.locator(f"#my-jobs-table tr[data-id='{waiter}']")
+        reason = row.locator(".job-reason").inner_text()
+        assert "your job holder (until " in reason, reason
+        assert not re.search(r"\d{4}-\d\d-\d\dT", reason), reason  # no ISO time left
+        times = re.findall(US_TIME, reason)
+        assert times, reason
+        assert re.fullmatch(US_TIME, row.locator("td").nth(6).inner_text().strip())  # Submitted
+        screenshot(page, "page-jobs-waiting")
+    finally:
+        context.close()
+        for job_id in (holder, waiter):
+            if job_id:
+                api(hub, "POST", f"jobs/{job_id}/cancel", token)
+        for job_id in (holder, waiter):
+            if job_id:
+                wait_for(lambda j=job_id: api(hub, "GET", f"jobs/{j}", token).json()["state"]
+                         in ("cancelled", "succeeded", "failed"), 30, f"{job_id} to end")

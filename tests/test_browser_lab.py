@@ -2,7 +2,8 @@
 
 The journeys: a student opens the classhub panel and sees their quota and their course's
 templates; shares a notebook with the TA from the file browser's context menu; the TA opens it
-from "Shared with me", sees it read-only (banner, no typing, no kernel error) and copies it to
+from "Shared with me", sees it read-only (banner, no typing, no kernel error, no unsaved mark,
+Shift+Enter keeps the outputs, closing asks nothing, no refusals in the owner's log) and copies it to
 their own server, where the copy is editable; a student submits a Python script as a job from
 the file browser's context menu and reads its log from the panel's Jobs section (issue 17).
 Clicks are counted (docs/teachers/lab-panel.md, "The JupyterLab panel").
@@ -235,7 +236,29 @@ def test_student_shares_from_the_file_browser_and_the_ta_opens_it_read_only(brow
         assert nb.locator(".jp-Dialog").count() == 0
         sessions = server_api(hub, "student1", "GET", "api/sessions", tokens["student1"]).json()
         assert sessions == []
+        # JupyterLab's read-only document: never marked unsaved; Shift+Enter and "Save as" say
+        # why they do nothing (no "Select Kernel", the saved outputs stay)
+        tab = nb.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text="week1.ipynb")
+        assert "jp-mod-dirty" not in (tab.get_attribute("class") or "")
+        nb.keyboard.press("Shift+Enter")
+        nb.locator(".Toastify__toast", has_text="Shared read-only: it does not run here").wait_for()
+        assert nb.locator(".jp-Dialog").count() == 0
+        assert nb.locator(".jp-OutputArea-output", has_text="42").is_visible()
+        nb.keyboard.press("Control+Shift+S")  # JupyterLab's "Save As…"
+        nb.locator(".Toastify__toast", has_text="nothing is saved here").wait_for()
+        assert nb.locator(".jp-Dialog").count() == 0
+        assert "jp-mod-dirty" not in (tab.get_attribute("class") or "")
+        # the file browser lists what is shared, nothing else
+        assert nb.locator(".jp-DirListing-itemName").all_inner_texts() == ["week1.ipynb"]
         screenshot(nb, "lab-readonly")
+        # JupyterLab's polling (kernels, sessions, terminals, the folder, its layout) is answered,
+        # not refused: 10 s of the TA looking leave no refusal in student1's server log
+        seen = len(hub.log_path.read_text(errors="replace"))
+        nb.wait_for_timeout(10_000)
+        window = hub.log_path.read_text(errors="replace")[seen:].splitlines()
+        refused = [line for line in window
+                   if "/user/student1/" in line and (" 403 " in line or "classhub: refused" in line)]
+        assert refused == [], "\n".join(refused)
 
         banner.get_by_role("button", name="Copy to my server").click()
         nb.get_by_text("Copied to your server as week1-from-student1.ipynb.").wait_for()
@@ -247,9 +270,14 @@ def test_student_shares_from_the_file_browser_and_the_ta_opens_it_read_only(brow
         r = server_api(hub, "ta1", "PUT", "api/contents/week1-from-student1.ipynb", tokens["ta1"],
                        json={"type": "notebook", "content": edited})
         assert r.status_code == 200, r.text
-        # the student's notebook is untouched
+        # the student's notebook is untouched, outputs included
         original = server_api(hub, "student1", "GET", "api/contents/week1.ipynb", tokens["student1"]).json()
         assert original["content"]["cells"][0]["source"] == "print(6 * 7)"
+        assert original["content"]["cells"][0]["outputs"][0]["text"] == "42\n"
+        # closing the read-only notebook asks nothing
+        tab.locator(".lm-TabBar-tabCloseIcon").click()
+        tab.wait_for(state="detached")
+        assert nb.locator(".jp-Dialog").count() == 0
     finally:
         student.close()
         ta.close()

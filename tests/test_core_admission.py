@@ -202,7 +202,45 @@ def test_the_first_blocked_job_gets_a_reservation_at_its_earliest_start():
     assert result.reservation.placement.nodes == ("a",)
     why = result.waiting("big")
     assert why.code == RESERVED and why.estimated_start == NOW + 1000
-    assert "next to start, all 1 replicas at once; 1st in c1's queue; estimated start" in why.message
+    # it says what it waits for: the running jobs holding GPUs, soonest end (max runtime) first
+    assert why.message == ("next to start; waits for what your job r1 (until "
+                           "14:03 at the latest) and your job r2 (until 15:10 at the latest) hold; "
+                           "1st in c1's queue; estimated start 14:03")
+
+
+def test_a_waiting_job_names_the_jobs_holding_what_it_needs_and_when_they_end():
+    """A job behind the reserved head says whose running jobs hold the GPUs it waits for: the
+    owner's own by name, other people's by course only, soonest end first, the rest counted."""
+    mine = job("j-1", 1, 2, owner="ann", rt=600)
+    same_course = job("j-2", 1, 1, owner="bob", rt=3600)
+    other_course = job("j-3", 1, 1, owner="cy", course="c2", rt=7200)
+    run = [running(mine, ["a"]), running(same_course, ["a"]), running(other_course, ["a"])]
+    head, behind = job("j-4", 1, 4, owner="dee", t=1), job("j-5", 1, 2, owner="ann", t=2)
+    names = {"j-1": "train-a", "j-4": "big"}
+    snap = Snapshot(NOW, (node("a", 0, alloc=4),), tuple(run), {})
+    result = admission_cycle(snap, QueueSnapshot.of([head, behind]), label=lambda i: names.get(i, i))
+    assert result.reservation.job == "j-4"
+    # conservative backfilling: the job behind holds the next reservation, and says who holds it
+    assert result.waiting("j-5").message.startswith(
+        "holds a reservation; waits for what your job train-a (until 13:55 at the latest), another "
+        "job of c1 (until 14:45 at the latest) and 1 more job hold; 2nd in c1's queue; ")
+    # with one reservation (EASY backfilling, depth 1) the job behind has none, and says the same
+    result = admission_cycle(snap, QueueSnapshot.of([head, behind]), label=lambda i: names.get(i, i), depth=1)
+    why = result.waiting("j-5")
+    assert why.message.startswith(
+        "waiting for 1 node with 2 free nvidia.com/gpu (0 has them now), held by your job train-a "
+        "(until 13:55 at the latest), another job of c1 (until 14:45 at the latest) and 1 more job; "
+        "2nd in c1's queue; "), why.message
+    # the reserved head's owner sees other people's jobs by course only, never their names
+    assert result.waiting("j-4").message.startswith(
+        "next to start; waits for what another job of c1 (until 13:55 at the "
+        "latest), another job of c1 (until 14:45 at the latest) and 1 more job hold; ")
+    one = admission_cycle(Snapshot(NOW, (node("a", 0, alloc=4),), (running(other_course, ["a"]),), {}),
+                          QueueSnapshot.of([head])).waiting("j-4")
+    # notebooks hold the other 3 GPUs: the job's end is named, and no estimate is made up
+    assert one.message == ("waiting for 1 node with 4 free nvidia.com/gpu (0 has them now), held by a job "
+                           "of course c2 (until 15:45 at the latest); 1st in c1's queue; no estimated "
+                           "start yet: notebooks hold what it needs")
 
 
 def test_backfill_starts_a_job_that_ends_before_the_reservation():

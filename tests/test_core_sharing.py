@@ -279,3 +279,44 @@ def test_only_owner_or_admin_shares() -> None:
     assert sharing.may_share("admin", True, "student1")
     verdict = sharing.may_share("student2", False, "student1")
     assert not verdict and "Only student1" in verdict.message
+
+
+@pytest.mark.parametrize(("method", "url", "expected"), [
+    ("GET", "api/kernels", (sharing.EMPTY_LIST, "read", "kernels")),
+    ("GET", "api/sessions/", (sharing.EMPTY_LIST, "read", "sessions")),
+    ("GET", "api/terminals", (sharing.EMPTY_LIST, "read", "terminals")),
+    ("PUT", "lab/api/workspaces/default", (sharing.NOT_KEPT, "write", "lab")),
+    ("GET", "api/contents", (sharing.SHARED_ONLY, "read", "contents")),
+    ("GET", "api/contents/lab1", (sharing.SHARED_ONLY, "read", "contents")),
+    # everything else keeps its answer (a refusal stays a refusal)
+    ("POST", "api/sessions", None),
+    ("GET", "api/kernels/abc", None),
+    ("DELETE", "api/kernels/abc", None),
+    ("PUT", "api/contents/week1.ipynb", None),
+    ("GET", "api/contents/week1.ipynb/checkpoints", None),
+    ("PUT", "lab/api/settings/@jupyterlab/apputils-extension:themes", None),
+    ("GET", "files/secret.txt", None),
+])
+def test_jupyterlab_background_requests_are_known(method: str, url: str, expected: object) -> None:
+    """The requests JupyterLab repeats on its own, answered as it expects when refused."""
+    assert sharing.background_request(method, url, READ_ONLY) == expected
+    assert sharing.background_request(method, url, EDIT) == expected
+
+
+def test_a_revoked_viewer_keeps_the_refusals() -> None:
+    """Someone whose share ended is refused, so their JupyterLab learns it."""
+    for level in (NONE, OWNER):
+        assert sharing.background_request("GET", "api/kernels", level) is None
+        assert sharing.background_request("PUT", "lab/api/workspaces/default", level) is None
+
+
+def test_a_folder_lists_only_shared_entries_and_the_folders_leading_to_them() -> None:
+    paths = {"week1.ipynb", "lab1/part/a.ipynb", "lab1/b.ipynb"}
+    assert sharing.shared_children(paths, "") == ("lab1", "week1.ipynb")
+    assert sharing.shared_children(paths, "lab1") == ("lab1/b.ipynb", "lab1/part")
+    assert sharing.shared_children(paths, "lab1/part") == ("lab1/part/a.ipynb",)
+    # not above a shared file: nothing (the request keeps its refusal)
+    assert sharing.shared_children(paths, "other") == ()
+    assert sharing.shared_children(paths, "lab") == ()  # a prefix of a name is not a folder
+    assert sharing.shared_children(paths, "week1.ipynb") == ()
+    assert sharing.shared_children(set(), "") == ()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import sys
+from datetime import datetime, timedelta, timezone
 from html import unescape
 from html.parser import HTMLParser
 
@@ -122,8 +123,19 @@ def test_my_jobs_show_their_state_place_and_why_one_waits(people, waiting):
     assert cells(holder)["started"] and cells(holder)["why"] == ""
     got = cells(waiter)
     assert got["state"] == "queued" and got["who"] == "demo101" and got["place"] == "1"
-    # the first blocked job holds the reservation: it starts when the holder ends
+    # the first blocked job holds the reservation: it starts when the holder ends, and says so
     assert "next to start" in got["why"] and "1st in demo101's queue" in got["why"], got
+    assert "waits for what your job holder (until " in got["why"], got
+    # its estimate is the holder's max runtime's end, the time the sentence names; times go out
+    # as ISO 8601, which the page shows in the reader's one format (data-local-times)
+    job = {j: api(student.hub, "GET", f"jobs/{waiting[j]}", waiting["token"]).json()
+           for j in ("holder", "waiter")}
+    ends = datetime.fromisoformat(job["holder"]["started_at"]) + \
+        timedelta(seconds=job["holder"]["max_runtime"])
+    estimate = datetime.fromisoformat(job["waiter"]["estimated_start"])
+    assert abs((estimate - ends).total_seconds()) < 1, (estimate, ends)
+    assert f"(until {ends.astimezone(timezone.utc):%Y-%m-%dT%H:%M}Z at the latest)" in got["why"], got
+    assert re.search(r'class="job-reason[^"]*" data-local-times>', r.text)
     assert "classhub-logs" in waiter["buttons"] and "classhub-cancel" in waiter["buttons"]
     assert not any(s.startswith("queue-") for s in page.sections)  # a student sees no queue
     assert '<option>demo101</option>' in r.text  # the submit form's course

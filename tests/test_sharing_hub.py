@@ -185,15 +185,18 @@ def test_read_only_viewer_reads_and_cannot_change_or_run(hub, tokens, student1) 
         "restart": server(hub, "student1", "POST", f"api/kernels/{kernel}/restart", viewer),
         "kill kernel": server(hub, "student1", "DELETE", f"api/kernels/{kernel}", viewer),
         "open terminal": server(hub, "student1", "POST", "api/terminals", viewer),
-        "list terminals": server(hub, "student1", "GET", "api/terminals", viewer),
-        "lab workspace": server(hub, "student1", "PUT", "lab/api/workspaces/x", viewer,
-                                json={"data": {}, "metadata": {"id": "x"}}),
         "lab settings": server(hub, "student1", "PUT",
                                "lab/api/settings/@jupyterlab/apputils-extension:themes", viewer,
                                json={"raw": "{}"}),
         "shutdown": server(hub, "student1", "POST", "api/shutdown", viewer),
     }
     assert {k: r.status_code for k, r in refused.items()} == {k: 403 for k in refused}
+    # what JupyterLab asks every few seconds is answered, not refused (and changes nothing)
+    terminals = server(hub, "student1", "GET", "api/terminals", viewer)
+    assert (terminals.status_code, terminals.json()) == (200, [])
+    layout = server(hub, "student1", "PUT", "lab/api/workspaces/x", viewer,
+                    json={"data": {}, "metadata": {"id": "x"}})
+    assert layout.status_code == 204
     assert ws_refused(hub, "student1", f"api/kernels/{kernel}/channels", viewer) == 403
     assert ws_refused(hub, "student1", f"terminals/websocket/{term.json()['name']}", viewer) == 403
     assert snapshot(student1) == before  # nothing changed on disk
@@ -307,9 +310,13 @@ def test_one_notebook_share(hub, tokens, student1) -> None:
     assert server(hub, "student1", "POST", "api/contents/week1.ipynb/checkpoints", ta).status_code == 201
     assert server(hub, "student1", "PATCH", "api/contents/week1.ipynb", ta,
                   json={"path": "moved.ipynb"}).status_code == 403
-    for other in ("api/contents/secret.txt", "files/secret.txt", "api/contents",
+    for other in ("api/contents/secret.txt", "files/secret.txt", "api/contents/sub",
                   "api/contents/sub%2F..%2Fsecret.txt", "api/contents/.%2Fsecret.txt"):
         assert server(hub, "student1", "GET", other, ta).status_code in (403, 404), other
+    # the top folder (what JupyterLab's file browser lists) shows the shared file only
+    listing = server(hub, "student1", "GET", "api/contents", ta)
+    assert listing.status_code == 200, listing.text
+    assert [e["path"] for e in listing.json()["content"]] == ["week1.ipynb"]
     assert server(hub, "student1", "POST", "api/terminals", ta).status_code == 403
     revoke(hub, owner, made["id"])
     # a share of a symlink that leaves the server's root opens nothing

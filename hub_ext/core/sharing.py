@@ -46,11 +46,13 @@ __all__ = [
     "Grant",
     "Request",
     "Verdict",
+    "background_request",
     "decide",
     "grant_from_scopes",
     "normalise_path",
     "request_path",
     "share_scopes",
+    "shared_children",
 ]
 
 SCOPE_PREFIX = "custom:classhub:"
@@ -273,6 +275,56 @@ def _decide_path(grant: Grant, request: Request) -> Verdict:
     if resource in RUN_RESOURCES and grant.level == EDIT:
         return ALLOW
     return _deny(f"Only {shared} is shared with you on this server; {resource} is not part of it.")
+
+
+# -- JupyterLab's background requests ----------------------------------------------------------
+
+#: How a viewer's server answers a background request the viewer may not make (see
+#: `background_request`): an empty list, a layout not kept, a folder listing only shared entries.
+EMPTY_LIST = "empty-list"
+NOT_KEPT = "not-kept"
+SHARED_ONLY = "shared-only"
+
+_RUNNING_LISTS = {"api/kernels": "kernels", "api/sessions": "sessions", "api/terminals": "terminals"}
+
+
+def background_request(method: str, url_path: str, level: str) -> tuple[str, str, str] | None:
+    """(answer, action, resource) for a request JupyterLab repeats on its own, else None.
+
+    Only for a viewer who still holds a share (`level` read-only or edit): a revoked or expired
+    share keeps its refusals, so the viewer's JupyterLab learns that the access ended.
+
+    Why: JupyterLab polls the running kernels, sessions and terminals, lists the file browser's
+    folder and saves its layout (``PUT lab/api/workspaces/<id>``) every few seconds, whatever the
+    viewer does. Refusing those with 403 filled the owner's log with warnings and the viewer's
+    console with errors while protecting nothing. When `decide` refuses one of them, the server
+    answers as JupyterLab expects instead: nothing runs that the viewer may see (`EMPTY_LIST`),
+    the viewer's layout is not kept on the owner's server (`NOT_KEPT`), a folder above a shared
+    file lists the shared entries only (`SHARED_ONLY`). Everything else keeps its refusal.
+    """
+    if level not in KINDS:
+        return None
+    path = url_path.strip("/")
+    method = method.upper()
+    if method == "GET" and path in _RUNNING_LISTS:
+        return EMPTY_LIST, READ, _RUNNING_LISTS[path]
+    if method == "PUT" and path.startswith("lab/api/workspaces/"):
+        return NOT_KEPT, WRITE, "lab"
+    if method == "GET" and (path == "api/contents" or path.startswith("api/contents/")) \
+            and not _CHECKPOINT.search(path):
+        return SHARED_ONLY, READ, "contents"
+    return None
+
+
+def shared_children(paths: Iterable[str], folder: str) -> tuple[str, ...]:
+    """The entries directly in `folder` that are shared paths or lead to one, as paths from the
+    root (sorted), e.g. ``({"lab1/a.ipynb"}, "") -> ("lab1",)``; empty when `folder` holds none."""
+    prefix = f"{folder}/" if folder else ""
+    found = set()
+    for path in paths:
+        if path != folder and path.startswith(prefix):
+            found.add(prefix + path[len(prefix):].split("/", 1)[0])
+    return tuple(sorted(found))
 
 
 # -- share requests (the classhub API) ------------------------------------------------------------

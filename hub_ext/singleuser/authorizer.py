@@ -32,6 +32,7 @@ import weakref
 from typing import Any
 from urllib.parse import quote
 
+from jupyter_client.jsonutil import json_default
 from jupyter_core.utils import ensure_async
 from jupyterhub.singleuser.extension import JupyterHubAuthorizer
 from tornado import web
@@ -196,9 +197,67 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
             grant = sharing.Grant(grant.level, resolved)
             if path is not None:
                 path = self._resolve(path)
+        handler._classhub_grant = grant  # read by `quiet_answer`
         checkpoint = sharing.is_checkpoint_url(resource, self._url_path(handler))
         return sharing.decide(grant, sharing.Request(action, resource, handler.request.method.upper(), path,
                                                      checkpoint))
+
+    async def quiet_answer(self, handler: Any) -> bool:
+        """Answer a non-owner's refused background request as JupyterLab expects; True when done.
+
+        JupyterLab polls running kernels, sessions and terminals, its file browser's folder, and
+        saves its layout, every few seconds (hub_ext.core.sharing.background_request says which
+        requests and how they are answered). A refused one is answered here without a 403:
+        the viewer's JupyterLab stays quiet and the owner's log keeps the refusals that mean
+        something. Nothing is revealed or changed that the refusal would have protected.
+        """
+        method, url = handler.request.method.upper(), self._url_path(handler)
+        if sharing.background_request(method, url, sharing.READ_ONLY) is None:
+            return False  # not a background request (cheap: no hub question)
+        hub_user = handler.current_user.hub_user
+        if hub_user.get("kind", "user") == "user" and hub_user.get("name") == self.owner:
+            return False
+        _, action, resource = sharing.background_request(method, url, sharing.READ_ONLY)
+        if await self._decide(handler, action, resource):
+            return False  # allowed: the real handler answers
+        known = sharing.background_request(method, url, getattr(handler, "_classhub_level", sharing.NONE))
+        if known is None:
+            return False  # no share any more: refused, so the viewer's JupyterLab learns it
+        answer = known[0]
+        if answer == sharing.EMPTY_LIST:
+            handler.set_header("Content-Type", "application/json")
+            handler.finish("[]")
+        elif answer == sharing.NOT_KEPT:
+            handler.set_status(204)
+            handler.finish()
+        else:
+            grant = getattr(handler, "_classhub_grant", None)
+            try:
+                folder = self._resolve(sharing.request_path("contents", url) or "")
+            except ValueError:
+                return False  # a path that leaves the root: refused with its sentence
+            paths = grant.paths if grant is not None else None
+            listed = paths is not None and folder is not None
+            children = sharing.shared_children(paths, folder) if listed else ()
+            if not children:
+                return False  # not above a shared file: refused as before
+            cm = handler.contents_manager
+            entries = []
+            for child in children:
+                try:
+                    entries.append(await ensure_async(cm.get(child, content=False)))
+                except web.HTTPError:
+                    continue  # a shared file the owner removed since
+            try:
+                model = await ensure_async(cm.get(folder, content=False))
+            except web.HTTPError:
+                return False
+            model = {**model, "content": entries, "format": "json", "writable": False}
+            handler.set_header("Content-Type", "application/json")
+            handler.finish(json.dumps(model, default=json_default))
+        self.log.debug("classhub: answered %s %s for %s without a refusal (%s)", method,
+                       handler.request.path, hub_user.get("name"), answer)
+        return True
 
     def _url_path(self, handler: Any) -> str:
         base = handler.settings.get("base_url", "/")
@@ -339,6 +398,8 @@ def setup(serverapp: Any) -> None:
         result = original(self, *args, **kwargs)
         if inspect.isawaitable(result):
             result = await result
+        if self.current_user is not None and await self.authorizer.quiet_answer(self):
+            return result  # answered (tornado skips the handler's method once finished)
         if self.request.method.upper() not in SAFE_METHODS and self.current_user is not None and \
                 not getattr(self, "classhub_changes_nothing_here", False):
             resource = getattr(self, "auth_resource", None) or "lab"

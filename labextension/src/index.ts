@@ -35,11 +35,13 @@ import {
   IShare,
   ITemplate,
   bannerText,
+  cancelledText,
   cullMessage,
   describeJob,
   isActiveJob,
   isReadOnly,
   jobRequest,
+  readOnlyRefusal,
   shareRequest
 } from './state';
 
@@ -152,8 +154,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       copyToMyServer: () => app.commands.execute(CommandIDs.copy) as Promise<void>,
       cancelJob: async (job: IJob) => {
         try {
-          await serviceRequest(`jobs/${encodeURIComponent(job.id)}/cancel`, 'POST', {});
-          Notification.success(`Job ${job.name} is being cancelled.`, { autoClose: 5000 });
+          const after = await serviceRequest<IJob>(`jobs/${encodeURIComponent(job.id)}/cancel`, 'POST', {});
+          Notification.success(cancelledText(job.name, after?.state), { autoClose: 8000 });
         } catch (error) {
           fail('Not cancelled', error);
         }
@@ -530,6 +532,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       if (readOnly && notebooks) {
         notebooks.widgetAdded.connect((_, nb) => lockNotebook(nb));
       }
+      if (readOnly) {
+        refuseChanges(app, () => void app.commands.execute(CommandIDs.copy));
+      }
     }
 
     // -- culler warnings as notifications ----------------------------------------------------------
@@ -610,18 +615,59 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-/** No editing in a read-only share: every cell (also those added later) is read-only. */
+/**
+ * No editing in a read-only share: every cell (also those added later) is read-only, the
+ * document is JupyterLab's read-only kind, and it is never "unsaved".
+ *
+ * Why `syncEditable = false`: a cell made read-only otherwise writes `"editable": false` into
+ * its metadata, a change that marked the tab as unsaved and asked "Save your work?" on close.
+ * Why `dirty` is reset: nothing can be saved to a read-only share (the server refuses it and the
+ * contents say `writable: false`), so there is never unsaved work to ask about.
+ */
 function lockNotebook(nb: NotebookPanel): void {
   const lock = (): void => {
     for (const cell of nb.content.widgets) {
+      cell.syncEditable = false;
       cell.readOnly = true;
     }
   };
   void nb.context.ready.then(() => {
+    const model = nb.context.model;
+    model.readOnly = true;
+    model.dirty = false;
+    model.stateChanged.connect((_, change) => {
+      if (change.name === 'dirty' && change.newValue) {
+        model.dirty = false;
+      }
+    });
     lock();
     nb.content.model?.cells.changed.connect(lock);
   });
   nb.content.activeCellChanged.connect(lock);
+}
+
+/**
+ * Commands that would run, change or save a document say why they do nothing in a read-only
+ * share (`readOnlyRefusal`), with "Copy to my server", instead of running. Keyboard shortcuts,
+ * menus and toolbar buttons all go through `commands.execute`.
+ */
+function refuseChanges(app: JupyterFrontEnd, copy: () => void): void {
+  const execute = app.commands.execute.bind(app.commands);
+  let shown = '';
+  app.commands.execute = (id: string, args?: any): Promise<any> => {
+    const why = readOnlyRefusal(id);
+    if (why === null) {
+      return execute(id, args);
+    }
+    if (shown) {
+      Notification.dismiss(shown);
+    }
+    shown = Notification.info(why, {
+      autoClose: 8000,
+      actions: [{ label: 'Copy to my server', callback: copy }]
+    });
+    return Promise.resolve(undefined);
+  };
 }
 
 export default plugin;

@@ -87,11 +87,31 @@ export function describeJob(job: IJob): string {
 }
 
 /** Why a waiting job waits, as the panel shows it under the job; null for a job not waiting. */
+/** What Cancel did, in plain words (the service answers the job as it is now). */
+export function cancelledText(name: string, state: string | undefined): string {
+  if (state === 'cancelled') {
+    return `Cancelled ${name}: it left the queue and will not start.`;
+  }
+  return `Stopping ${name}: its programs are asked to stop, and stopped for good after a short grace period.`;
+}
+
+/** Times in the one format of the classhub pages: the reader's locale and time zone. */
+const TIME_FORMAT = new Intl.DateTimeFormat(undefined, { dateStyle: 'medium', timeStyle: 'short' });
+const ISO_TIME = /\b\d{4}-\d\d-\d\dT\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d:\d\d)/g;
+
+/**
+ * A sentence with ISO times in it (a waiting job's reason says "estimated start
+ * 2026-12-04T14:20Z") with each time as the classhub pages show times.
+ */
+export function timesIn(text: string, format: Intl.DateTimeFormat = TIME_FORMAT): string {
+  return text.replace(ISO_TIME, iso => format.format(new Date(iso)));
+}
+
 export function waitingText(job: IJob): string | null {
   if ((job.state !== 'queued' && job.state !== 'preempted') || !job.reason) {
     return null;
   }
-  return `Waits: ${job.reason}`;
+  return `Waits: ${timesIn(job.reason)}`;
 }
 
 /** Whether a job may still change (its log may still grow): the panel and log view poll it. */
@@ -337,6 +357,32 @@ export function bannerText(state: Pick<IPanelState, 'viewer' | 'owner'>): string
 /** Whether documents open read-only (no edits, no kernel, no save). */
 export function isReadOnly(viewer: IViewer): boolean {
   return !viewer.owner && viewer.access === 'read-only';
+}
+
+/** JupyterLab commands that would run, change or save a document. */
+const RUNS = /^(notebook:(run|restart|interrupt|shutdown|reconnect|change-kernel|clear)|runmenu:|kernelmenu:|console:create)/;
+const CHANGES =
+  /^notebook:(cut|delete|insert|merge|split|paste|move-cell|change-cell-to|undo|redo|trust|toggle-render-side-by-side)/;
+const SAVES = /^docmanager:(save|rename|delete|duplicate)/;
+
+/**
+ * Why a JupyterLab command does nothing in a read-only share (null: it runs as usual).
+ *
+ * JupyterLab 4 would open "Select Kernel" and then clear the outputs on Shift+Enter in a
+ * notebook without a kernel, and offer "Save as" into the owner's server, which refuses it.
+ * A read-only viewer gets this sentence instead, with "Copy to my server" beside it.
+ */
+export function readOnlyRefusal(command: string): string | null {
+  if (RUNS.test(command)) {
+    return 'Shared read-only: it does not run here. Copy it to your server to run it.';
+  }
+  if (SAVES.test(command)) {
+    return 'Shared read-only: nothing is saved here. Copy it to your server to keep your own version.';
+  }
+  if (CHANGES.test(command)) {
+    return 'Shared read-only: cells cannot be changed here. Copy it to your server to edit it.';
+  }
+  return null;
 }
 
 /** What a person fills in the share dialog. */

@@ -6,6 +6,7 @@ import {
   ICourseUsage,
   IJob,
   bannerText,
+  cancelledText,
   cullMessage,
   describeJob,
   describeShare,
@@ -16,8 +17,10 @@ import {
   jobRequest,
   parseQuantity,
   quotaBars,
+  readOnlyRefusal,
   secondsLeft,
   shareRequest,
+  timesIn,
   waitingText
 } from '../src/state';
 
@@ -111,6 +114,22 @@ describe('who looks', () => {
     );
   });
 
+  it('tells a read-only viewer why running, changing or saving does nothing', () => {
+    for (const id of ['notebook:run-cell-and-select-next', 'notebook:run-all-cells', 'runmenu:run',
+                      'notebook:restart-run-all', 'notebook:clear-all-cell-outputs', 'kernelmenu:restart']) {
+      expect(readOnlyRefusal(id)).toMatch(/does not run here\. Copy it to your server/);
+    }
+    for (const id of ['docmanager:save', 'docmanager:save-as', 'docmanager:rename']) {
+      expect(readOnlyRefusal(id)).toMatch(/nothing is saved here/);
+    }
+    for (const id of ['notebook:delete-cell', 'notebook:insert-cell-below', 'notebook:change-cell-to-markdown']) {
+      expect(readOnlyRefusal(id)).toMatch(/cells cannot be changed here/);
+    }
+    for (const id of ['notebook:copy-cell', 'notebook:move-cursor-down', 'docmanager:open', 'classhub:copy-to-my-server']) {
+      expect(readOnlyRefusal(id)).toBeNull();
+    }
+  });
+
   it('opens documents read-only only for read-only visitors', () => {
     expect(isReadOnly({ name: 'ta1', owner: false, access: 'read-only' })).toBe(true);
     expect(isReadOnly({ name: 'ta1', owner: false, access: 'edit' })).toBe(false);
@@ -177,6 +196,25 @@ describe('waitingText', () => {
       "Waits: waiting for 1 node with 1 free nvidia.com/gpu; 1st in demo101's queue"
     );
     expect(waitingText({ ...job, state: 'preempted' })).toMatch(/^Waits: /);
+  });
+  it('shows the times in a reason as every other time: one format, the reader\'s', () => {
+    const h23 = new Intl.DateTimeFormat('en-GB', { dateStyle: 'medium', timeStyle: 'short', timeZone: 'UTC' });
+    const h12 = new Intl.DateTimeFormat('en-US', { dateStyle: 'medium', timeStyle: 'short', timeZone: 'UTC' });
+    const reason = 'held by your job a (until 2026-12-04T13:55Z at the latest); estimated start 2026-12-04T14:20Z';
+    expect(timesIn(reason, h23)).toBe(
+      'held by your job a (until 4 Dec 2026, 13:55 at the latest); estimated start 4 Dec 2026, 14:20'
+    );
+    expect(timesIn(reason, h12)).toBe(
+      'held by your job a (until Dec 4, 2026, 1:55 PM at the latest); estimated start Dec 4, 2026, 2:20 PM'
+    );
+    expect(waitingText({ ...job, reason })).not.toContain('2026-12-04T');
+  });
+  it('says in plain words what Cancel did', () => {
+    expect(cancelledText('train', 'cancelled')).toBe('Cancelled train: it left the queue and will not start.');
+    expect(cancelledText('train', 'running')).toBe(
+      'Stopping train: its programs are asked to stop, and stopped for good after a short grace period.'
+    );
+    expect(cancelledText('train', 'running')).not.toMatch(/SIG/);
   });
   it('says nothing for a job that does not wait, or without a reason', () => {
     expect(waitingText({ ...job, state: 'running' })).toBeNull();

@@ -32,6 +32,7 @@ from hub_ext.core.admission.cycle import (
     Waiting,
     admission_cycle,
     format_clock,
+    iso_clock,
 )
 from hub_ext.core.admission.fairness import FairOrder, dominant_share
 from hub_ext.core.admission.queue import QueueManager, QueueSnapshot, queue_key
@@ -75,6 +76,7 @@ __all__ = [
     "dominant_share",
     "earliest_start",
     "format_clock",
+    "iso_clock",
     "queue_key",
     "refuse_at_submit",
     "weekly_windows",

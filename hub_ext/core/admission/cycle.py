@@ -74,6 +74,7 @@ __all__ = [
     "Waiting",
     "admission_cycle",
     "format_clock",
+    "iso_clock",
 ]
 
 # Reason codes of waiting jobs: stable strings (Prometheus labels); never reword them.
@@ -132,6 +133,14 @@ def format_clock(t: float, now: float) -> str:
     return when.strftime("%H:%M" if same_day else "%a %H:%M")
 
 
+def iso_clock(t: float, now: float) -> str:
+    """"2026-12-04T14:20Z": a time in a reason as ISO 8601 (UTC, to the minute), which the
+    classhub pages and the JupyterLab panel show in the reader's own format and time zone, the
+    one format of every time they show (the service's clock; `format_clock` is for logs and
+    benchmarks)."""
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+
+
 @dataclass(frozen=True)
 class CycleResult:
     """The decisions of one cycle. `carried` goes into the next snapshot's `reservations`."""
@@ -173,8 +182,10 @@ class _Cycle:
     """The working state of one cycle; only `admission_cycle` uses it."""
 
     def __init__(self, snapshot: Snapshot, queues: QueueSnapshot,
-                 clock: Callable[[float, float], str], depth: int, aging: float) -> None:
+                 clock: Callable[[float, float], str], depth: int, aging: float,
+                 label: Callable[[str], str] = str) -> None:
         self.s, self.q, self.clock, self.now = snapshot, queues, clock, snapshot.now
+        self.label = label
         self.index = FreeIndex(snapshot.nodes)
         self.positions = {name: i for i, name in enumerate(self.index.names)}
         self.totals = nanos(snapshot.total_allocatable)
@@ -602,12 +613,16 @@ class _Cycle:
             if code == PREEMPTING:
                 text = (f"next to start: {len(mine.preempting)} job(s) running on capacity borrowed "
                         f"by other courses were asked to stop; {where}; estimated start {when}")
-            elif mine is res:
-                text = f"next to start, all {job.replicas} replicas at once; {where}; estimated start {when}"
             else:
-                text = (f"holds a reservation, all {job.replicas} replicas at once; {where}; "
-                        f"estimated start {when} at the latest if running jobs end by their "
-                        "max runtime")
+                holders = self._holders(job)
+                held = "" if holders is None else \
+                    f"; waits for what {holders[0]} {'holds' if holders[1] else 'hold'}"
+                replicas = f", all {job.replicas} replicas at once" if job.replicas > 1 else ""
+                if mine is res:
+                    text = f"next to start{replicas}{held}; {where}; estimated start {when}"
+                else:
+                    text = (f"holds a reservation{replicas}{held}; {where}; estimated start {when} "
+                            "at the latest if running jobs end by their max runtime")
             return Waiting(name, code, text, mine.start)
         estimate = self._estimate(job)
         when = ("no estimated start yet: notebooks hold what it needs" if estimate is None
@@ -656,7 +671,48 @@ class _Cycle:
                 f" {key} free{model}", f" free {key}{model}", 1)
         nodes = "node" if role.replicas == 1 else "nodes"
         extra = "" if len(job.roles) == 1 else f" (role {role.name})"
-        return f"waiting for {role.replicas} {nodes} with {what}{extra} ({have} has them now)"
+        holders = self._holders(job)
+        held = f", held by {holders[0]}" if holders else ""
+        return f"waiting for {role.replicas} {nodes} with {what}{extra} ({have} has them now){held}"
+
+    #: How many holders a reason names before "and N more jobs".
+    HOLDERS_SHOWN = 2
+
+    def _holders(self, waiting: Job) -> tuple[str, bool] | None:
+        """("your job train-a (until 14:20 at the latest)", one job?): the running jobs that hold
+        what `waiting`'s biggest role waits for (its GPU resource, or any resource it asks when
+        it asks none), on nodes of its GPU model, soonest end first. Their ends are their max
+        runtimes (or a preemption's grace): the times the estimate replays. None when no job
+        holds any (notebook servers hold it)."""
+        role = max(waiting.roles, key=lambda r: (sum(a for _, a in r.need), r.name))
+        wanted = [role.key_resource] if role.key_resource else [n for n, _ in role.need if n != PODS]
+        holding = []
+        for run in self.s.running:
+            for node, held in run.held.items():
+                i = self.positions.get(node)
+                if i is None or role.gpu_product not in (None, self.index.products[i]):
+                    continue
+                if any(held.get(name, 0) > 0 for name in wanted):
+                    holding.append(run)
+                    break
+        if not holding:
+            return None
+        holding.sort(key=lambda run: (run.expected_end, run.job.name))
+        named = [f"{self._whose(run.job, waiting)} (until {self.clock(run.expected_end, self.now)} "
+                 "at the latest)" for run in holding[:self.HOLDERS_SHOWN]]
+        more = len(holding) - len(named)
+        if more:
+            named.append(f"{more} more job{'s' if more > 1 else ''}")
+        text = " and ".join(named) if len(named) < 3 else ", ".join(named[:-1]) + " and " + named[-1]
+        return text, len(holding) == 1
+
+    def _whose(self, holder: Job, waiting: Job) -> str:
+        """"your job train-a" for the same owner; other people's jobs are not named."""
+        if holder.owner == waiting.owner:
+            return f"your job {self.label(holder.name)}"
+        if holder.course == waiting.course:
+            return f"another job of {holder.course}"
+        return f"a job of course {holder.course}"
 
     def _estimate(self, job: Job) -> float | None:
         """When `job` would start if it were planned now, behind every reservation."""
@@ -696,19 +752,21 @@ def admission_cycle(
     clock: Callable[[float, float], str] = format_clock,
     depth: int = RESERVATION_DEPTH,
     aging: float = RESERVATION_AGING,
+    label: Callable[[str], str] = str,
 ) -> CycleResult:
     """Decide which waiting jobs start now (see the module docstring for the rules).
 
     Pure: the same snapshot and queues give the same result. `clock(t, now)` words times in
-    messages ("14:20"). `depth`: how many jobs hold a reservation at once (1: EASY
-    backfilling); `aging`: seconds of waiting after which a job's turn for a reservation follows
-    submit order instead of fair order (backfill.py, docs/admission.md).
+    messages ("14:20"); `label(job)` names a job in them (its name as its owner gave it).
+    `depth`: how many jobs hold a reservation at once (1: EASY backfilling); `aging`: seconds of
+    waiting after which a job's turn for a reservation follows submit order instead of fair
+    order (backfill.py, docs/admission.md).
     """
     if depth < 1:
         raise ValueError(f"depth must be at least 1 (one reservation: EASY backfilling), not {depth}")
     if aging < 0:
         raise ValueError(f"aging must be >= 0 seconds, not {aging}")
-    cycle = _Cycle(snapshot, queues, clock, depth, aging)
+    cycle = _Cycle(snapshot, queues, clock, depth, aging, label)
     examined = cycle.run()
     return CycleResult(
         now=snapshot.now,

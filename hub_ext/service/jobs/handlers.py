@@ -311,8 +311,8 @@ OPENAPI_PATHS: dict[str, Any] = {
     "/api/jobs/{job}/cancel": {
         "post": op("Cancel a job", "the job's owner, the course's teachers, and hub admins",
                     {**ok("Cancelled (it was queued or had ended)", _JOB),
-                     **ok("Stopping: its replicas get SIGTERM, then SIGKILL after the grace period",
-                          _JOB, status="202")},
+                     **ok("Stopping: its programs are asked to stop (SIGTERM), and stopped for good "
+                          "after the grace period, c.ClasshubJobs.grace (SIGKILL)", _JOB, status="202")},
                     errors=("401", "403", "404"), params=("job",)),
     },
     "/api/jobs/{job}/logs": {

@@ -40,7 +40,7 @@ from sqlalchemy import select
 from hub_ext import heap
 from hub_ext.backends.jobs import ENDED, PENDING, RUNNING, JobBackend, Launch, ReplicaLaunch
 from hub_ext.core import jobs as J
-from hub_ext.core.admission import CourseQuota, NodeState, RunningJob, admission_cycle
+from hub_ext.core.admission import CourseQuota, NodeState, RunningJob, admission_cycle, iso_clock
 from hub_ext.core.admission.preemption import preemption_message
 from hub_ext.core.admission.queue import QueueManager, QueueSnapshot
 from hub_ext.core.admission.snapshot import ClusterState
@@ -411,7 +411,11 @@ class JobLoop:
         quotas = await self._quotas(courses, now)
         snapshot = self.cluster.snapshot(now.timestamp(), quotas, reservations=self._reserved,
                                          grace=self.grace)
-        result = await asyncio.to_thread(admission_cycle, snapshot, queues)
+        # reasons name the owner's running jobs by the name they gave them, and carry times as
+        # ISO 8601 that pages and the panel show in the reader's format (docs/teachers/jobs.md)
+        labels = {job_id: held.record.name for job_id, held in self.holding.items()}
+        result = await asyncio.to_thread(admission_cycle, snapshot, queues, clock=iso_clock,
+                                         label=lambda job_id: labels.get(job_id, job_id))
         self._reserved = result.carried
         taken = {u for uuids in held.values() for u in uuids}
         started = set()

@@ -161,6 +161,12 @@ const classhub = (() => {
     const d = new Date(iso);
     return Number.isNaN(d.getTime()) ? String(iso ?? "") : timeFormat.format(d);
   }
+  /** A sentence with ISO times in it (a waiting job's reason says "estimated start
+   *  2026-12-04T14:20Z"), each time in the same format as every other time on the page. */
+  const ISO_TIME = /\b\d{4}-\d\d-\d\dT\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d:\d\d)/g;
+  function timesIn(text) {
+    return String(text ?? "").replace(ISO_TIME, (iso) => when(iso));
+  }
   /** Show the ISO time in `el.dataset.localTime` in the reader's own time zone. */
   function localTime(el) {
     const d = new Date(el.dataset.localTime);
@@ -173,7 +179,8 @@ const classhub = (() => {
   document.addEventListener("DOMContentLoaded", () => {
     document.querySelectorAll("table.classhub-sortable").forEach(sortable);
     document.querySelectorAll("[data-local-time]").forEach(localTime);
+    document.querySelectorAll("[data-local-times]").forEach((el) => { el.textContent = timesIn(el.textContent); });
   });
 
-  return {api, say, busy, esc, enc, tree, localTime, when, get prefix() { return prefixOf(); }};
+  return {api, say, busy, esc, enc, tree, localTime, when, timesIn, get prefix() { return prefixOf(); }};
 })();
