@@ -9,7 +9,6 @@ does not break it.
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -117,12 +116,10 @@ def test_jupyterlab_opens_and_survives_a_hub_restart(hub, cluster):
 
 
 def _collect(session, sink: dict[str, Any], timeout: float) -> None:
-    started = time.monotonic()
     try:
         sink["events"] = list(progress_events(session, timeout))
     except Exception as exc:
         sink["error"] = exc
-    sink["seconds"] = time.monotonic() - started
 
 
 def test_unschedulable_gpu_spawn_says_why_and_cleans_up(hub, cluster):
@@ -148,8 +145,9 @@ def test_unschedulable_gpu_spawn_says_why_and_cleans_up(hub, cluster):
         messages = [event.get("message", "") for event in sink["events"]]
         assert NO_GPU in messages, f"{name} never saw why: {messages}"
         final = sink["events"][-1]
+        # classhub's sentence, not JupyterHub's start timeout: it failed for its reason, before
+        # that (a check of the wall clock would only measure how busy the machine is)
         assert final.get("failed") and final["message"] == f"Spawn failed: {NO_GPU}", final
-        assert sink["seconds"] < START_TIMEOUT, f"{name}'s spawn outlived the start timeout"
         assert "Traceback" not in " ".join(messages)
 
     for session in sessions:

@@ -13,7 +13,6 @@ and then starts with a fresh one, instead of hanging on a volume that is about t
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -85,13 +84,11 @@ def pvc(cluster: FakeCluster, user: str) -> dict[str, Any] | None:
 
 
 def _spawn(session: Any, profile: str, sink: dict[str, Any]) -> None:
-    started = time.monotonic()
     try:
         assert request_server(session, {"profile": profile}).status_code in (201, 202, 400, 500)
         sink["events"] = list(progress_events(session, START_TIMEOUT + 20))
     except Exception as exc:
         sink["error"] = exc
-    sink["seconds"] = time.monotonic() - started
 
 
 def test_spawns_that_cannot_start_say_why_and_leave_nothing(hub, cluster):
@@ -108,8 +105,9 @@ def test_spawns_that_cannot_start_say_why_and_leave_nothing(hub, cluster):
         sink = results[user]
         assert "error" not in sink, f"{user}: {sink.get('error')!r}"
         final = sink["events"][-1] if sink["events"] else {}
+        # its own sentence, not JupyterHub's start timeout: it failed for its reason, before that
+        # (a check of the wall clock would only measure how busy the machine is)
         assert final.get("failed") and final["message"] == SENTENCES[profile], (user, sink["events"])
-        assert sink["seconds"] < START_TIMEOUT, f"{user}'s spawn outlived the start timeout"
         assert "Traceback" not in " ".join(e.get("message", "") for e in sink["events"])
     for user in users:
         wait_stopped(hub.login(user), 20)
