@@ -140,7 +140,10 @@ def test_fifty_concurrent_spawns_admit_exactly_the_quota(quota_hub):
 
 # ---- a hub killed in the middle of spawns ---------------------------------------------------------
 
-CRASH_ROUNDS = int(os.environ.get("CLASSHUB_CRASH_ROUNDS", "3"))  # 20: docs/contributing/reliability.md
+#: 2 per database in the suite, the moments taking turns from a different first one on each
+#: (sqlite: reservation, process; PostgreSQL: ready server, reservation): every moment is hit in
+#: every run. 20: the full proof (docs/contributing/reliability.md).
+CRASH_ROUNDS = int(os.environ.get("CLASSHUB_CRASH_ROUNDS", "2"))
 CRASH_STUDENTS = STUDENTS[:6]  # 6 ask at once, the course holds 4
 MARK = "classhub-crash-test-server"
 
@@ -318,8 +321,9 @@ def test_a_hub_killed_during_spawns_leaves_each_student_ready_or_free_to_start(c
     server process started, right after the first server became ready."""
     moments = ("a reservation", "a server process", "a ready server")
     outcomes = []
+    first = 0 if crash_hub.db_url.startswith("sqlite") else 2
     for round_number in range(CRASH_ROUNDS):
-        moment = moments[round_number % 3]
+        moment = moments[(first + round_number) % 3]
         try:
             interrupted, adopted, settle = crash_round(crash_hub, moment)
         except AssertionError as e:
