@@ -12,6 +12,7 @@ apply the same two documented rules that no public trace records:
 
 from __future__ import annotations
 
+import argparse
 import csv
 import math
 import random
@@ -89,3 +90,16 @@ def write(out: Path, nodes: Sequence[Node], jobs: Sequence[TraceJob], seed: int)
             writer.writerow((j.name, j.submit_s, round(j.duration_s), j.replicas,
                              j.gpus_per_replica, j.gpu_milli if j.gpu_milli < 1000 else "",
                              j.course, j.priority, max_runtime))
+
+
+def trace_parser(doc: str, nodes: int, nodes_help: str) -> argparse.ArgumentParser:
+    """The options every converter takes (the clusterdata checkout, how many nodes, the load,
+    the seed, the output folder); a converter adds its own."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--clusterdata", type=Path, required=True,
+                        help="a checkout of github.com/alibaba/clusterdata")
+    parser.add_argument("--nodes", type=int, default=nodes, help=nodes_help)
+    parser.add_argument("--load", type=float, default=1.3, help="offered load to scale to")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the max_runtime draws")
+    parser.add_argument("--out", type=Path, required=True, help="folder for nodes.csv, jobs.csv")
+    return parser

@@ -33,7 +33,6 @@ Conversion rules:
 
 from __future__ import annotations
 
-import argparse
 import csv
 import sys
 import zlib
@@ -41,7 +40,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import Node, TraceJob, scale_to_load, write
+from _common import Node, TraceJob, scale_to_load, trace_parser, write
 
 DAY = 86400.0
 COURSES = ("c0", "c1", "c2", "c3")
@@ -74,13 +73,7 @@ def read_gangs(path: Path) -> list[TraceJob]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clusterdata", type=Path, required=True,
-                        help="a checkout of github.com/alibaba/clusterdata")
-    parser.add_argument("--nodes", type=int, default=16, help="how many 8-GPU nodes")
-    parser.add_argument("--load", type=float, default=1.3, help="offered load to scale to")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the max_runtime draws")
-    parser.add_argument("--out", type=Path, required=True, help="folder for nodes.csv, jobs.csv")
+    parser = trace_parser(__doc__, 16, "how many 8-GPU nodes")
     args = parser.parse_args(argv)
     source = args.clusterdata / "cluster-trace-gpu-v2025" / "disaggregated_DLRM_trace.csv"
     if not source.is_file():

@@ -30,14 +30,13 @@ Conversion rules (each a choice, so that the benchmark's figures can be read):
 
 from __future__ import annotations
 
-import argparse
 import csv
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import Node, TraceJob, every_kth, scale_to_load, write
+from _common import Node, TraceJob, every_kth, scale_to_load, trace_parser, write
 
 DAY = 86400.0
 
@@ -75,15 +74,9 @@ def read_jobs(path: Path) -> list[TraceJob]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--clusterdata", type=Path, required=True,
-                        help="a checkout of github.com/alibaba/clusterdata")
+    parser = trace_parser(__doc__, 64, "how many GPU nodes to keep")
     parser.add_argument("--pods", default="openb_pod_list_default.csv",
                         help="which pod list of cluster-trace-gpu-v2023/csv")
-    parser.add_argument("--nodes", type=int, default=64, help="how many GPU nodes to keep")
-    parser.add_argument("--load", type=float, default=1.3, help="offered load to scale to")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the max_runtime draws")
-    parser.add_argument("--out", type=Path, required=True, help="folder for nodes.csv, jobs.csv")
     args = parser.parse_args(argv)
     folder = args.clusterdata / "cluster-trace-gpu-v2023" / "csv"
     if not folder.is_dir():
