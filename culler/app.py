@@ -133,7 +133,8 @@ class ClasshubCuller(Application):
         330.0, config=True,
         help="How late the hub's last_activity may be for a server that runs classhub's extension: "
         "JupyterHub's activity interval (JUPYTERHUB_ACTIVITY_INTERVAL, 300 s, +10% jitter) plus "
-        "the extension's busy check (CLASSHUB_BUSY_CHECK_INTERVAL). Used by ask_servers='auto'.",
+        "the extension's busy check (ClasshubActivity.busy_check_interval, 30 s). Used by "
+        "ask_servers='auto'.",
     )
     server_timeout = Float(5.0, config=True, help="Seconds to wait for a server's activity report.")
     concurrency = Int(20, config=True, help="Servers asked, or stopped, at the same time.")

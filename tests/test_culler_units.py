@@ -9,6 +9,7 @@ crashes on a machine without NVIDIA drivers.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 from datetime import datetime, timedelta, timezone
@@ -291,3 +292,34 @@ def test_the_clock_file_moves_the_culler_s_time_and_a_bad_file_means_real_time(t
     clock.write_text("an hour")
     assert abs((culler.now() - real).total_seconds()) < 5
     assert abs((ClasshubCuller().now() - real).total_seconds()) < 5  # no clock file configured
+
+
+def test_a_servers_busy_check_is_set_in_its_own_configuration(monkeypatch, tmp_path):
+    """A single-user server is configured as jupyter-server is: ``--ClasshubActivity.*`` (or its
+    jupyter_server_config.py) sets how often it checks for busy kernels and what GPU use is busy;
+    an old variable still set is named with the trait to use instead."""
+    import logging
+
+    from jupyter_server.serverapp import ServerApp
+
+    monkeypatch.setenv("CLASSHUB_GPU_BUSY_PERCENT", "80")
+
+    async def start() -> tuple[ServerApp, list[str]]:
+        app = ServerApp()
+        said: list[str] = []
+        handler = logging.Handler()
+        handler.emit = lambda record: said.append(record.getMessage())
+        app.log.addHandler(handler)
+        app.initialize(argv=["--ServerApp.jpserver_extensions={'hub_ext.singleuser': True}",
+                             "--ClasshubActivity.busy_check_interval=7",
+                             "--ClasshubActivity.gpu_busy_percent=50", "--ServerApp.port=0",
+                             f"--ServerApp.root_dir={tmp_path}"], new_httpserver=False)
+        return app, said
+
+    app, said = asyncio.run(start())
+    settings = app.web_app.settings
+    settings["classhub_busy_callback"].stop()
+    assert settings["classhub_busy_callback"].callback_time == 7000
+    assert settings["classhub_activity"].gpu_busy_percent == 50  # the trait, not the old variable
+    assert any("CLASSHUB_GPU_BUSY_PERCENT is set, but classhub no longer reads it: set "
+               "c.ClasshubActivity.gpu_busy_percent" in line for line in said), said

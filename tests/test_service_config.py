@@ -208,3 +208,8 @@ def test_the_migration_table_names_every_retired_variable_and_its_trait():
             var = trait.metadata["env"]
             if var.startswith("CLASSHUB_"):
                 assert f"`c.{cls.__name__}.{name}`" in rows.get(var, ""), (var, rows.get(var))
+    from hub_ext.singleuser.activity import OLD_VARIABLES, ClasshubActivity
+
+    for var, name in OLD_VARIABLES.items():  # the server's own: a warning at its start
+        assert name in ClasshubActivity.class_trait_names(config=True)
+        assert f"`c.ClasshubActivity.{name}`" in rows.get(var, ""), (var, rows.get(var))

@@ -34,6 +34,7 @@ CONFIG_CLASSES = (
     "spawner.local.ClasshubLocalSpawner",
     "spawner.kube.ClasshubKubeSpawner",
     "hub_ext.singleuser.authorizer.ClasshubAuthorizer",
+    "hub_ext.singleuser.activity.ClasshubActivity",
     "hub_ext.backends.kubernetes.capacity.KubernetesBackend",
     "hub_ext.demo.DemoAuthenticator",
 )

@@ -18,12 +18,17 @@ with ``access:servers`` for this server, which the culler service has) answers::
 no driver, or an NVML error; ``gpu.reason`` says which). It never fails because of NVML. Asking
 does not count as activity: the culler's own request must not keep the server alive.
 
-The server also *tells* the hub: every `BUSY_CHECK_INTERVAL` seconds, while a kernel is busy or the
-GPU of one of its processes is at least `GPU_BUSY_PERCENT` busy, it sets the web app setting
+The server also *tells* the hub: every `ClasshubActivity.busy_check_interval` seconds, while a
+kernel is busy or the GPU of one of its processes is at least `ClasshubActivity.gpu_busy_percent`
+busy, it sets the web app setting
 ``classhub_busy_last_activity`` (jupyter-server counts every ``*_last_activity`` setting as
 activity), so the activity that jupyterhub-singleuser reports to the hub anyway (every
 ``JUPYTERHUB_ACTIVITY_INTERVAL`` seconds) includes busy kernels and GPUs at no extra request. Any
 culler that reads the hub's ``last_activity`` then spares a busy server.
+
+Both are traits of the server's own configuration (``c.ClasshubActivity.*`` in a
+``jupyter_server_config.py`` of the image, or ``--ClasshubActivity.busy_check_interval=10`` in the
+spawner's ``args``): the server is a process of its own, configured as jupyter-server is.
 """
 
 from __future__ import annotations
@@ -37,11 +42,31 @@ from typing import Any
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
+from traitlets import Float
+from traitlets.config import LoggingConfigurable
 
 ROUTE = "api/classhub/activity"
 BUSY_SETTING = "classhub_busy_last_activity"
-BUSY_CHECK_INTERVAL = float(os.environ.get("CLASSHUB_BUSY_CHECK_INTERVAL", "30"))
-GPU_BUSY_PERCENT = float(os.environ.get("CLASSHUB_GPU_BUSY_PERCENT", "5"))
+#: The environment variables that set these before they were traits (a warning names the trait).
+OLD_VARIABLES = {"CLASSHUB_BUSY_CHECK_INTERVAL": "busy_check_interval",
+                 "CLASSHUB_GPU_BUSY_PERCENT": "gpu_busy_percent"}
+
+
+class ClasshubActivity(LoggingConfigurable):
+    """How a single-user server decides it is busy (see the module docstring)."""
+
+    busy_check_interval = Float(
+        30.0, config=True,
+        help="Seconds between the server's checks for busy kernels and a busy GPU; each busy check "
+        "counts as activity the hub hears of at jupyterhub-singleuser's next report. 0: no checks "
+        "(the culler still asks the activity endpoint). The culler's `ClasshubCuller.activity_lag` "
+        "assumes at most 30.",
+    )
+    gpu_busy_percent = Float(
+        5.0, config=True,
+        help="NVML utilisation (percent) at or above which a GPU this server's processes use counts "
+        "as busy: a training run is busy, a model only loaded in memory is not.",
+    )
 
 
 def _iso(value: Any) -> str | None:
@@ -131,6 +156,10 @@ def gpu_activity(pids: set[int], nvml: Any = None) -> dict[str, Any]:
             nvml.nvmlShutdown()
 
 
+def _settings(app: Any) -> ClasshubActivity:
+    return app.settings.get("classhub_activity") or ClasshubActivity()
+
+
 class ActivityHandler(APIHandler):
     """``GET api/classhub/activity``: kernel states and GPU use of this server, for the culler."""
 
@@ -139,25 +168,25 @@ class ActivityHandler(APIHandler):
 
     @web.authenticated
     async def get(self) -> None:
-        out = report(self.kernel_manager)
+        out = report(self.kernel_manager, _settings(self).gpu_busy_percent)
         if out["busy"]:
             self.settings[BUSY_SETTING] = datetime.now(timezone.utc)
         self.set_header("Cache-Control", "no-store")
         self.finish(json.dumps(out))
 
 
-def report(kernel_manager: Any) -> dict[str, Any]:
+def report(kernel_manager: Any, gpu_busy_percent: float = 5.0) -> dict[str, Any]:
     """The full answer of the activity endpoint."""
     out = kernel_activity(kernel_manager)
     out["gpu"] = gpu_activity(server_pids())
-    gpu_busy = out["gpu"].get("status") == "ok" and out["gpu"]["utilization"] >= GPU_BUSY_PERCENT
+    gpu_busy = out["gpu"].get("status") == "ok" and out["gpu"]["utilization"] >= gpu_busy_percent
     out["busy"] = out["kernels"]["busy"] > 0 or gpu_busy
     return out
 
 
 def mark_busy(web_app: Any) -> bool:
     """Count a busy kernel or GPU as activity now (see the module doc); True when busy."""
-    busy = report(web_app.settings["kernel_manager"])["busy"]
+    busy = report(web_app.settings["kernel_manager"], _settings(web_app).gpu_busy_percent)["busy"]
     if busy:
         web_app.settings[BUSY_SETTING] = datetime.now(timezone.utc)
     return busy
@@ -167,16 +196,23 @@ def setup(serverapp: Any) -> None:
     """Register the activity handler and the busy-marking loop with the server."""
     from tornado.ioloop import PeriodicCallback
 
+    settings = ClasshubActivity(parent=serverapp)
+    for variable, trait in OLD_VARIABLES.items():
+        if variable in os.environ:
+            serverapp.log.warning("classhub: %s is set, but classhub no longer reads it: set "
+                                  "c.ClasshubActivity.%s in the server's configuration instead",
+                                  variable, trait)
+    serverapp.web_app.settings["classhub_activity"] = settings
     base_url = serverapp.web_app.settings["base_url"]
     serverapp.web_app.add_handlers(".*$", [(url_path_join(base_url, ROUTE), ActivityHandler)])
-    if BUSY_CHECK_INTERVAL > 0:
+    if settings.busy_check_interval > 0:
         def tick() -> None:
             try:
                 mark_busy(serverapp.web_app)
             except Exception:  # never let the reporter take the server down
                 serverapp.log.exception("classhub: checking for busy kernels failed")
 
-        callback = PeriodicCallback(tick, BUSY_CHECK_INTERVAL * 1000)
+        callback = PeriodicCallback(tick, settings.busy_check_interval * 1000)
         serverapp.web_app.settings["classhub_busy_callback"] = callback
         callback.start()
     serverapp.log.info("classhub activity extension loaded (%s)", url_path_join(base_url, ROUTE))
