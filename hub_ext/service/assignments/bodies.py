@@ -23,11 +23,13 @@ MAX_TITLE = 255
 MAX_FOLDER = 255
 
 
-def _name(value: Any) -> str:
-    problem = template_rules.name_problem(value)
-    if problem:
-        raise ValueError(problem.replace("template name", "assignment name") + ".")
-    return value
+def _name(what: str) -> BeforeValidator:
+    def check(value: Any) -> str:
+        problem = template_rules.name_problem(value)
+        if problem:
+            raise ValueError(problem.replace("a template name", what) + ".")
+        return value
+    return BeforeValidator(check)
 
 
 def _folder(value: Any) -> str:
@@ -62,9 +64,9 @@ class AssignmentBody(Body):
                               '"due_at": "2026-12-14T17:00:00+00:00", '
                               '"late_policy": "accept-late", "cutoff_at": "2026-12-16T17:00:00+00:00"}')
 
-    name: Annotated[str, BeforeValidator(_name), Field(description="the assignment's name, e.g. lab1")]
+    name: Annotated[str, _name("an assignment name"), Field(description="the assignment's name, e.g. lab1")]
     title: Annotated[str, Field(max_length=MAX_TITLE)] = ""
-    template: Annotated[str, BeforeValidator(_name),
+    template: Annotated[str, _name("a template name"),
                         Field(description="the course template whose files students start from")]
     version: Annotated[int | None, Field(ge=1, le=template_rules.MAX_VERSION, description=(
         "the template version released (default: the newest now; it stays fixed)"))] = None
