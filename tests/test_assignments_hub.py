@@ -160,3 +160,15 @@ def test_release_start_submit_resubmit_late_and_download(hub: LocalHub, tokens: 
                      headers={"Authorization": f"token {tokens['admin']}"}, timeout=30)
     assert 'classhub_submissions_total{course="demo101",late="false"} 2.0' in r.text
     assert 'classhub_submissions_total{course="demo101",late="true"} 1.0' in r.text
+
+    # the course page: the student's last submission with Start and Submit; the staff's table
+    page = HubSession(hub, "student1").get(f"/services/classhub/courses/{COURSE}").text
+    assert 'data-assignment="lab1"' in page and "Your last submission" in page
+    assert "classhub-assignment-submit" in page and "Download all" not in page
+    assert "Not submitted: notes.txt (a symbolic link)" in page
+    staff_page = HubSession(hub, "ta1").get(f"/services/classhub/courses/{COURSE}").text
+    assert "Download all (zip)" in staff_page and "classhub-submissions" in staff_page
+    assert "student2" in staff_page and f"submissions/{second['id']}/files/answer.py" in staff_page
+    assert 'id="release-assignment"' not in staff_page  # a TA does not release
+    assert 'id="release-assignment"' in HubSession(hub, "teacher1").get(
+        f"/services/classhub/courses/{COURSE}").text

@@ -92,15 +92,50 @@ class AssignmentsBase(TemplatesBase):
                                           course, staff)
 
     def _with_submissions(self, session: Session, a: Assignment, course: str, staff: bool) -> dict[str, Any]:
-        shown = assignment_json(a, course)
-        mine = [s for s in a.submissions if s.student == self.caller.name]
-        shown["my_submissions"] = [submission_json(s, latest=s is mine[-1]) for s in mine]
-        verdict = rules.judge(_timing(a), _now())
-        shown["accepting"] = verdict.accepted
-        shown["late_now"] = verdict.late
-        if staff:
-            shown["students_submitted"] = len({s.student for s in a.submissions})
-        return shown
+        return shown_with_submissions(a, course, self.caller.name, staff)
+
+
+def shown_with_submissions(a: Assignment, course: str, caller: str, staff: bool) -> dict[str, Any]:
+    """An assignment as the API and the course page show it to ``caller``: with their own
+    submissions, whether it takes a submission now (and marks it late), and for staff how many
+    students submitted."""
+    shown = assignment_json(a, course)
+    mine = [s for s in a.submissions if s.student == caller]
+    shown["my_submissions"] = [submission_json(s, latest=s is mine[-1]) for s in mine]
+    now = _now()
+    verdict = rules.judge(_timing(a), now)
+    shown["open"] = a.opens_at <= now
+    shown["accepting"] = verdict.accepted
+    shown["late_now"] = verdict.late
+    if staff:
+        shown["students_submitted"] = len({s.student for s in a.submissions})
+    return shown
+
+
+def course_assignments(sessions: Any, storage: Any, course: str, caller: str, staff: bool,
+                       ) -> list[dict[str, Any]]:
+    """The course page's assignments (in a worker thread): what the list endpoint answers, and
+    for staff each student's last submission with its files and how many they made."""
+    with sessions() as session:
+        rows = session.scalars(select(Assignment).join(Course).where(Course.name == course)
+                               .order_by(Assignment.due_at, Assignment.name)).all()
+        found = []
+        for a in rows:
+            shown = shown_with_submissions(a, course, caller, staff)
+            if not (staff or shown["open"]):
+                continue
+            if staff:
+                last: dict[str, Submission] = {}
+                counts: dict[str, int] = {}
+                for s in a.submissions:
+                    last[s.student] = s
+                    counts[s.student] = counts.get(s.student, 0) + 1
+                shown["submissions_table"] = [
+                    {**submission_json(s, latest=True), "count": counts[student],
+                     "listing": storage.listing(s.location) if storage is not None else []}
+                    for student, s in sorted(last.items())]
+            found.append(shown)
+        return found
 
 
 def _timing(a: Assignment) -> rules.Timing:
