@@ -154,6 +154,34 @@ class SubmissionStorage:
             raise
         return taken
 
+    def staging(self) -> Path:
+        """A fresh folder to stage a snapshot read through a server (Kubernetes), inside the
+        storage (so keeping it is a rename)."""
+        self._ensure_root()
+        base = self.root / ".staging"
+        base.mkdir(mode=0o700, exist_ok=True)
+        path = base / secrets.token_hex(8)
+        path.mkdir(mode=0o700)
+        return path
+
+    @staticmethod
+    def discard(staged: Path) -> None:
+        shutil.rmtree(staged, ignore_errors=True)
+
+    def keep_staged(self, files: Path, location: str, size: int) -> Snapshot:
+        """Move a staged tree (written by hub_ext.backends.templates.Stager: no links in it)
+        into ``location``; what it holds, counted."""
+        target = self.root / location
+        target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        files.rename(target)
+        taken = Snapshot(bytes=size)
+        for path in target.rglob("*"):
+            if path.is_dir():
+                taken.folders += 1
+            else:
+                taken.files += 1
+        return taken
+
     def files(self, location: str) -> Path:
         return self.root / location
 

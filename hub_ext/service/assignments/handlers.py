@@ -31,15 +31,20 @@ from hub_ext import store
 from hub_ext.backends.local.accounts import safe_name
 from hub_ext.backends.submissions import (
     ClasshubAssignments,
+    Snapshot,
     SnapshotRefused,
+    SubmissionStorage,
     submission_location,
 )
+from hub_ext.backends.templates import FILES, Stager
 from hub_ext.core import assignments as rules
 from hub_ext.core import authz
 from hub_ext.core import templates as template_rules
+from hub_ext.core.seeding import SeedLimits, TemplateRefused
 from hub_ext.service.assignments.bodies import AssignmentBody, AssignmentChange
 from hub_ext.service.declare import needs, refuses, takes
 from hub_ext.service.templates.base import TemplatesBase
+from hub_ext.service.templates.publishing import ContentsReader
 from hub_ext.service.templates.starting import start_seeded
 from hub_ext.store.assignment_models import Assignment, Submission, assignment_json, submission_json
 from hub_ext.store.models import Course
@@ -273,16 +278,46 @@ class SubmissionsHandler(AssignmentsBase):
             raise web.HTTPError(409, verdict.reason)
         storage = self.assignments.storage()
         location = submission_location(assignment_id, student_key(self.caller.name))
-        home = self._home(self.caller.name)
-        taken = await asyncio.to_thread(storage.take, home, folder, location, self.assignments.limits)
+        if self.settings.get("mode") == "local":
+            home = self._home(self.caller.name)
+            taken = await asyncio.to_thread(storage.take, home, folder, location, self.assignments.limits)
+        else:
+            taken = await self._through_server(storage, folder, location)
         result = await self.db(self._record, course, name, assignment_id, now, verdict.late, location, taken)
         self.write_json(result, 201)
 
+    async def _through_server(self, storage: SubmissionStorage, folder: str, location: str) -> Snapshot:
+        """Kubernetes: the home is a volume of the student's pod, which the service does not
+        mount. The folder is read through the student's own running server, with the student's
+        own credentials (as a teacher's folder is read for publishing: ContentsReader), so the
+        reading runs as the student and reaches nothing the student could not; the limits are
+        charged before each file is written (Stager)."""
+        url = await self.server_url("Your server is not running: start the assignment (or your server), "
+                                    "then submit.")
+        staged = await asyncio.to_thread(storage.staging)
+        reader = ContentsReader(url, self.caller_token())
+        limits = self.assignments.limits
+        try:
+            stager = await asyncio.to_thread(Stager, staged, SeedLimits(
+                max_files=limits.max_files, max_bytes=limits.max_bytes, max_depth=limits.max_depth))
+            await reader.copy_into(folder, stager)
+            return await asyncio.to_thread(storage.keep_staged, staged / FILES, location, stager.bytes)
+        except TemplateRefused as e:
+            raise SnapshotRefused(f"Not submitted: {str(e).replace('template', 'folder')}; nothing was "
+                                  "kept") from None
+        except template_rules.TemplateError:
+            raise SnapshotRefused(f"{folder!r} in your home is a file, not a folder") from None
+        except web.HTTPError as e:
+            if e.status_code == 404:
+                raise SnapshotRefused(f"There is no folder {folder!r} in your home: start the "
+                                      "assignment, or put your work there") from None
+            raise
+        finally:
+            reader.client.close()
+            await asyncio.to_thread(storage.discard, staged)
+
     def _home(self, user: str) -> Path:
         """The caller's home as the local spawner makes it (``<homes_dir>/<safe name>``)."""
-        if self.settings.get("mode") != "local":
-            raise web.HTTPError(409, "Submitting reads your home folder, which this hub's service "
-                                     "cannot reach yet on Kubernetes; ask your teacher how to hand in.")
         jobs = self.settings.get("jobs")
         homes = jobs.settings.homes_dir if jobs is not None else ""
         return Path(homes or "homes").resolve() / safe_name(user)
