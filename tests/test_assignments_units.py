@@ -29,6 +29,7 @@ from hub_ext.core.assignments import (
 )
 from hub_ext.service import body_models
 from hub_ext.service.assignments.bodies import AssignmentBody
+from tests.system_accounts import require_root
 
 pytestmark = pytest.mark.unit
 
@@ -195,3 +196,24 @@ def _caller(name: str, courses: dict[str, str]) -> authz.Caller:
 def test_assignment_actions(who, action, status):
     verdict = authz.decide(who, action, course="demo101")
     assert (200 if verdict else verdict.status) == status, verdict
+
+
+def test_as_root_a_file_the_student_does_not_own_is_left_out(tmp_path: Path):
+    """--system-users: the service runs as root over a home its student owns. A hard link (or a
+    file dropped by another account) to something the student may not read must not be copied
+    with root's power; it is named instead."""
+    require_root()
+    student = 54321  # an unused uid: the home's owner
+    home = tmp_path / "home"
+    (home / "lab").mkdir(parents=True)
+    secret = tmp_path / "shadow"
+    secret.write_text("root's secret")
+    os.chmod(secret, 0o600)
+    os.link(secret, home / "lab" / "linked.txt")
+    (home / "lab" / "mine.txt").write_text("my work")
+    (home / "lab" / "sub").mkdir()
+    for path in (home, home / "lab", home / "lab" / "mine.txt", home / "lab" / "sub"):
+        os.chown(path, student, student)
+    taken = snapshot_folder(home, "lab", tmp_path / "snap", SnapshotLimits())
+    assert _tree(tmp_path / "snap") == {"mine.txt": b"my work"}
+    assert taken.skipped == ["linked.txt (not owned by you)"]
