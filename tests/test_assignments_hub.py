@@ -172,3 +172,14 @@ def test_release_start_submit_resubmit_late_and_download(hub: LocalHub, tokens: 
     assert 'id="release-assignment"' not in staff_page  # a TA does not release
     assert 'id="release-assignment"' in HubSession(hub, "teacher1").get(
         f"/services/classhub/courses/{COURSE}").text
+
+    # the JupyterLab panel (its server side): the open assignment with my submissions, and Submit
+    # relayed to the service as me
+    panel = f"{hub.url}/user/student1/api/classhub/panel"
+    auth = {"Authorization": f"token {student}"}
+    state = requests.get(f"{panel}/state", headers=auth, timeout=60).json()
+    (shown,) = state["assignments"]
+    assert (shown["course"], shown["name"], len(shown["my_submissions"])) == (COURSE, "lab1", 2)
+    r = requests.post(f"{panel}/service/courses/{COURSE}/assignments/lab1/submissions", headers=auth,
+                      json={}, timeout=60)
+    assert r.status_code == 409 and "takes no late submissions" in r.json()["message"], r.text
