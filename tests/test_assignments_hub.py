@@ -183,3 +183,10 @@ def test_release_start_submit_resubmit_late_and_download(hub: LocalHub, tokens: 
     r = requests.post(f"{panel}/service/courses/{COURSE}/assignments/lab1/submissions", headers=auth,
                       json={}, timeout=60)
     assert r.status_code == 409 and "takes no late submissions" in r.json()["message"], r.text
+
+    # the course's audit log says who released, submitted and downloaded
+    log = api(hub, "GET", f"courses/{COURSE}/audit?limit=50", teacher).json()["entries"]
+    said = [e["sentence"] for e in log]
+    assert "teacher1 released the assignment lab1 (lab1 v1)" in said
+    assert "student2 submitted lab1 (1 files, late)" in said
+    assert any(s.startswith("teacher1 downloaded 2 submissions of lab1") for s in said)

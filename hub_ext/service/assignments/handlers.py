@@ -279,7 +279,7 @@ class SubmissionsHandler(AssignmentsBase):
         storage = self.assignments.storage()
         location = submission_location(assignment_id, student_key(self.caller.name))
         if self.settings.get("mode") == "local":
-            home = self._home(self.caller.name)
+            home = self._home(self.caller.name)  # resolved with the copy, in the worker thread
             taken = await asyncio.to_thread(storage.take, home, folder, location, self.assignments.limits)
         else:
             taken = await self._through_server(storage, folder, location)
@@ -320,7 +320,7 @@ class SubmissionsHandler(AssignmentsBase):
         """The caller's home as the local spawner makes it (``<homes_dir>/<safe name>``)."""
         jobs = self.settings.get("jobs")
         homes = jobs.settings.homes_dir if jobs is not None else ""
-        return Path(homes or "homes").resolve() / safe_name(user)
+        return Path(homes or "homes").absolute() / safe_name(user)
 
     def _accepting(self, course: str, name: str) -> tuple[int, str, rules.Timing]:
         with self.settings["sessions"]() as session:
@@ -402,14 +402,15 @@ class DownloadHandler(AssignmentsBase):
         every = self.get_query_argument("all", "") in ("1", "true")
         entries = await self.db(self._entries, course, name, every)
         storage = self.assignments.storage()
-        with tempfile.TemporaryFile() as out:
-            await asyncio.to_thread(storage.zip_into, out, entries)
-            await asyncio.to_thread(out.seek, 0)
+        out = await asyncio.to_thread(_zipped, storage, entries)  # built off the loop (rule 7)
+        try:
             self.set_header("Content-Type", "application/zip")
             self.set_header("Content-Disposition", f'attachment; filename="{course}-{name}.zip"')
             while chunk := await asyncio.to_thread(out.read, 1 << 20):
                 self.write(chunk)
                 await self.flush()
+        finally:
+            await asyncio.to_thread(out.close)
         self.finish()
 
     def _entries(self, course: str, name: str, every: bool) -> list[tuple[str, str]]:
@@ -425,6 +426,18 @@ class DownloadHandler(AssignmentsBase):
             store.record(session, self.caller.name, DOWNLOADED, _now(), course=course, assignment=name,
                          submissions=len(chosen), every=every)
             return chosen
+
+
+def _zipped(storage: SubmissionStorage, entries: list[tuple[str, str]]) -> Any:
+    """The zip of ``entries`` in an anonymous temporary file, rewound for reading."""
+    out = tempfile.TemporaryFile()  # noqa: SIM115 - the caller reads it, then closes it
+    try:
+        storage.zip_into(out, entries)
+        out.seek(0)
+    except BaseException:
+        out.close()
+        raise
+    return out
 
 
 def _zip_name(student: str) -> str:
