@@ -30,7 +30,7 @@ MODES = ("local", "kubernetes")
 #: Everything a deployer sets as ``c.<Section>.<name>`` reaches the process (docs/configuration.md,
 #: "Configuration: one channel, traits"); there is no list of single settings to forward.
 SERVICE_SECTIONS: dict[str, tuple[str, ...]] = {
-    SERVICE_NAME: ("ClasshubService", "ClasshubTemplates", "ClasshubJobs"),
+    SERVICE_NAME: ("ClasshubService", "ClasshubTemplates", "ClasshubJobs", "ClasshubAssignments"),
     CULLER_NAME: ("ClasshubCuller",),
 }
 
@@ -261,6 +261,8 @@ def _add_template_settings(c: Any, mode: str, data_dir: str | Path | None) -> No
     service["oauth_client_allowed_scopes"] = list(SERVICE_OAUTH_SCOPES)
     if mode == "local" and data_dir is not None and "storage_dir" not in c.ClasshubTemplates:
         c.ClasshubTemplates.storage_dir = str(Path(data_dir).resolve() / "templates")
+    if mode == "local" and data_dir is not None and "storage_dir" not in c.ClasshubAssignments:
+        c.ClasshubAssignments.storage_dir = str(Path(data_dir).resolve() / "submissions")
 
 
 def _add_roles(c: Any) -> None:

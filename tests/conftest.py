@@ -76,8 +76,11 @@ SLOWEST_FIRST = (  # seconds: the larger of two CI runs' reports (--durations, j
     "test_sharing_hub",  # 65
     "test_templates_e2e",  # 63
     "test_templates_kube",  # 60
+    "test_assignments_hub",  # ~55 on a loaded machine (estimate)
     "test_hubapi_pagination",  # 52
     "test_browser_jobs",  # ~50 with the waiting job's page (estimate: 32 s on a quiet machine)
+    "test_assignments_kube",  # ~50 (estimate)
+    "test_browser_assignments",  # ~30 alone, more beside other workers (estimate)
     "test_service_courses",  # 42
     "test_jobs_hub",  # 35
     "test_shutdown",  # 35

@@ -31,7 +31,7 @@ import tarfile
 import textwrap
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -197,6 +197,20 @@ def test_a_class_start_a_cull_a_template_upload_and_a_job_leave_no_slow_callback
     r = api(hub, "POST", f"courses/{COURSE}/templates/lab1/versions?profile=cpu", tokens["teacher1"],
             data=archive.getvalue(), headers={"Content-Type": "application/gzip"})
     assert r.status_code == 201, r.text
+
+    # an assignment: released from that template, a 3 MiB folder submitted, every submission zipped
+    due = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
+    r = api(hub, "POST", f"courses/{COURSE}/assignments", tokens["teacher1"],
+            json={"name": "lab1", "template": "lab1", "folder": "lab", "due_at": due})
+    assert r.status_code == 201, r.text
+    work = hub.data_dir / "homes" / "student2" / "lab"
+    work.mkdir(parents=True, exist_ok=True)
+    for i in range(50):
+        (work / f"data-{i}.bin").write_bytes(os.urandom(64 * 1024))
+    r = api(hub, "POST", f"courses/{COURSE}/assignments/lab1/submissions", student2.new_token())
+    assert r.status_code == 201 and r.json()["files"] == 50, r.text
+    r = api(hub, "GET", f"courses/{COURSE}/assignments/lab1/download", tokens["teacher1"])
+    assert r.status_code == 200 and len(r.content) > 50 * 64 * 1024, r.text[:200]
 
     # a job cycle: a student's job runs and ends
     job = api(hub, "POST", "jobs", student2.new_token(), json={

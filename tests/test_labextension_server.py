@@ -28,11 +28,15 @@ def test_the_owner_relay_passes_only_the_panel_s_calls() -> None:
     assert relayable("GET", "usage/me") and relayable("POST", "shares") and relayable("DELETE", "shares/7")
     assert relayable("POST", "courses/demo101/templates/lab1/start") and relayable("POST", "jobs/j1/cancel")
     assert relayable("POST", "jobs") and relayable("GET", "jobs/j1/logs")  # "Submit as job…", "Logs"
+    assert relayable("GET", "courses/demo101/assignments")  # the Assignments section and its Submit
+    assert relayable("POST", "courses/demo101/assignments/lab1/submissions")
     for method, path in (("GET", "usage"), ("DELETE", "shares"), ("PUT", "courses/demo101/quota"),
                          ("POST", "courses/demo101/members"), ("GET", "shares/../usage"),
                          ("DELETE", "shares/7/x"), ("PATCH", "shares/7"),
                          ("GET", "courses/../templates"), ("DELETE", "jobs/j1"),
-                         ("GET", "jobs/../logs")):
+                         ("GET", "jobs/../logs"), ("POST", "courses/demo101/assignments"),
+                         ("PUT", "courses/demo101/assignments/lab1"),
+                         ("GET", "courses/demo101/assignments/lab1/download")):
         assert not relayable(method, path), (method, path)
 
 

@@ -30,6 +30,7 @@ CONFIG_CLASSES = (
     "hub_ext.service.app.ClasshubService",
     "hub_ext.service.jobs.settings.ClasshubJobs",
     "hub_ext.backends.templates.ClasshubTemplates",
+    "hub_ext.backends.submissions.ClasshubAssignments",
     "culler.app.ClasshubCuller",
     "spawner.local.ClasshubLocalSpawner",
     "spawner.kube.ClasshubKubeSpawner",
@@ -43,7 +44,8 @@ CONFIG_CLASSES = (
 OWN_PACKAGES = ("hub_ext", "spawner", "culler")
 
 #: Source files with the service's metric families.
-METRIC_SOURCES = ("hub_ext/service/metrics.py", "hub_ext/service/jobs/metrics.py")
+METRIC_SOURCES = ("hub_ext/service/metrics.py", "hub_ext/service/jobs/metrics.py",
+                  "hub_ext/service/assignments/metrics.py")
 
 _FAMILY_KINDS = {"GaugeMetricFamily": "gauge", "CounterMetricFamily": "counter",
                  "HistogramMetricFamily": "histogram", "SummaryMetricFamily": "summary"}

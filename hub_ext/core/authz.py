@@ -134,6 +134,15 @@ SET_JOB_PRIORITY = "set_job_priority"
 READ_TEMPLATES = "read_templates"
 USE_TEMPLATE = "use_template"
 PUBLISH_TEMPLATE = "publish_template"
+# Assignments (hub_ext.service.assignments): members see the course's released assignments and
+# submit their own work (starting one restarts their server: the hub scope, as USE_TEMPLATE);
+# teachers release and change them; staff (teachers, TAs) read every submission. A caller outside
+# the course is told it is none of theirs (404), as for templates.
+READ_ASSIGNMENTS = "read_assignments"
+EDIT_ASSIGNMENTS = "edit_assignments"
+START_ASSIGNMENT = "start_assignment"
+SUBMIT_ASSIGNMENT = "submit_assignment"
+READ_SUBMISSIONS = "read_submissions"
 
 #: Scope that lets a token read the metrics (as for JupyterHub's own /hub/metrics).
 METRICS_SCOPE = "read:metrics"
@@ -151,6 +160,7 @@ HUB_SCOPES: Mapping[str, tuple[tuple[str, str | None], ...]] = MappingProxyType(
     SHARE_SERVER: (("shares", "user"),),
     REVOKE_SHARE: (("shares", "user"),),
     USE_TEMPLATE: (("servers", "user"),),
+    START_ASSIGNMENT: (("servers", "user"),),
 })
 
 #: Actions a token that does not grant access to classhub may still do (the hub's own scope
@@ -323,6 +333,11 @@ ACTIONS = (
     READ_TEMPLATES,
     USE_TEMPLATE,
     PUBLISH_TEMPLATE,
+    READ_ASSIGNMENTS,
+    EDIT_ASSIGNMENTS,
+    START_ASSIGNMENT,
+    SUBMIT_ASSIGNMENT,
+    READ_SUBMISSIONS,
 )
 
 #: Actions for hub admins alone, about no course in particular, with the sentence for anyone else.
@@ -417,6 +432,10 @@ def decide(caller: Caller, action: str, *, course: str | None = None, user: str 
         if course is None:
             raise ValueError(f"{action} needs a course")
         return _templates(caller, action, course)
+    if action in _ASSIGNMENT_ACTIONS:
+        if course is None:
+            raise ValueError(f"{action} needs a course")
+        return _assignments(caller, action, course)
     if action in _JOB_ACTIONS and not caller.is_user and (
             course is None or job is not None or action == LIST_JOBS):
         return _deny("Jobs belong to users; ask with a user's token.")
@@ -533,6 +552,32 @@ def _templates(caller: Caller, action: str, course: str) -> Verdict:
         return _deny(f"Only a teacher of {course} (or an admin) can publish its templates or change "
                      "its template settings; ask the course's teacher.")
     if action == USE_TEMPLATE:  # restarting the caller's own server: their token must allow it
+        return _missing_scopes(caller, action, course, caller.name)
+    return ALLOW
+
+
+_ASSIGNMENT_ACTIONS = frozenset({READ_ASSIGNMENTS, EDIT_ASSIGNMENTS, START_ASSIGNMENT, SUBMIT_ASSIGNMENT,
+                                 READ_SUBMISSIONS})
+
+
+def _assignments(caller: Caller, action: str, course: str) -> Verdict:
+    """Assignments of `course`: members and admins see them; members submit their own work (a
+    hub service has no home to submit); teachers and admins release and change them; teachers,
+    TAs and admins read every submission. Anyone else: the course is none of theirs (404)."""
+    role = caller.role_in(course)
+    if not (caller.is_admin or role is not None):
+        return Verdict(False, 404, f"No course {course} among yours; GET /api/courses lists the "
+                                   "courses you are in.")
+    if action == EDIT_ASSIGNMENTS and not (caller.is_admin or role == TEACHER):
+        return _deny(f"Only a teacher of {course} (or an admin) can release or change its "
+                     "assignments; ask the course's teacher.")
+    if action == READ_SUBMISSIONS and not (caller.is_admin or role in (TEACHER, TA)):
+        return _deny(f"Only the teachers and TAs of {course} (and admins) see everyone's "
+                     "submissions; yours are listed with the assignment.")
+    if action in (START_ASSIGNMENT, SUBMIT_ASSIGNMENT) and not (caller.is_user and caller.access):
+        return _deny(f"{caller.name} is a hub service; assignments are started and submitted from "
+                     "a user's own server. Ask with a user's token.")
+    if action == START_ASSIGNMENT:  # restarting the caller's own server: their token must allow it
         return _missing_scopes(caller, action, course, caller.name)
     return ALLOW
 

@@ -25,6 +25,7 @@ from traitlets import Bool, Enum, Float, Integer, TraitError, Unicode, validate
 from traitlets.config import Application
 
 from hub_ext import __version__, store
+from hub_ext.backends.submissions import ClasshubAssignments
 from hub_ext.backends.templates import ClasshubTemplates
 from hub_ext.envtraits import ConfigError, apply_env, check_sections, handed_config
 from hub_ext.hubapi import HubAPI
@@ -40,6 +41,7 @@ from hub_ext.service import (
     routes,
     sharing,
 )
+from hub_ext.service.assignments.metrics import SubmissionCollector
 from hub_ext.service.courses import Courses
 
 #: (path under the prefix, handler): the OpenAPI document's own route, then every other one.
@@ -126,7 +128,7 @@ class ClasshubService(Application):
         return proposal.value
 
     #: The configurables whose sections the hub hands this process (``configure()``).
-    classes = [ClasshubTemplates, jobs.ClasshubJobs]
+    classes = [ClasshubTemplates, jobs.ClasshubJobs, ClasshubAssignments]
 
     def initialize(self, argv: list[str] | None = None) -> None:
         """The hub's sections, then the config file, then the command line (which wins); refuse
@@ -150,6 +152,7 @@ class ClasshubService(Application):
                               "configure(c) in jupyterhub_config.py, which sets it.")
         self.templates = ClasshubTemplates(parent=self)  # its settings, checked now
         self.job_settings = jobs.ClasshubJobs(parent=self)
+        self.assignment_settings = ClasshubAssignments(parent=self)
 
     def make_app(self) -> web.Application:
         hub_auth = HubOAuth(parent=self, cache_max_age=60)
@@ -157,6 +160,7 @@ class ClasshubService(Application):
         sessions = store.connect(self.db_url)
         registry = metrics.registry_for(sessions)
         registry.register(jobs.JobCollector(sessions))
+        registry.register(SubmissionCollector(sessions))
         job_settings = getattr(self, "job_settings", None) or jobs.ClasshubJobs(parent=self)
         job_backend = (job_settings.local_backend() if self.mode == "local"
                        else job_settings.kubernetes_backend(home_of=hub_api.home_volume))
@@ -182,6 +186,8 @@ class ClasshubService(Application):
             mode=self.mode,
             grafana_url=self.grafana_url,
             classhub_templates=getattr(self, "templates", None) or ClasshubTemplates(parent=self),
+            classhub_assignments=(getattr(self, "assignment_settings", None)
+                                  or ClasshubAssignments(parent=self)),
             prefix=self.prefix,
             cookie_secret=os.urandom(32),
             xsrf_cookies=False,

@@ -34,6 +34,7 @@ from tornado import web
 
 from hub_ext import __version__
 from hub_ext.service import (
+    assignments,
     cluster,
     culling,
     handlers,
@@ -273,7 +274,7 @@ def _hand_written() -> dict[str, dict[str, Any]]:
     """Every hand-written path entry: `PATHS` and each route module's ``OPENAPI_PATHS`` (a module
     whose operations are all generated may have none)."""
     paths = dict(PATHS)
-    for module in (templates, sharing, culling, invitations, panel, jobs, cluster):
+    for module in (templates, assignments, sharing, culling, invitations, panel, jobs, cluster):
         paths.update(getattr(module, "OPENAPI_PATHS", {}))
     return paths
 
@@ -375,6 +376,7 @@ def _parameters() -> dict[str, Any]:
                    "schema": {"type": "string", "default": ""},
                    "description": "the server's name (empty: the default server)"},
         **getattr(jobs, "OPENAPI_PARAMETERS", {}),
+        **assignments.OPENAPI_PARAMETERS,
         "remove_missing": {"name": "remove_missing", "in": "query", "required": False,
                            "schema": {"type": "boolean", "default": False},
                            "description": "remove students and TAs not in the file"},

@@ -8,6 +8,7 @@ app that imports it). The app mounts them under its prefix, after the document's
 from __future__ import annotations
 
 from hub_ext.service import (
+    assignments,
     cluster,
     culling,
     handlers,
@@ -38,6 +39,7 @@ ROUTES: list[tuple[str, type]] = [
     ("api/usage", handlers.AllUsageHandler),
     ("metrics", handlers.MetricsHandler),
     *templates.ROUTES,
+    *assignments.ROUTES,
     *sharing.ROUTES,
     *culling.ROUTES,
     *invitations.ROUTES,

@@ -16,8 +16,8 @@ looking, never lends the owner's power to a visitor.**
 Routes (authenticated like every jupyter-server API: the cookie and ``_xsrf`` of this server):
 
 - ``GET  api/classhub/panel/state``: who looks, the server, and for the owner: courses, quota
-  use, templates, shares, shares with me, pending cull warnings, jobs (``?parts=viewer``: who looks
-  and the server only);
+  use, templates, open assignments, shares, shares with me, pending cull warnings, jobs
+  (``?parts=viewer``: who looks and the server only);
 - ``GET|POST|PUT|DELETE api/classhub/panel/service/<path>``: the owner's relay to the service;
   a text answer (a job's log) comes back as text; a log is read from ``offset``, never followed
   (the panel reads again what is new);
@@ -51,10 +51,11 @@ RELAYED: dict[str, tuple[re.Pattern[str], ...]] = {
     "GET": tuple(re.compile(p) for p in (
         r"me", r"usage/me", r"shares", r"shares/with-me", r"culling/me",
         r"courses/[^/]+/templates", r"courses/[^/]+/usage", r"jobs", r"jobs/[^/]+", r"jobs/[^/]+/logs",
+        r"courses/[^/]+/assignments",
     )),
     "POST": tuple(re.compile(p) for p in (
         r"shares", r"courses/[^/]+/templates/[^/]+/start", r"courses/[^/]+/templates/[^/]+/versions",
-        r"jobs", r"jobs/[^/]+/cancel",
+        r"jobs", r"jobs/[^/]+/cancel", r"courses/[^/]+/assignments/[^/]+/submissions",
     )),
     "PUT": (),
     "DELETE": tuple(re.compile(p) for p in (r"shares/[0-9]+",)),
@@ -193,15 +194,19 @@ class StateHandler(PanelHandler):
                 errors.append((payload or {}).get("message") or f"{parts[key]}: {code}")
         courses = (state.get("me") or {}).get("courses") or {}
         state["courses"] = courses
-        listed = await asyncio.gather(*(self.service("GET", f"courses/{quote(c, safe='')}/templates")
-                                        for c in courses))
-        templates = []
-        for course, (code, payload) in zip(courses, listed, strict=True):
+        listed = await asyncio.gather(*(self.service("GET", f"courses/{quote(c, safe='')}/{what}")
+                                        for what in ("templates", "assignments") for c in courses))
+        templates, assignments = [], []
+        for course, (code, payload) in zip(courses, listed[:len(courses)], strict=True):
             if code == 200:
                 items = payload.get("templates", payload) if isinstance(payload, dict) else payload
                 for t in items or []:
                     templates.append({"course": course, **t})
+        for code, payload in listed[len(courses):]:  # each assignment names its course
+            if code == 200 and isinstance(payload, list):
+                assignments.extend(payload)
         state["templates"] = templates
+        state["assignments"] = assignments
         state["errors"] = errors
         self.answer(200, state)
 

@@ -29,6 +29,7 @@ import { JobLogView } from './joblog';
 import { ClasshubPanel } from './panel';
 import { ShareForm } from './shareform';
 import {
+  IAssignment,
   ICullWarning,
   IJob,
   IPanelState,
@@ -149,6 +150,28 @@ const plugin: JupyterFrontEndPlugin<void> = {
       keepRunning: () => app.commands.execute(CommandIDs.keep) as Promise<void>,
       revoke: (share: IShare) => revoke(share),
       startTemplate: (template: ITemplate) => startTemplate(template),
+      // starting restarts this server: the course page does it (and follows the start)
+      startAssignment: (a: IAssignment) => {
+        const root = (panel.state?.hub_prefix || '/hub/').replace(/hub\/$/, '');
+        window.open(`${root}services/classhub/courses/${encodeURIComponent(a.course)}#assignments`, '_blank');
+      },
+      submitAssignment: async (a: IAssignment) => {
+        try {
+          const s = await serviceRequest<{ files: number; late: boolean; skipped: string[] }>(
+            `courses/${encodeURIComponent(a.course)}/assignments/${encodeURIComponent(a.name)}/submissions`,
+            'POST',
+            {}
+          );
+          const left = s.skipped.length ? ` Not submitted: ${s.skipped.join(', ')}.` : '';
+          Notification.success(
+            `Submitted ${a.title || a.name}: ${s.files} files${s.late ? ' (late)' : ''}.${left}`,
+            { autoClose: 8000 }
+          );
+        } catch (error) {
+          fail('Not submitted', error);
+        }
+        await refresh();
+      },
       publishFolder: (course: string) =>
         app.commands.execute(CommandIDs.publish, { course }) as Promise<void>,
       copyToMyServer: () => app.commands.execute(CommandIDs.copy) as Promise<void>,

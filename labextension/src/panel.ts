@@ -8,11 +8,13 @@ import { Widget } from '@lumino/widgets';
 
 import {
   ACTIVE_JOB_STATES,
+  IAssignment,
   IJob,
   IPanelState,
   IShare,
   ITemplate,
   cullMessage,
+  describeAssignment,
   describeJob,
   describeShare,
   formatDuration,
@@ -27,6 +29,8 @@ export interface IPanelActions {
   keepRunning(): Promise<void>;
   revoke(share: IShare): Promise<void>;
   startTemplate(template: ITemplate): Promise<void>;
+  startAssignment(assignment: IAssignment): void;
+  submitAssignment(assignment: IAssignment): Promise<void>;
   publishFolder(course: string): Promise<void>;
   copyToMyServer(): Promise<void>;
   cancelJob(job: IJob): Promise<void>;
@@ -111,7 +115,8 @@ export class ClasshubPanel extends Widget {
     if (state && !state.viewer.owner) {
       root.append(this._visitor(state));
     } else if (state) {
-      root.append(this._myServer(state), this._quota(state), this._templates(state));
+      root.append(this._myServer(state), this._quota(state), this._templates(state),
+        this._assignments(state));
       root.append(this._sharing(state), ...this._jobs(state), ...this._courses(state));
       for (const e of (state as any).errors || []) {
         root.append(el('p', { class: 'classhub-error' }, String(e)));
@@ -222,6 +227,39 @@ export class ClasshubPanel extends Widget {
         );
       }
     }
+    return s;
+  }
+
+  private _assignments(state: IPanelState): HTMLElement {
+    const s = section('Assignments', 'assignments');
+    const assignments = state.assignments || [];
+    if (!assignments.length) {
+      s.append(el('p', {}, 'No open assignments in your courses.'));
+    }
+    const when = (iso: string) => new Date(iso).toLocaleString();
+    const list = el('ul', { class: 'classhub-list classhub-assignments' });
+    for (const a of assignments) {
+      const name = a.title || a.name;
+      const submit = button(
+        a.late_now ? 'Submit (late)' : 'Submit',
+        () => this.actions.submitAssignment(a),
+        `Submit the folder ${a.folder} for ${name}`
+      );
+      if (!a.accepting) {
+        submit.setAttribute('disabled', '');
+        submit.title = 'Not accepting submissions now';
+      }
+      list.append(
+        el(
+          'li',
+          {},
+          el('span', {}, describeAssignment(a, when)),
+          button('Start', () => this.actions.startAssignment(a), `Start ${name}: its files in ${a.folder}`),
+          submit
+        )
+      );
+    }
+    s.append(list);
     return s;
   }
 

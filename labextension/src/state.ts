@@ -55,6 +55,38 @@ export interface IShare {
   open_url?: string;
 }
 
+/** A submission of mine, as the assignments API shows it. */
+export interface ISubmission {
+  id: number;
+  submitted_at: string;
+  late: boolean;
+  files: number;
+  skipped: string[];
+  latest: boolean;
+}
+
+/** An open assignment of one of my courses, with my own submissions (the assignments API). */
+export interface IAssignment {
+  course: string;
+  name: string;
+  title: string;
+  folder: string;
+  due_at: string;
+  late_policy: string;
+  accepting: boolean;
+  late_now: boolean;
+  my_submissions: ISubmission[];
+}
+
+/** One line about an assignment: when it is due and my last submission. */
+export function describeAssignment(a: IAssignment, when: (iso: string) => string): string {
+  const last = a.my_submissions.length ? a.my_submissions[a.my_submissions.length - 1] : null;
+  const mine = last
+    ? `submitted ${when(last.submitted_at)}${last.late ? ' (late)' : ''}`
+    : 'not submitted yet';
+  return `${a.title || a.name} (${a.course}), due ${when(a.due_at)}: ${mine}`;
+}
+
 export interface ITemplate {
   course: string;
   name: string;
@@ -202,6 +234,7 @@ export interface IPanelState {
   hub_prefix?: string;
   usage?: { usage: IUsage; courses: Record<string, ICourseUsage> };
   templates?: ITemplate[];
+  assignments?: IAssignment[];
   shares?: IShare[];
   shared_with_me?: IShare[];
   culling?: { warnings: ICullWarning[] };

@@ -3,11 +3,13 @@
  * JSON the server answers.
  */
 import {
+  IAssignment,
   ICourseUsage,
   IJob,
   bannerText,
   cancelledText,
   cullMessage,
+  describeAssignment,
   describeJob,
   describeShare,
   formatDuration,
@@ -304,5 +306,30 @@ describe('jobRequest', () => {
     expect(error({ gpus: -1 })).toMatch(/GPUs per replica/);
     expect(error({ maxRuntimeMinutes: -5 })).toMatch(/runtime/);
     expect(error({ maxRuntimeMinutes: NaN })).toMatch(/runtime/);
+  });
+});
+
+describe('describeAssignment', () => {
+  const a: IAssignment = {
+    course: 'demo101',
+    name: 'lab1',
+    title: 'Lab 1',
+    folder: 'lab1',
+    due_at: '2026-12-14T17:00:00+00:00',
+    late_policy: 'accept-late',
+    accepting: true,
+    late_now: false,
+    my_submissions: []
+  };
+  const when = (iso: string) => iso.slice(0, 10);
+  it('says when it is due and that nothing was submitted', () => {
+    expect(describeAssignment(a, when)).toBe('Lab 1 (demo101), due 2026-12-14: not submitted yet');
+  });
+  it('names the last submission and whether it was late', () => {
+    const s = { id: 1, submitted_at: '2026-12-13T10:00:00+00:00', late: false, files: 2, skipped: [], latest: false };
+    const last = { ...s, id: 2, submitted_at: '2026-12-15T10:00:00+00:00', late: true, latest: true };
+    expect(describeAssignment({ ...a, my_submissions: [s, last] }, when)).toBe(
+      'Lab 1 (demo101), due 2026-12-14: submitted 2026-12-15 (late)'
+    );
   });
 });

@@ -109,6 +109,15 @@ _SENTENCES: dict[str, Callable[[str, Details], str]] = {
     "share_copied": lambda a, d: (f"{a} copied {d.get('path', 'a file')} from "
                                   f"{d.get('owner', 'someone')}'s server"),
     "share_auto_started": lambda a, d: f"{a} started {d.get('owner', 'someone')}'s server to open a share",
+    "assignment_released": lambda a, d: (f"{a} released the assignment {d.get('assignment', '')} "
+                                         f"({d.get('template', 'a template')} v{d.get('version', '?')})"),
+    "assignment_changed": lambda a, d: (f"{a} changed {', '.join(d.get('changed') or []) or 'nothing'} "
+                                        f"of the assignment {d.get('assignment', '')}"),
+    "assignment_submitted": lambda a, d: (f"{a} submitted {d.get('assignment', 'an assignment')} "
+                                          f"({d.get('files', '?')} files"
+                                          + (", late)" if d.get("late") else ")")),
+    "submissions_downloaded": lambda a, d: (f"{a} downloaded {d.get('submissions', '?')} submissions of "
+                                            f"{d.get('assignment', 'an assignment')}"),
     "server_persistent": lambda a, d: f"{a} kept {d.get('user', 'a user')}'s server from being culled",
     "server_not_persistent": lambda a, d: f"{a} let {d.get('user', 'a user')}'s server be culled again",
 }

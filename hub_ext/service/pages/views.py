@@ -21,6 +21,8 @@ from hub_ext.core import templates as template_rules
 from hub_ext.core.jobs import ADMITTED, PREEMPTED, QUEUED, RUNNING
 from hub_ext.core.profiles import Catalog, CatalogError
 from hub_ext.hubapi import HubAPIError
+from hub_ext.service.assignments.handlers import course_assignments
+from hub_ext.service.assignments.handlers import settings_of as assignment_settings
 from hub_ext.service.declare import needs
 from hub_ext.service.handlers import SecurityHeaders
 from hub_ext.service.jobs.records import as_json as job_json
@@ -214,6 +216,8 @@ class CoursePage(_Pages):
                               "staff": staff, "teacher": teacher, "quota": quota}
         windows = await self.settings["culling"].windows(course)
         ns["windows"] = windows["windows"]
+        ns["assignments"] = await self._assignments(course, staff)
+        ns["templates"] = (await self._templates([course]))[course] if teacher else []
         ns["sharing"] = await self.shares.course_settings(course)
         if teacher:  # how added people log in; the resource names the course's profiles use
             ns["login_sentence"] = await self._login_sentence()
@@ -233,6 +237,14 @@ class CoursePage(_Pages):
             mine = (await self.courses.my_usage(caller.name))["courses"].get(course, {})
             ns["my_bars"] = _bars(mine.get("usage", {}), mine.get("limits", {}))
         self.render_page("course.html", caller, **ns)
+
+    async def _assignments(self, course: str, staff: bool) -> list[dict[str, Any]]:
+        """The course's assignments as the assignments API shows them to the caller (students:
+        the open ones, with their own submissions; staff: all, with the submissions table)."""
+        settings = assignment_settings(self.settings)
+        storage = settings.storage() if settings.storage_dir else None
+        return await asyncio.to_thread(course_assignments, self.settings["sessions"], storage, course,
+                                       self.caller.name, staff)
 
     async def _login_sentence(self) -> str:
         """How added people log in, from the hub's authenticator (``/hub/api/info`` needs the

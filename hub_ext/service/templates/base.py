@@ -13,6 +13,7 @@ from tornado import web
 from hub_ext.backends.templates import (
     ClasshubTemplates,
 )
+from hub_ext.hubapi import HubAPIError
 from hub_ext.service.handlers import APIHandler
 from hub_ext.store.models import Course
 
@@ -50,3 +51,28 @@ class TemplatesBase(APIHandler):
         if row is None:
             raise web.HTTPError(404, "No course %s; GET /api/courses lists the courses.", course)
         return row
+
+    def caller_token(self) -> str:
+        """The caller's own credentials (the token the request came with, or the OAuth token of
+        their browser login), with which classhub reads their server: never the service's."""
+        token = self.hub_auth.get_token(self)
+        if not token:
+            raise web.HTTPError(401, "Log in again: classhub needs your own credentials to read your server.")
+        return token
+
+    async def server_url(self, not_running: str) -> str:
+        """Where the caller's default server listens, from the hub's proxy table; a 409 with
+        ``not_running`` when it does not run."""
+        server = await self.hub.server(self.caller.name)
+        if not server or not server.get("ready"):
+            raise web.HTTPError(409, not_running)
+        prefix = server["url"]
+        try:
+            routes = await self.hub.get("proxy")
+        except HubAPIError:
+            raise web.HTTPError(502, "classhub could not read the hub's proxy table (it needs the scope "
+                                     "'proxy').") from None
+        route = routes.get(prefix) or routes.get(prefix.rstrip("/"))
+        if not route or (route.get("data") or {}).get("user") != self.caller.name:
+            raise web.HTTPError(409, "Your server has no route in the proxy yet; try again in a moment.")
+        return route["target"].rstrip("/") + prefix

@@ -36,7 +36,6 @@ from hub_ext.backends.templates import (
 from hub_ext.core import authz, bodies
 from hub_ext.core import templates as rules
 from hub_ext.core.seeding import TemplateRefused
-from hub_ext.hubapi import HubAPIError
 from hub_ext.service import body_models
 from hub_ext.service.declare import PUBLIC, needs, refuses
 from hub_ext.service.handlers import APIHandler
@@ -53,6 +52,9 @@ from hub_ext.store.template_models import (
     find_template,
     version_json,
 )
+
+_NOT_RUNNING = ("Your server is not running; start it, put the template's files in a folder, and "
+                "publish again.")
 
 
 class ContentsReader:
@@ -223,7 +225,7 @@ class PublishHandler(TemplatesBase):
             body = self.body_as(PublishFromServer)
             meta, folder, home_folder = body.columns(), body.source.server_path, body.home_folder
             self._staged = storage.staging()
-            reader = ContentsReader(await self._server_url(), self._caller_token())
+            reader = ContentsReader(await self.server_url(_NOT_RUNNING), self.caller_token())
             try:
                 await reader.copy_into(folder, Stager(self._staged, limits))
             except TemplateRefused as e:
@@ -305,29 +307,6 @@ class PublishHandler(TemplatesBase):
             with contextlib.suppress(bodies.BodyError):
                 data["start_command"] = bodies.parse_json(data["start_command"])
         return data
-
-    def _caller_token(self) -> str:
-        token = self.hub_auth.get_token(self)
-        if not token:
-            raise web.HTTPError(401, "Log in again: classhub needs your own credentials to read your server.")
-        return token
-
-    async def _server_url(self) -> str:
-        """Where the caller's default server listens, from the hub's proxy table."""
-        server = await self.hub.server(self.caller.name)
-        if not server or not server.get("ready"):
-            raise web.HTTPError(409, "Your server is not running; start it, put the template's files in a "
-                                     "folder, and publish again.")
-        prefix = server["url"]
-        try:
-            routes = await self.hub.get("proxy")
-        except HubAPIError:
-            raise web.HTTPError(502, "classhub could not read the hub's proxy table (it needs the scope "
-                                     "'proxy').") from None
-        route = routes.get(prefix) or routes.get(prefix.rstrip("/"))
-        if not route or (route.get("data") or {}).get("user") != self.caller.name:
-            raise web.HTTPError(409, "Your server has no route in the proxy yet; try again in a moment.")
-        return route["target"].rstrip("/") + prefix
 
     def _record(self, course: str, name: str, meta: dict[str, Any], source: str, manifest, digest: str,
                 stored_at: str | None):

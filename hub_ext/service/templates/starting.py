@@ -36,30 +36,10 @@ class StartHandler(TemplatesBase):
     @needs(authz.USE_TEMPLATE, course="course")
     @takes(StartBody)
     async def post(self, course: str, name: str) -> None:
-        caller = self.caller
         choice = rules.TemplateChoice(course, rules.require_name(name), self.body.version,
                                       self.body.restore_deleted)
         version = await self.db(self._version, choice)
-        options: dict[str, Any] = {"template": rules.TemplateChoice(
-            course, name, version["version"], choice.restore_deleted).to_json()}
-        if version["profile"]:
-            options["profile"] = version["profile"]
-        if version["image"] and self.settings.get("mode") == "kubernetes":
-            options["image"] = version["image"]
-        started = _now()
-        try:
-            if await self.hub.server(caller.name):
-                await self.hub.stop_server(caller.name)
-            server = await self.hub.start_server(caller.name, options)
-        except HubAPIError as e:
-            if e.status in (400, 403, 409) and e.hub_message:
-                raise web.HTTPError(e.status, e.hub_message) from None
-            if e.status == 500:
-                raise web.HTTPError(500, f"Your server did not start: {e.hub_message}") from None
-            raise
-        seeded = await self.db(self._seeded, caller.name, started)
-        shown = {k: server.get(k) for k in ("url", "ready", "user_options")}
-        self.write_json({"template": version, "server": shown, "seeded": seeded})
+        self.write_json(await start_seeded(self, version, choice.restore_deleted))
 
     def _version(self, choice: rules.TemplateChoice) -> dict[str, Any]:
         with self.settings["sessions"]() as session:
@@ -71,11 +51,42 @@ class StartHandler(TemplatesBase):
                                          f"/api/courses/{choice.course}/templates lists them.")
             return version_json(choice.course, choice.name, v)
 
-    def _seeded(self, user: str, since: datetime) -> dict[str, Any] | None:
-        """What the spawner's seeding did for this start (its audit entry), if it seeded."""
-        with self.settings["sessions"]() as session:
-            entry = session.scalars(
-                select(AuditLog).where(AuditLog.actor == user, AuditLog.action == "template_seeded",
-                                       AuditLog.at >= since).order_by(AuditLog.id.desc()).limit(1)
-            ).first()
-            return dict(entry.details) if entry is not None else None
+
+async def start_seeded(handler: TemplatesBase, version: dict[str, Any], restore_deleted: bool = False,
+                       ) -> dict[str, Any]:
+    """Restart the caller's server from template ``version`` (a `version_json`): its profile and
+    image, the home seeded by the spawner before JupyterLab opens. The one way a home is seeded
+    from the service: starting from a template and starting an assignment
+    (hub_ext.service.assignments) both come here."""
+    caller = handler.caller
+    course, name = version["course"], version["template"]
+    options: dict[str, Any] = {"template": rules.TemplateChoice(
+        course, name, version["version"], restore_deleted).to_json()}
+    if version["profile"]:
+        options["profile"] = version["profile"]
+    if version["image"] and handler.settings.get("mode") == "kubernetes":
+        options["image"] = version["image"]
+    started = _now()
+    try:
+        if await handler.hub.server(caller.name):
+            await handler.hub.stop_server(caller.name)
+        server = await handler.hub.start_server(caller.name, options)
+    except HubAPIError as e:
+        if e.status in (400, 403, 409) and e.hub_message:
+            raise web.HTTPError(e.status, e.hub_message) from None
+        if e.status == 500:
+            raise web.HTTPError(500, f"Your server did not start: {e.hub_message}") from None
+        raise
+    seeded = await handler.db(_seeded, handler.settings["sessions"], caller.name, started)
+    shown = {k: server.get(k) for k in ("url", "ready", "user_options")}
+    return {"template": version, "server": shown, "seeded": seeded}
+
+
+def _seeded(sessions: Any, user: str, since: datetime) -> dict[str, Any] | None:
+    """What the spawner's seeding did for this start (its audit entry), if it seeded."""
+    with sessions() as session:
+        entry = session.scalars(
+            select(AuditLog).where(AuditLog.actor == user, AuditLog.action == "template_seeded",
+                                   AuditLog.at >= since).order_by(AuditLog.id.desc()).limit(1)
+        ).first()
+        return dict(entry.details) if entry is not None else None

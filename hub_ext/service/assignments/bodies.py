@@ -1,0 +1,93 @@
+"""The JSON bodies of the assignments API, declared once (docs/architecture.md, rule 8).
+
+Each is a pydantic model on hub_ext.service.body_models.Body (unknown fields refused, an
+``example``); its OpenAPI schema is generated from it. What the times mean together (due after
+open, a cut-off only with accept-late) is hub_ext.core.assignments.check_timing's, answered with
+its sentence.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import BeforeValidator, Field
+
+from hub_ext.core import templates as template_rules
+from hub_ext.service import body_models
+from hub_ext.service.body_models import Body
+
+__all__ = ["AssignmentBody", "AssignmentChange"]
+
+MAX_TITLE = 255
+MAX_FOLDER = 255
+
+
+def _name(what: str) -> BeforeValidator:
+    def check(value: Any) -> str:
+        problem = template_rules.name_problem(value)
+        if problem:
+            raise ValueError(problem.replace("a template name", what) + ".")
+        return value
+    return BeforeValidator(check)
+
+
+def _folder(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip("/") or len(value) > MAX_FOLDER:
+        raise ValueError(f'folder must be a folder of the home of at most {MAX_FOLDER} characters, '
+                         'e.g. "lab1".')
+    path = value.strip("/")
+    if any(part in ("", ".", "..") for part in path.split("/")) or "\\" in path or "\x00" in path:
+        raise ValueError(f'folder must be a folder inside the home, without "..", "." or '
+                         f'backslashes (not {value!r}), e.g. "lab1".')
+    return path
+
+
+def _instant(field: str, null_ok: bool = False) -> Any:
+    def check(value: Any) -> Any:
+        if value is None and null_ok:
+            return None
+        return body_models.instant(value, field)
+    return BeforeValidator(check)
+
+
+Policy = Literal["refuse", "accept-late"]
+_POLICY = Field(description="after due_at: refuse submissions, or accept them marked late "
+                            "(until cutoff_at, if given)")
+
+
+class AssignmentBody(Body):
+    """``POST /api/courses/<course>/assignments``: release an assignment from a template version."""
+
+    example: ClassVar[str] = ('{"name": "lab1", "template": "lab1", "version": 1, "folder": "lab1", '
+                              '"opens_at": "2026-12-07T09:00:00+00:00", '
+                              '"due_at": "2026-12-14T17:00:00+00:00", '
+                              '"late_policy": "accept-late", "cutoff_at": "2026-12-16T17:00:00+00:00"}')
+
+    name: Annotated[str, _name("an assignment name"), Field(description="the assignment's name, e.g. lab1")]
+    title: Annotated[str, Field(max_length=MAX_TITLE)] = ""
+    template: Annotated[str, _name("a template name"),
+                        Field(description="the course template whose files students start from")]
+    version: Annotated[int | None, Field(ge=1, le=template_rules.MAX_VERSION, description=(
+        "the template version released (default: the newest now; it stays fixed)"))] = None
+    folder: Annotated[str | None, BeforeValidator(lambda v: None if v is None else _folder(v)), Field(
+        description="the folder of each home that is the work and is submitted (default: the "
+                    "assignment's name); publish the template with this home_folder")] = None
+    opens_at: Annotated[datetime | None, _instant("opens_at", null_ok=True),
+                        Field(description="when students see it and may submit (default: now)")] = None
+    due_at: Annotated[datetime, _instant("due_at")]
+    cutoff_at: Annotated[datetime | None, _instant("cutoff_at", null_ok=True)] = None
+    late_policy: Annotated[Policy, _POLICY] = "refuse"
+
+
+class AssignmentChange(Body):
+    """``PUT /api/courses/<course>/assignments/<name>``: change the title or the times (fields
+    not sent stay as they are; ``cutoff_at: null`` removes the cut-off)."""
+
+    example: ClassVar[str] = '{"due_at": "2026-12-15T17:00:00+00:00"}'
+
+    title: Annotated[str | None, Field(max_length=MAX_TITLE)] = None
+    opens_at: Annotated[datetime | None, _instant("opens_at", null_ok=True)] = None
+    due_at: Annotated[datetime | None, _instant("due_at", null_ok=True)] = None
+    cutoff_at: Annotated[datetime | None, _instant("cutoff_at", null_ok=True)] = None
+    late_policy: Annotated[Policy | None, _POLICY] = None

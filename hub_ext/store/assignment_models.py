@@ -1,0 +1,112 @@
+"""Store models for assignments and their submissions (issue 34). Tables are created by
+migration 0009.
+
+Why these shapes:
+- An assignment belongs to one course, has a name unique in it, and releases one template
+  *version* (not "the newest"): the files a student starts from must not change under them when
+  the teacher publishes again. ``folder`` is where the work lives in each home (the template
+  version's files are seeded there; Submit snapshots that folder).
+- A submission is one immutable snapshot, never overwritten: resubmitting adds a row and a
+  folder (all kept, the last one counts). Its time is the service's clock when the snapshot was
+  taken, and ``late`` is decided then (hub_ext.core.assignments.judge), so changing the due date
+  later does not rewrite history. ``location`` is relative to the submissions storage and made of
+  ids only (no user-chosen names).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from hub_ext.core.assignments import LATE_POLICIES
+from hub_ext.store.models import Base, Course
+from hub_ext.store.template_models import TemplateVersion
+from hub_ext.store.types import JSONType
+
+__all__ = ["Assignment", "Submission", "assignment_json", "submission_json"]
+
+_POLICIES_SQL = "(" + ", ".join(f"'{p}'" for p in LATE_POLICIES) + ")"
+
+
+class Assignment(Base):
+    """An assignment a teacher released: which files, where they go, and when it is due."""
+
+    __tablename__ = "classhub_assignments"
+    __table_args__ = (
+        UniqueConstraint("course_id", "name", name="uq_classhub_assignments_course_id"),
+        CheckConstraint(f"late_policy IN {_POLICIES_SQL}", name="late_policy"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    course_id: Mapped[int] = mapped_column(ForeignKey("classhub_courses.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(64))
+    title: Mapped[str] = mapped_column(Text, default="")
+    version_id: Mapped[int] = mapped_column(
+        ForeignKey("classhub_template_versions.id", ondelete="RESTRICT"))
+    folder: Mapped[str] = mapped_column(String(255))
+    opens_at: Mapped[datetime]
+    due_at: Mapped[datetime]
+    cutoff_at: Mapped[datetime | None]
+    late_policy: Mapped[str] = mapped_column(String(16), default="refuse")
+    created_at: Mapped[datetime]
+    created_by: Mapped[str]
+
+    course: Mapped[Course] = relationship()
+    version: Mapped[TemplateVersion] = relationship()
+    submissions: Mapped[list[Submission]] = relationship(
+        back_populates="assignment", cascade="all, delete-orphan", passive_deletes=True,
+        order_by="Submission.id")
+
+
+class Submission(Base):
+    """One snapshot of a student's assignment folder, as it was when they pressed Submit."""
+
+    __tablename__ = "classhub_submissions"
+    __table_args__ = (Index("ix_classhub_submissions_assignment_student", "assignment_id", "student"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    assignment_id: Mapped[int] = mapped_column(ForeignKey("classhub_assignments.id", ondelete="CASCADE"))
+    student: Mapped[str]
+    submitted_at: Mapped[datetime]
+    late: Mapped[bool] = mapped_column(default=False)
+    location: Mapped[str] = mapped_column(String(255))
+    files: Mapped[int]
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    skipped: Mapped[list[str]] = mapped_column(JSONType, default=list)
+    """Entries of the folder not taken (symbolic links, devices): named so the student knows."""
+
+    assignment: Mapped[Assignment] = relationship(back_populates="submissions")
+
+
+def assignment_json(a: Assignment, course: str) -> dict[str, Any]:
+    v = a.version
+    return {
+        "course": course,
+        "name": a.name,
+        "title": a.title,
+        "template": v.template.name,
+        "version": v.version,
+        "folder": a.folder,
+        "opens_at": a.opens_at.isoformat(),
+        "due_at": a.due_at.isoformat(),
+        "cutoff_at": a.cutoff_at.isoformat() if a.cutoff_at else None,
+        "late_policy": a.late_policy,
+        "created_at": a.created_at.isoformat(),
+        "created_by": a.created_by,
+    }
+
+
+def submission_json(s: Submission, *, latest: bool = False) -> dict[str, Any]:
+    return {
+        "id": s.id,
+        "student": s.student,
+        "submitted_at": s.submitted_at.isoformat(),
+        "late": s.late,
+        "files": s.files,
+        "bytes": s.bytes,
+        "skipped": list(s.skipped or []),
+        "latest": latest,
+    }
