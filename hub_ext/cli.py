@@ -240,7 +240,7 @@ def propose(args: argparse.Namespace) -> list[dict]:
 
 
 #: The one entry of the data dir that other accounts reach: the folder of their homes.
-SHARED_ENTRIES = frozenset({"homes"})
+SHARED_ENTRIES = frozenset({"homes", "course-data"})
 
 
 def prepare_data_dir(path: Path) -> Path:

@@ -30,7 +30,8 @@ MODES = ("local", "kubernetes")
 #: Everything a deployer sets as ``c.<Section>.<name>`` reaches the process (docs/configuration.md,
 #: "Configuration: one channel, traits"); there is no list of single settings to forward.
 SERVICE_SECTIONS: dict[str, tuple[str, ...]] = {
-    SERVICE_NAME: ("ClasshubService", "ClasshubTemplates", "ClasshubJobs", "ClasshubAssignments"),
+    SERVICE_NAME: ("ClasshubService", "ClasshubTemplates", "ClasshubJobs", "ClasshubAssignments",
+                   "ClasshubCourseData"),
     CULLER_NAME: ("ClasshubCuller",),
 }
 
@@ -159,6 +160,12 @@ def configure(
             c.JupyterHub.cookie_secret_file = str(data / "jupyterhub_cookie_secret")
             c.ConfigurableHTTPProxy.pid_file = str(data / "jupyterhub-proxy.pid")
             c.ClasshubLocalSpawner.homes_dir = str(data / "homes")
+            # course data folders (docs/admins/course-data.md): the service writes, members read
+            if "root_dir" not in c.ClasshubCourseData:
+                c.ClasshubCourseData.root_dir = str(data / "course-data")
+            if "homes_dir" not in c.ClasshubCourseData:
+                c.ClasshubCourseData.homes_dir = str(data / "homes")
+        c.ClasshubCourseData.system_groups = system_users
         c.ClasshubLocalSpawner.system_users = system_users
         c.ClasshubLocalSpawner.create_system_users = create_system_users
     else:

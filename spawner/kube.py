@@ -30,6 +30,7 @@ from tornado import web
 from traitlets import Float, Instance, Unicode, default
 
 from hub_ext import store
+from hub_ext.backends.coursedata import ClasshubCourseData, pod_volumes
 from hub_ext.backends.kubernetes import servers
 from hub_ext.backends.kubernetes.informer import live_capacity, mark_failure_seen
 from hub_ext.backends.kubernetes.servers import ApiFailure
@@ -180,14 +181,22 @@ class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
         self.extra_resource_limits = {**base["extra_resource_limits"], **settings["resources"]}
         self.node_selector = {**base["node_selector"], **settings["node_selector"]}
         self.tolerations = [*base["tolerations"], *settings["tolerations"]]
-        self.volumes = [*base["volumes"], *settings["volumes"]]
-        self.volume_mounts = [*base["volume_mounts"], *settings["volume_mounts"]]
+        # the courses' data (docs/admins/course-data.md): read-only mounts for students
+        data_volumes, data_mounts = pod_volumes(self.course_data, self.course_roles or {})
+        self.volumes = [*base["volumes"], *settings["volumes"], *data_volumes]
+        self.volume_mounts = [*base["volume_mounts"], *settings["volume_mounts"], *data_mounts]
         self.environment = {**base["environment"], **settings["environment"]}
         self.image = selection.image or base["image"]
         self.init_containers, self.extra_containers = base["init_containers"], base["extra_containers"]
         self.cmd = base["cmd"]
         if self.template_job is not None:
             self._add_seeding(self.template_job)
+
+    course_data = Instance(ClasshubCourseData, help="Course data volumes (c.ClasshubCourseData.*).")
+
+    @default("course_data")
+    def _default_course_data(self) -> ClasshubCourseData:
+        return ClasshubCourseData(parent=self)
 
     # ------------------------------------------------------------------ templates (issue 6)
     templates = Instance(ClasshubTemplates, help="Template settings (c.ClasshubTemplates.*).")

@@ -18,7 +18,7 @@ from tornado import web
 from traitlets import Bool, Float, Instance, Int, List, Unicode, Union, default
 
 from hub_ext import store
-from hub_ext.backends import templates_spawn
+from hub_ext.backends import coursedata, templates_spawn
 from hub_ext.backends.local import accounts, processes
 from hub_ext.backends.local.gpu_pool import GPUPool
 from hub_ext.backends.seeding import HomeError
@@ -241,6 +241,7 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
         home, record = await asyncio.to_thread(self._home_and_record)
         self.notebook_dir = str(home)
         await self._seed_home(home)
+        await self._show_course_data(home)
         # A process of an earlier start that a hub crash orphaned must not outlive this start.
         await processes.stop_recorded(str(record), 0)
         return await super().start()
@@ -285,6 +286,50 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
             await store.in_thread(templates_spawn.record_seeded, self.classhub_db_url, self.user.name, job,
                                     result.plan.summary())
 
+    course_data = Instance(coursedata.ClasshubCourseData,
+                           help="Course data folders (c.ClasshubCourseData.*).")
+
+    @default("course_data")
+    def _default_course_data(self) -> coursedata.ClasshubCourseData:
+        return coursedata.ClasshubCourseData(parent=self)
+
+    #: The Unix groups of the user's courses, which the server process gets (system users).
+    _course_gids: list[int] = []
+
+    async def _show_course_data(self, home: Path) -> None:
+        """Link each of the user's courses' data folders at ``~/data/<course>`` before the server
+        runs (docs/teachers/course-data.md); with system users, the server also gets each course's
+        Unix group, which alone may enter the folder. File work and ``groupadd`` run in a worker
+        thread (docs/architecture.md, rule 7)."""
+        settings = self.course_data
+        if not settings.root_dir:
+            return
+        courses = self.course_roles
+        if courses is None and self.classhub_db_url:
+            courses, _ = await store.in_thread(templates_spawn.course_roles, self.classhub_db_url,
+                                               self.user.name)
+        courses = courses or {}
+        system = self.system_users and settings.system_groups
+
+        def link() -> tuple[list[int], list[str]]:
+            group_of = ((lambda c: accounts.ensure_course_group(c, settings.group_prefix))
+                        if system else None)
+            folders = coursedata.CourseDataStore(settings, group_of)
+            gids = []
+            for course in courses:
+                folders.ensure(course)
+                if group_of is not None:
+                    gids.append(group_of(course))
+            owner = (self._run_as.uid, self._run_as.gid) if self.system_users else (None, None)
+            return gids, coursedata.link_into_home(home, settings, courses, uid=owner[0], gid=owner[1])
+
+        try:
+            self._course_gids, skipped = await asyncio.to_thread(link)
+        except (OSError, accounts.AccountError, coursedata.DataPathError) as e:
+            raise web.HTTPError(500, f"Cannot show your courses' data folders in your server: {e}") from None
+        for path in skipped:
+            self.log.info("Left %s's own %s alone: the course data is not linked there", self.user.name, path)
+
     def get_args(self) -> list[str]:
         args = super().get_args()
         # classhub's server extension (share enforcement, activity for the culler), from the
@@ -300,12 +345,13 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
         home = str(self.home_dir)
         switch = self.system_users
         record = str(self.record_path)
+        groups = list(self._course_gids)
 
         def preexec() -> None:
             processes.write_record(record)  # before anything else: see records_dir
             if switch:
                 os.setgid(account.gid)
-                os.setgroups([])
+                os.setgroups(groups)  # the course groups: their data folders (_show_course_data)
                 os.setuid(account.uid)
             os.umask(0o077 if switch else 0o022)
             os.chdir(home)

@@ -242,11 +242,15 @@ class ProfilesMixin(HasTraits):
             await quota.reserve(self.classhub_db_url, self.user.name, self.name, selection,
                                 courses=in_courses)
         self.selection = selection
+        self.course_roles = dict(in_courses or {})  # whose course data the server shows
         await self.apply_selection(selection)
 
     # ---- templates (issue 6): the ``template`` option, checked against the store ----------------
 
     template_job: SeedJob | None = None
+    #: The user's courses (course -> role) as this start read them: the course data folders
+    #: the server shows (hub_ext.backends.coursedata).
+    course_roles: dict[str, str] | None = None
 
     def template_seeded_from(self) -> tuple[str, str] | None:
         """(template key, version) the home was seeded from, when the spawner can read the home."""

@@ -51,7 +51,6 @@ from traitlets import Bool, Dict, Float, Integer, Unicode
 from traitlets.config import Configurable
 
 from hub_ext.core.coursedata import RESERVED_PREFIX, DataPathError, Range, check_data_path, over_limit
-from hub_ext.envtraits import apply_env
 
 __all__ = [
     "ClasshubCourseData",
@@ -78,18 +77,14 @@ class ClasshubCourseData(Configurable):
     service (hub_ext.envtraits).
     """
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        apply_env(self, given=kwargs)
-
     root_dir = Unicode(
         "", config=True,
-        help="""Folder holding one data folder per course ($CLASSHUB_COURSE_DATA_DIR).
+        help="""Folder holding one data folder per course.
 
         ``configure()`` sets it to ``<data-dir>/course-data`` in local mode. On Kubernetes, where
         the hub pod mounts the course-data volume (read-write): uploads from the course page are
         written there. Empty: no course data folders.""",
-    ).tag(env="CLASSHUB_COURSE_DATA_DIR")
+    )
     max_bytes = Integer(
         50 * 1024**3, config=True,
         help="""Largest a course's data folder may grow, in bytes (default 50 GiB); 0: no limit.

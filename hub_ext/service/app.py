@@ -25,6 +25,7 @@ from traitlets import Bool, Enum, Float, Integer, TraitError, Unicode, validate
 from traitlets.config import Application
 
 from hub_ext import __version__, store
+from hub_ext.backends.coursedata import ClasshubCourseData
 from hub_ext.backends.submissions import ClasshubAssignments
 from hub_ext.backends.templates import ClasshubTemplates
 from hub_ext.envtraits import ConfigError, apply_env, check_sections, handed_config
@@ -128,7 +129,7 @@ class ClasshubService(Application):
         return proposal.value
 
     #: The configurables whose sections the hub hands this process (``configure()``).
-    classes = [ClasshubTemplates, jobs.ClasshubJobs, ClasshubAssignments]
+    classes = [ClasshubTemplates, jobs.ClasshubJobs, ClasshubAssignments, ClasshubCourseData]
 
     def initialize(self, argv: list[str] | None = None) -> None:
         """The hub's sections, then the config file, then the command line (which wins); refuse
@@ -153,6 +154,7 @@ class ClasshubService(Application):
         self.templates = ClasshubTemplates(parent=self)  # its settings, checked now
         self.job_settings = jobs.ClasshubJobs(parent=self)
         self.assignment_settings = ClasshubAssignments(parent=self)
+        self.course_data = ClasshubCourseData(parent=self)
 
     def make_app(self) -> web.Application:
         hub_auth = HubOAuth(parent=self, cache_max_age=60)
@@ -188,6 +190,7 @@ class ClasshubService(Application):
             classhub_templates=getattr(self, "templates", None) or ClasshubTemplates(parent=self),
             classhub_assignments=(getattr(self, "assignment_settings", None)
                                   or ClasshubAssignments(parent=self)),
+            course_data=getattr(self, "course_data", None) or ClasshubCourseData(parent=self),
             prefix=self.prefix,
             cookie_secret=os.urandom(32),
             xsrf_cookies=False,

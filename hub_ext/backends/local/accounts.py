@@ -7,6 +7,7 @@ user name can produce ``..``, a slash or another user's folder.
 
 from __future__ import annotations
 
+import grp
 import hashlib
 import os
 import pwd
@@ -104,6 +105,26 @@ def ensure_system_account(name: str, home: Path, create: bool) -> Account:
             "classhub only runs servers as regular accounts (uid >= 1000)"
         )
     return Account(name=entry.pw_name, uid=entry.pw_uid, gid=entry.pw_gid)
+
+
+def ensure_course_group(course: str, prefix: str) -> int:
+    """The gid of the Unix group of ``course`` (``prefix`` + its safe name), made when missing.
+
+    Why a group per course: with system users, a course's data folder is ``root:<group>`` 0750,
+    and members' server processes get the group as a supplementary group at spawn (the local
+    spawner): members read the folder, other accounts cannot even enter it
+    (docs/admins/course-data.md)."""
+    name = prefix + safe_name(course, max_length=_UNIX_NAME_MAX - len(prefix))
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        pass
+    groupadd = shutil.which("groupadd") or "/usr/sbin/groupadd"
+    result = subprocess.run([groupadd, name], capture_output=True, text=True)
+    if result.returncode not in (0, 9):  # 9: made meanwhile by another process
+        raise AccountError(f"could not create the Unix group {name!r} of course {course!r}: "
+                           f"{result.stderr.strip()} (the hub must run as root to create groups)")
+    return grp.getgrnam(name).gr_gid
 
 
 def prepare_home(homes_dir: Path, folder: str, owner: Account, private: bool) -> Path:
