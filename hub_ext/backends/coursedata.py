@@ -50,7 +50,14 @@ import escapism
 from traitlets import Bool, Dict, Float, Integer, Unicode
 from traitlets.config import Configurable
 
-from hub_ext.core.coursedata import RESERVED_PREFIX, DataPathError, Range, check_data_path, over_limit
+from hub_ext.core.coursedata import (
+    RESERVED_PREFIX,
+    DataFull,
+    DataPathError,
+    Range,
+    check_data_path,
+    over_limit,
+)
 
 __all__ = [
     "ClasshubCourseData",
@@ -420,7 +427,7 @@ class CourseDataStore:
         """Refuse (DataPathError) when ``adding`` bytes would pass the course's limit."""
         message = over_limit(self.size(course), adding, self.settings.limit_of(course), course)
         if message:
-            raise DataPathError(message)
+            raise DataFull(message)
 
     def upload(self, course: str, path: str, rng: Range | None) -> Upload:
         """Begin receiving a file (whole, or the chunk ``rng``); see `Upload`."""

@@ -143,6 +143,11 @@ EDIT_ASSIGNMENTS = "edit_assignments"
 START_ASSIGNMENT = "start_assignment"
 SUBMIT_ASSIGNMENT = "submit_assignment"
 READ_SUBMISSIONS = "read_submissions"
+# Course data (hub_ext.service.coursedata): members read the course's data folder, teachers and
+# TAs upload and delete; staff see the sizes of the members' homes.
+READ_COURSE_DATA = "read_course_data"
+WRITE_COURSE_DATA = "write_course_data"
+READ_HOME_SIZES = "read_home_sizes"
 
 #: Scope that lets a token read the metrics (as for JupyterHub's own /hub/metrics).
 METRICS_SCOPE = "read:metrics"
@@ -270,6 +275,9 @@ _COURSE_RULES: Mapping[str, frozenset[str]] = MappingProxyType(
         EDIT_CULL_WINDOWS: _TEACHERS,
         SET_JOB_PRIORITY: _TEACHERS,
         READ_COURSE_CLUSTER: _TEACHERS,
+        READ_COURSE_DATA: _MEMBERS,
+        WRITE_COURSE_DATA: _STAFF,
+        READ_HOME_SIZES: _STAFF,
     }
 )
 
@@ -293,6 +301,9 @@ _WHAT = {
     EDIT_CULL_WINDOWS: "reserve or cancel no-cull windows of {c}",
     SET_JOB_PRIORITY: "set a job's priority in {c}",
     READ_COURSE_CLUSTER: "see what {c} holds on the cluster",
+    READ_COURSE_DATA: "see the data folder of {c}",
+    WRITE_COURSE_DATA: "upload to or delete from the data folder of {c}",
+    READ_HOME_SIZES: "see the home sizes of the members of {c}",
 }
 
 _WHO = {

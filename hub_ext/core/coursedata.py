@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
+    "DataFull",
     "DataPathError",
     "Range",
     "check_data_path",
@@ -44,6 +45,10 @@ _RANGE = re.compile(r"^bytes (?:(\d+)-(\d+)|\*)/(\d+)$")
 
 class DataPathError(ValueError):
     """A data path, a range or a size the caller must change; the message says how."""
+
+
+class DataFull(DataPathError):
+    """What an upload would add passes the course's data folder limit."""
 
 
 def check_data_path(path: str) -> tuple[str, ...]:

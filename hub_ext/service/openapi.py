@@ -36,6 +36,7 @@ from hub_ext import __version__
 from hub_ext.service import (
     assignments,
     cluster,
+    coursedata,
     culling,
     handlers,
     invitations,
@@ -274,7 +275,8 @@ def _hand_written() -> dict[str, dict[str, Any]]:
     """Every hand-written path entry: `PATHS` and each route module's ``OPENAPI_PATHS`` (a module
     whose operations are all generated may have none)."""
     paths = dict(PATHS)
-    for module in (templates, assignments, sharing, culling, invitations, panel, jobs, cluster):
+    for module in (templates, assignments, sharing, culling, invitations, panel, jobs, cluster,
+                   coursedata):
         paths.update(getattr(module, "OPENAPI_PATHS", {}))
     return paths
 
@@ -368,6 +370,8 @@ def _parameters() -> dict[str, Any]:
                      "schema": {"type": "string"}},
         "version": {"name": "version", "in": "path", "required": True, "schema": {"type": "string"}},
         "upload": {"name": "upload", "in": "path", "required": True, "schema": {"type": "string"}},
+        "path": {"name": "path", "in": "path", "required": True, "schema": {"type": "string"},
+                 "description": "a path inside the course's data folder, e.g. images/cat.png"},
         "share": {"name": "share", "in": "path", "required": True, "schema": {"type": "integer"},
                   "description": "a share's id (from POST /api/shares)"},
         "viewer": {"name": "viewer", "in": "query", "required": True, "schema": {"type": "string"},

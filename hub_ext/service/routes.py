@@ -10,6 +10,7 @@ from __future__ import annotations
 from hub_ext.service import (
     assignments,
     cluster,
+    coursedata,
     culling,
     handlers,
     invitations,
@@ -46,5 +47,6 @@ ROUTES: list[tuple[str, type]] = [
     *jobs.ROUTES,
     *panel.ROUTES,
     *cluster.ROUTES,
+    *coursedata.ROUTES,
     *pages.ROUTES,
 ]

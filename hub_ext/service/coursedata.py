@@ -1,0 +1,364 @@
+"""The course data API: a course's shared data folder and the storage in view (issue 35).
+
+- ``GET /api/courses/<course>/data``: the folder's files, its size and limit, and where members
+  find it in their server (members).
+- ``POST /api/courses/<course>/data``: make a folder (teachers and TAs).
+- ``PUT /api/courses/<course>/data/files/<path>``: upload a file, whole or in chunks
+  (``Content-Range: bytes <first>-<last>/<total>``; ``bytes */<total>`` with an empty body asks
+  where the kept part ends, to resume a broken upload). The body streams to a partial file on a
+  worker thread and the file is renamed into place when complete (teachers and TAs).
+- ``DELETE /api/courses/<course>/data/files/<path>``: remove a file or a folder (teachers and TAs).
+- ``GET /api/courses/<course>/storage``: the size of every member's home and of the data folder,
+  computed on worker threads and cached (teachers and TAs).
+- ``GET /api/storage/me``: the caller's home size against its limit, and their courses' data
+  folders (the JupyterLab panel).
+
+Thin handlers (docs/architecture.md, rule 3): paths and ranges are checked by
+hub_ext.core.coursedata, files are written by hub_ext.backends.coursedata (through descriptors,
+``O_NOFOLLOW``), who may do what is declared with ``@needs`` (hub_ext.core.authz), every change
+is in the audit log. File work never runs on the event loop (rule 7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import field_validator
+from tornado import web
+
+from hub_ext import store
+from hub_ext.backends.coursedata import (
+    ClasshubCourseData,
+    CourseDataStore,
+    SizeCache,
+    Upload,
+    UploadConflict,
+    folder_name,
+    size_of,
+)
+from hub_ext.backends.local import accounts
+from hub_ext.core import authz
+from hub_ext.core.coursedata import DataFull, DataPathError, check_data_path, home_level, parse_content_range
+from hub_ext.service import body_models
+from hub_ext.service.apidoc import ok, op
+from hub_ext.service.declare import needs, refuses, takes
+from hub_ext.service.handlers import APIHandler
+
+_COURSE = r"courses/([^/]+)"
+
+
+class DataFolderBody(body_models.Body):
+    """``POST /api/courses/<course>/data``: a new folder in the course's data folder."""
+
+    example: ClassVar[str] = '{"folder": "images/train"}'
+    folder: str
+
+    @field_validator("folder", mode="before")
+    @classmethod
+    def _folder(cls, v: Any) -> str:
+        if not isinstance(v, str):
+            raise ValueError("folder must be a path inside the course's data folder, e.g. images/train.")
+        try:
+            check_data_path(v.strip("/"))
+        except DataPathError as e:
+            raise ValueError(f"folder: {e}.") from None
+        return v.strip("/")
+
+
+def settings_of(app_settings: dict[str, Any]) -> ClasshubCourseData:
+    if "course_data" not in app_settings:
+        app_settings["course_data"] = ClasshubCourseData()
+    return app_settings["course_data"]
+
+
+def store_of(app_settings: dict[str, Any]) -> CourseDataStore:
+    """The service's one CourseDataStore (its size cache and its lock are shared by requests)."""
+    if "course_data_store" not in app_settings:
+        data = settings_of(app_settings)
+        group_of = ((lambda c: accounts.ensure_course_group(c, data.group_prefix))
+                    if data.system_groups else None)
+        app_settings["course_data_store"] = CourseDataStore(data, group_of)
+    return app_settings["course_data_store"]
+
+
+class DataBase(APIHandler):
+    """What the course data handlers share: the settings, the store (on worker threads), the
+    course lookup (a 404 for a course that does not exist, for admins) and the audit log."""
+
+    @property
+    def data(self) -> ClasshubCourseData:
+        return settings_of(self.settings)
+
+    @property
+    def folders(self) -> CourseDataStore:
+        if not self.data.root_dir:
+            raise web.HTTPError(409, "This hub keeps no course data folders; a hub admin sets "
+                                     "c.ClasshubCourseData.root_dir (docs/admins/course-data.md).")
+        return store_of(self.settings)
+
+    async def audit(self, action: str, **details: Any) -> None:
+        def write() -> None:
+            with self.settings["sessions"].begin() as session:
+                store.record(session, self.caller.name, action, datetime.now(timezone.utc), **details)
+
+        await asyncio.to_thread(write)
+
+    def where(self, course: str) -> str:
+        return f"~/{self.data.home_folder}/{folder_name(course)}"
+
+
+def _refusal(e: Exception) -> web.HTTPError:
+    """The answer to a refused path, range or size: 413 over the limit, else 400."""
+    text = str(e).strip().rstrip(".") + "."
+    return web.HTTPError(413 if isinstance(e, DataFull) else 400, text.replace("%", "%%"))
+
+
+class DataHandler(DataBase):
+    """``/api/courses/<course>/data``: GET the listing (members), POST a new folder (staff)."""
+
+    @needs(authz.READ_COURSE_DATA, course="course")
+    async def get(self, course: str) -> None:
+        await self.courses.get(course)  # 404 for a course that does not exist
+        listing = await asyncio.to_thread(self.folders.listing, course)
+        self.write_json({"course": course, "path": self.where(course), **listing,
+                         "limit": self.data.limit_of(course)})
+
+    @refuses(DataPathError)
+    @needs(authz.WRITE_COURSE_DATA, course="course")
+    @takes(DataFolderBody)
+    async def post(self, course: str) -> None:
+        await self.courses.get(course)
+        await asyncio.to_thread(self.folders.make_folder, course, self.body.folder)
+        await self.audit("course_data_folder", course=course, path=self.body.folder)
+        self.write_json({"course": course, "path": self.body.folder, "kind": "folder"}, 201)
+
+
+class DataFileHandler(DataBase):
+    """``/api/courses/<course>/data/files/<path>``: PUT a file (whole or a chunk), DELETE a file
+    or a folder (teachers and TAs of the course, hub admins).
+
+    Who may upload is decided before the body is read: a refused caller's body is read and
+    dropped, never written (APIHandler.refuse_after_body)."""
+
+    _upload: Upload | None = None
+
+    async def prepare(self) -> None:
+        if self.request.method != "PUT":
+            return super().prepare()
+        try:
+            await self._begin()
+        except UploadConflict as e:
+            self.refuse_after_body(_Conflict(e))
+        except (DataPathError, DataFull) as e:
+            self._drop()
+            self.refuse_after_body(_refusal(e))
+        except web.HTTPError as e:
+            self._drop()
+            self.refuse_after_body(e)
+
+    async def _begin(self) -> None:
+        course, path = self.path_args
+        self.caller = await self.authorize(authz.WRITE_COURSE_DATA, course=course)
+        await self.courses.get(course)
+        declared = self.request.headers.get("Content-Length", "")
+        length = int(declared) if declared.isdigit() else None
+        rng = parse_content_range(self.request.headers.get("Content-Range"), length)
+        folders = self.folders
+        if rng is None and length is not None:
+            await asyncio.to_thread(folders.room_for, course, length)
+        self._upload = await asyncio.to_thread(folders.upload, course, path, rng)
+        self.start_body(rng.length if rng is not None else (self.data.limit_of(course) or 2**62))
+        self._body_buffer = None  # the file goes to disk, not to memory
+
+    def data_received(self, chunk: bytes) -> Awaitable[None] | None:
+        if self._upload is None:
+            super().data_received(chunk)
+        elif self.accept_chunk(chunk):
+            # tornado awaits the write before it reads on (flow control); the disk is never
+            # waited on on the loop (docs/architecture.md, rule 7)
+            return asyncio.to_thread(self._upload.write, chunk)
+        return None
+
+    def _drop(self) -> None:
+        """Forget this request's bytes (on a worker thread): a whole upload's partial file goes,
+        a chunk is cut back to where the kept part ended."""
+        upload, self._upload = self._upload, None
+        if upload is None:
+            return
+
+        def drop() -> None:
+            upload.abort()
+            upload.close()
+
+        asyncio.get_running_loop().run_in_executor(None, drop)
+
+    def on_finish(self) -> None:
+        self._drop()
+
+    def on_connection_close(self) -> None:
+        super().on_connection_close()
+        self._drop()
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        """A chunk that does not start where the kept part ends: the 409 says where it does."""
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, _Conflict):
+            self.set_header("Content-Type", "application/json; charset=utf-8")
+            self.finish(json.dumps({"status": 409, "message": exc.log_message.replace("%%", "%"),
+                                    "offset": exc.offset}))
+            return
+        super().write_error(status_code, **kwargs)
+
+    @needs(authz.WRITE_COURSE_DATA, course="course")
+    async def put(self, course: str, path: str) -> None:
+        """Upload a file, whole or one chunk (Content-Range), into the course's data folder."""
+        upload, self._upload = self._upload, None
+        assert upload is not None
+        try:
+            result = await asyncio.to_thread(upload.finish)
+        except (DataPathError, DataFull) as e:
+            raise _refusal(e) from None
+        if result["complete"]:
+            await self.audit("course_data_uploaded", course=course, path=path, bytes=result["total"])
+            self.write_json({"course": course, **result}, 201)
+        else:
+            self.write_json({"course": course, "path": path, **result})
+
+    @needs(authz.WRITE_COURSE_DATA, course="course")
+    async def delete(self, course: str, path: str) -> None:
+        """Remove a file or a folder (with what it holds) from the course's data folder."""
+        await self.courses.get(course)
+        try:
+            kind = await asyncio.to_thread(self.folders.delete, course, path)
+        except DataPathError as e:
+            status = 404 if str(e).startswith("No ") else 400
+            raise web.HTTPError(status, str(e).replace("%", "%%") + ".") from None
+        await self.audit("course_data_deleted", course=course, path=path, kind=kind)
+        self.set_status(204)
+        self.finish()
+
+
+class _Conflict(web.HTTPError):
+    """A chunk that does not start where the kept part ends: 409 with the offset to resume at."""
+
+    def __init__(self, conflict: UploadConflict) -> None:
+        super().__init__(409, str(conflict).replace("%", "%%") + ".")
+        self.offset = conflict.offset
+
+
+class StorageHandler(DataBase):
+    """``GET /api/courses/<course>/storage``: each member's home size (against the course's home
+    limit) and the data folder's size (teachers and TAs of the course, hub admins)."""
+
+    @needs(authz.READ_HOME_SIZES, course="course")
+    async def get(self, course: str) -> None:
+        members = await self.courses.members(course)
+        limit = self.data.home_limit_of(course)
+        sizes = await asyncio.to_thread(self._home_sizes, [m["username"] for m in members])
+        homes = [{"user": m["username"], "role": m["role"], "bytes": sizes.get(m["username"]),
+                  "level": home_level(sizes.get(m["username"]) or 0, limit)} for m in members]
+        data_bytes = await asyncio.to_thread(self.folders.size, course) if self.data.root_dir else None
+        self.write_json({"course": course, "homes": homes, "home_limit": limit,
+                         "homes_shown": bool(self.data.homes_dir), "data_bytes": data_bytes,
+                         "data_limit": self.data.limit_of(course)})
+
+    def _home_sizes(self, users: list[str]) -> dict[str, int | None]:
+        return {user: home_size(self.settings, user) for user in users}
+
+
+def home_size(app_settings: dict[str, Any], user: str) -> int | None:
+    """The bytes of ``user``'s home (local mode; None where homes are not on this machine or
+    missing), cached for ``size_cache_seconds``. A worker thread's work."""
+    data = settings_of(app_settings)
+    if not data.homes_dir:
+        return None
+    cache = app_settings.get("home_sizes")
+    if cache is None:
+        cache = app_settings["home_sizes"] = SizeCache(data.size_cache_seconds)
+    home = Path(data.homes_dir) / accounts.safe_name(user)
+    return cache.get(f"home\0{user}", lambda: size_of(home))
+
+
+class MyStorageHandler(DataBase):
+    """``GET /api/storage/me``: your home's size against its limit, and where your courses' data
+    folders are in your server (the JupyterLab panel)."""
+
+    @needs(authz.READ_OWN_USAGE)
+    async def get(self) -> None:
+        roles = await self.courses.roles_of(self.caller.name)
+        size = await asyncio.to_thread(home_size, self.settings, self.caller.name)
+        limits = [v for v in (self.data.home_limit_of(c) for c in roles) if v]
+        limit = min(limits) if limits else None
+        level = home_level(size or 0, limit)
+        warning = None
+        if level != "fine":
+            warning = (f"Your home holds {_mib(size or 0)} of its {_mib(limit or 0)} limit: delete what "
+                       "you no longer need (the course's data is in ~/data, no need to copy it).")
+        self.write_json({"user": self.caller.name, "bytes": size, "limit": limit, "level": level,
+                         "warning": warning,
+                         "courses": [{"course": c, "role": r, "path": self.where(c),
+                                      "writable": r in ("teacher", "ta")}
+                                     for c, r in sorted(roles.items())] if self.data.root_dir else []})
+
+
+def _mib(n: int) -> str:
+    return f"{n / 1024**2:.0f} MiB"
+
+
+ROUTES: list[tuple[str, type]] = [
+    (f"api/{_COURSE}/data", DataHandler),
+    (rf"api/{_COURSE}/data/files/(.+)", DataFileHandler),
+    (f"api/{_COURSE}/storage", StorageHandler),
+    ("api/storage/me", MyStorageHandler),
+]
+
+
+def _openapi_paths() -> dict[str, Any]:
+    member, staff = "members of the course and hub admins", "teachers and TAs of the course and hub admins"
+    errs = ("401", "403", "404")
+    listing = {"type": "object", "properties": {
+        "course": {"type": "string"}, "path": {"type": "string"}, "bytes": {"type": "integer"},
+        "count": {"type": "integer"}, "limit": {"type": ["integer", "null"]},
+        "truncated": {"type": "boolean"},
+        "files": {"type": "array", "items": {"type": "object", "properties": {
+            "path": {"type": "string"}, "kind": {"type": "string"}, "size": {"type": "integer"},
+            "modified": {"type": "integer"}}}}}}
+    progress = {"type": "object", "properties": {
+        "course": {"type": "string"}, "path": {"type": "string"}, "offset": {"type": "integer"},
+        "total": {"type": "integer"}, "complete": {"type": "boolean"}}}
+    file_params = ("course", "path")
+    return {
+        "/api/courses/{course}/data": {
+            "get": op("The course's data folder: its files, size, limit and where members find it",
+                      member, ok("The listing", listing), errors=errs, params=("course",)),
+            "post": op("Make a folder in the course's data folder", staff,
+                       ok("The folder", {"type": "object"}, "201"), errors=("400", *errs, "409"),
+                       params=("course",)),
+        },
+        "/api/courses/{course}/data/files/{path}": {
+            "put": op("Upload a file: the body is the file, or one chunk of it with Content-Range "
+                      "'bytes <first>-<last>/<total>' ('bytes */<total>' with no body: where the kept "
+                      "part ends). The file appears when complete", staff,
+                      {**ok("Complete: the file is in place", progress, "201"),
+                       **ok("A chunk kept; send the next from offset", progress)},
+                      errors=("400", *errs, "409", "413"), params=file_params,
+                      body={"required": True, "content": {"application/octet-stream": {
+                          "schema": {"type": "string", "format": "binary"}}}}),
+            "delete": op("Remove a file or a folder from the course's data folder", staff,
+                         {"204": {"description": "Removed"}}, errors=("400", *errs), params=file_params),
+        },
+        "/api/courses/{course}/storage": {"get": op(
+            "The size of each member's home and of the course's data folder", staff,
+            ok("Sizes", {"type": "object"}), errors=errs, params=("course",))},
+        "/api/storage/me": {"get": op(
+            "Your home's size against its limit, and your courses' data folders", "any user",
+            ok("Your storage", {"type": "object"}))},
+    }
+
+
+OPENAPI_PATHS: dict[str, Any] = _openapi_paths()
