@@ -368,6 +368,8 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
         env["PATH"] = os.pathsep.join([venv_bin, "/usr/local/bin", "/usr/bin", "/bin"])
         # An empty CUDA_VISIBLE_DEVICES hides every GPU from a CPU-only server.
         env["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices(self.gpu_uuids)
+        if self.course_data.root_dir:  # the server refuses changes there (hub_ext.singleuser)
+            env["CLASSHUB_COURSE_DATA_DIR"] = str(Path(self.course_data.root_dir).resolve())
         if self.selection is not None:
             env["CLASSHUB_PROFILE"] = self.selection.profile.slug
             env["MEM_LIMIT"] = str(int(self.selection.memory.limit))

@@ -92,6 +92,9 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
         if not super().is_authorized(handler, user, action, resource):
             return False
         hub_user = user.hub_user
+        if action == "write" and (refusal := self._course_data_refusal(handler, resource)):
+            handler._classhub_refusal = refusal
+            return False
         if hub_user.get("kind", "user") == "user" and hub_user.get("name") == self.owner:
             return True
         verdict = await self._decide(handler, action, resource)
@@ -259,6 +262,24 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
                        handler.request.path, hub_user.get("name"), answer)
         return True
 
+    def _course_data_refusal(self, handler: Any, resource: str) -> str | None:
+        """The sentence refusing a change under a course's data folder (local mode), else None.
+
+        Why here too: in the single-account local mode every server runs as the account that
+        owns the folders (root, on a machine where the hub runs as root), so file modes alone
+        cannot stop JupyterLab; the server refuses, and says where uploads go
+        (docs/admins/course-data.md)."""
+        if resource != "contents" or not course_data_root():
+            return None
+        try:
+            path = sharing.request_path(resource, self._url_path(handler))
+        except ValueError:
+            return None
+        if path is None or not in_course_data(os.path.join(self.root_dir, path)):
+            return None
+        return ("The course's data folder is read-only in your server: teachers and TAs upload "
+                "and delete its files on the course's page in classhub (Data).")
+
     def _url_path(self, handler: Any) -> str:
         base = handler.settings.get("base_url", "/")
         path = handler.request.path
@@ -351,6 +372,19 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
         return paths
 
 
+def course_data_root() -> str:
+    """Where the courses' data folders are on this machine (local mode: the spawner sets
+    $CLASSHUB_COURSE_DATA_DIR; empty on Kubernetes, where the mount is read-only itself)."""
+    return os.environ.get("CLASSHUB_COURSE_DATA_DIR", "")
+
+
+def in_course_data(path: str) -> bool:
+    """Whether ``path`` (links followed, as the file system would) is in a course's data folder."""
+    root = os.path.realpath(course_data_root())
+    real = os.path.realpath(os.path.expanduser(path))
+    return real == root or real.startswith(root + os.sep)
+
+
 def link(serverapp: Any) -> None:
     """Install `ClasshubAuthorizer` before jupyter-server creates its Authorizer (hub servers only)."""
     if not os.environ.get("JUPYTERHUB_API_TOKEN"):
@@ -428,7 +462,10 @@ def _read_only_contents_say_so() -> None:
     original = ContentsHandler._finish_model
 
     def finish_model(self: Any, model: dict, location: bool = True) -> Any:
-        if getattr(self, "_classhub_level", None) == sharing.READ_ONLY and isinstance(model, dict):
+        if isinstance(model, dict) and (
+                getattr(self, "_classhub_level", None) == sharing.READ_ONLY
+                or (course_data_root() and in_course_data(os.path.join(
+                    self.settings.get("server_root_dir", os.getcwd()), model.get("path") or "")))):
             model = {**model, "writable": False}
         return original(self, model, location)
 

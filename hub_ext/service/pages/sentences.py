@@ -118,9 +118,24 @@ _SENTENCES: dict[str, Callable[[str, Details], str]] = {
                                           + (", late)" if d.get("late") else ")")),
     "submissions_downloaded": lambda a, d: (f"{a} downloaded {d.get('submissions', '?')} submissions of "
                                             f"{d.get('assignment', 'an assignment')}"),
+    "course_data_uploaded": lambda a, d: (f"{a} uploaded {d.get('path', 'a file')} "
+                                          f"({_size(d.get('bytes'))}) to the course data"),
+    "course_data_deleted": lambda a, d: (f"{a} deleted the {d.get('kind', 'file')} "
+                                         f"{d.get('path', '')} from the course data"),
+    "course_data_folder": lambda a, d: f"{a} made the folder {d.get('path', '')} in the course data",
     "server_persistent": lambda a, d: f"{a} kept {d.get('user', 'a user')}'s server from being culled",
     "server_not_persistent": lambda a, d: f"{a} let {d.get('user', 'a user')}'s server be culled again",
 }
+
+
+def _size(n: object) -> str:
+    if not isinstance(n, int):
+        return "? bytes"
+    for unit in ("bytes", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} bytes" if unit == "bytes" else f"{n:.1f} {unit}"
+        n = n / 1024  # type: ignore[assignment]
+    return f"{n} bytes"
 
 
 def audit_sentence(actor: str, action: str, details: Details | None) -> str:

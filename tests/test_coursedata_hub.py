@@ -1,0 +1,140 @@
+"""Course data through a real ``classhub local`` hub and its proxy (issue 35, local mode).
+
+What people notice: a teacher uploads a file whole and a larger one in chunks that resume after
+a break; a student whose server was already running finds both at ``~/data/demo101`` in their
+JupyterLab (through the contents API of their server), cannot change or delete them there and
+is told why, and cannot upload or delete through classhub; a teacher of another course sees and
+changes nothing; paths that climb out of the folder are refused with a sentence; the teacher
+sees every member's home size; deleting removes the file for everyone.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+import requests
+
+from tests.hubproc import HubSession, LocalHub, api, start_servers
+
+pytestmark = pytest.mark.hub
+
+COURSE = "demo101"
+MIB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def hub(hub_root: Path):
+    hub = LocalHub(data_dir=hub_root / "course-data").start()
+    yield hub
+    hub.stop()
+
+
+@pytest.fixture(scope="module")
+def tokens(hub: LocalHub) -> dict[str, str]:
+    found = {name: HubSession(hub, name).new_token() for name in ("admin", "teacher1", "ta1", "student1")}
+    admin = found["admin"]
+    assert api(hub, "POST", "courses", admin, json={"name": "other101"}).status_code == 201
+    r = api(hub, "PUT", "courses/other101/members", admin,
+            json={"add": [{"username": "teacher2", "role": "teacher"}]})
+    assert r.status_code == 200, r.text
+    r = requests.post(f"{hub.url}/hub/api/users/teacher2/tokens", json={"expires_in": 3600},
+                      headers={"Authorization": f"token {admin}"}, timeout=30)
+    assert r.status_code == 201, r.text
+    found["teacher2"] = r.json()["token"]
+    return found
+
+
+def put_file(hub: LocalHub, token: str, path: str, data: bytes, content_range: str | None = None,
+             course: str = COURSE) -> requests.Response:
+    headers = {"Content-Type": "application/octet-stream"}
+    if content_range:
+        headers["Content-Range"] = content_range
+    return api(hub, "PUT", f"courses/{course}/data/files/{quote(path)}", token, data=data, headers=headers)
+
+
+def contents(hub: LocalHub, user: str, token: str, method: str, path: str, **kwargs) -> requests.Response:
+    return requests.request(method, f"{hub.url}/user/{user}/api/contents/{quote(path)}",
+                            headers={"Authorization": f"token {token}"}, timeout=30, **kwargs)
+
+
+def test_teachers_upload_students_read_and_nobody_else_writes(hub: LocalHub, tokens: dict[str, str]):
+    teacher, student, other = tokens["teacher1"], tokens["student1"], tokens["teacher2"]
+    start_servers(hub, {"student1": student})  # running before anything is uploaded
+
+    # a whole file, then a 3 MiB one in 1 MiB chunks with a break after the first
+    r = put_file(hub, teacher, "README.txt", b"Images of cats, 2026 edition.\n")
+    assert r.status_code == 201, r.text
+    big = os.urandom(3 * MIB)
+    total = len(big)
+    r = put_file(hub, teacher, "images/train.bin", big[:MIB], f"bytes 0-{MIB - 1}/{total}")
+    assert r.status_code == 200 and r.json()["offset"] == MIB and not r.json()["complete"], r.text
+    assert [f["path"] for f in api(hub, "GET", f"courses/{COURSE}/data", student).json()["files"]] == [
+        "README.txt"]  # nothing half-uploaded in view (the folder is made at the end)
+    r = put_file(hub, teacher, "images/train.bin", b"", f"bytes */{total}")
+    assert r.json()["offset"] == MIB  # where to resume
+    r = put_file(hub, teacher, "images/train.bin", big[2 * MIB:], f"bytes {2 * MIB}-{total - 1}/{total}")
+    assert r.status_code == 409 and r.json()["offset"] == MIB, r.text
+    r = put_file(hub, teacher, "images/train.bin", big[MIB:2 * MIB], f"bytes {MIB}-{2 * MIB - 1}/{total}")
+    assert r.status_code == 200, r.text
+    r = put_file(hub, teacher, "images/train.bin", big[2 * MIB:], f"bytes {2 * MIB}-{total - 1}/{total}")
+    assert r.status_code == 201 and r.json()["complete"], r.text
+
+    listing = api(hub, "GET", f"courses/{COURSE}/data", student).json()
+    assert listing["path"] == "~/data/demo101"
+    assert [(f["path"], f["size"]) for f in listing["files"]] == [
+        ("README.txt", 30), ("images", 0), ("images/train.bin", total)]
+
+    # the student's server shows them at ~/data/demo101, read-only
+    r = contents(hub, "student1", student, "GET", "data/demo101/images/train.bin",
+                 params={"content": "1", "type": "file", "format": "base64"})
+    assert r.status_code == 200, r.text
+    assert base64.b64decode(r.json()["content"]) == big and r.json()["writable"] is False
+    r = contents(hub, "student1", student, "PUT", "data/demo101/README.txt",
+                 json={"type": "file", "format": "text", "content": "mine now"})
+    assert r.status_code == 403 and "read-only" in r.json()["message"], r.text
+    r = contents(hub, "student1", student, "DELETE", "data/demo101/README.txt")
+    assert r.status_code == 403 and "course's page" in r.json()["message"], r.text
+    r = contents(hub, "student1", student, "GET", "data/demo101/README.txt",
+                 params={"content": "1", "type": "file", "format": "text"})
+    assert r.json()["content"] == "Images of cats, 2026 edition.\n"
+
+    # classhub refuses the student's and another course's teacher's changes, and the listing
+    for token, who in ((student, "You are a student"), (other, "not a member")):
+        r = put_file(hub, token, "README.txt", b"overwritten")
+        assert r.status_code == 403 and who in r.json()["message"], r.text
+        r = api(hub, "DELETE", f"courses/{COURSE}/data/files/README.txt", token)
+        assert r.status_code == 403, r.text
+    r = api(hub, "GET", f"courses/{COURSE}/data", other)
+    assert r.status_code == 403, r.text
+
+    # paths that leave the folder: a sentence, nothing written
+    for path in ("../escape.txt", "/etc/evil", "images/../../x", ".classhub-partial/x"):
+        r = api(hub, "PUT", f"courses/{COURSE}/data/files/{quote(path, safe='')}", teacher, data=b"x",
+                headers={"Content-Type": "application/octet-stream"})
+        assert r.status_code in (400, 404), (path, r.status_code, r.text)
+    assert not (hub.data_dir / "course-data" / "escape.txt").exists()
+    assert not (hub.data_dir / "escape.txt").exists()
+
+    # storage in view: the teacher sees each member's home; the student does not
+    storage = api(hub, "GET", f"courses/{COURSE}/storage", tokens["ta1"])
+    assert storage.status_code == 200, storage.text
+    homes = {h["user"]: h["bytes"] for h in storage.json()["homes"]}
+    assert set(homes) == {"teacher1", "ta1", "student1", "student2"} and homes["student1"] is not None
+    assert storage.json()["data_bytes"] == 30 + total
+    assert api(hub, "GET", f"courses/{COURSE}/storage", student).status_code == 403
+    mine = api(hub, "GET", "storage/me", student).json()
+    assert mine["courses"] == [{"course": COURSE, "role": "student", "path": "~/data/demo101",
+                                "writable": False}]
+
+    # deleting removes it for everyone
+    r = api(hub, "DELETE", f"courses/{COURSE}/data/files/images", teacher)
+    assert r.status_code == 204, r.text
+    assert contents(hub, "student1", student, "GET", "data/demo101/images").status_code == 404
+    entries = api(hub, "GET", f"courses/{COURSE}/audit", teacher).json()["entries"]
+    said = [e["sentence"] for e in entries]
+    assert "teacher1 uploaded images/train.bin (3.0 MiB) to the course data" in said
+    assert "teacher1 deleted the folder images from the course data" in said
