@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 import pytest
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.hubproc import HubSession, LocalHub, api, start_servers
 
@@ -129,6 +130,14 @@ def test_teachers_upload_students_read_and_nobody_else_writes(hub: LocalHub, tok
     mine = api(hub, "GET", "storage/me", student).json()
     assert mine["courses"] == [{"course": COURSE, "role": "student", "path": "~/data/demo101",
                                 "writable": False}]
+
+    # the metrics count the uploads and the folder's size
+    scrape = requests.get(f"{hub.url}/services/classhub/metrics",
+                          headers={"Authorization": f"token {tokens['admin']}"}, timeout=30).text
+    samples = {(s.name, s.labels.get("course")): s.value
+               for family in text_string_to_metric_families(scrape) for s in family.samples}
+    assert samples[("classhub_course_data_uploads_total", COURSE)] == 2
+    assert samples[("classhub_course_data_bytes", COURSE)] == 30 + total
 
     # deleting removes it for everyone
     r = api(hub, "DELETE", f"courses/{COURSE}/data/files/images", teacher)

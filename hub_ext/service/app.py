@@ -32,6 +32,7 @@ from hub_ext.envtraits import ConfigError, apply_env, check_sections, handed_con
 from hub_ext.hubapi import HubAPI
 from hub_ext.logs import route_module_logs
 from hub_ext.service import (
+    coursedata,
     culling,
     handlers,
     jobs,
@@ -163,6 +164,10 @@ class ClasshubService(Application):
         registry = metrics.registry_for(sessions)
         registry.register(jobs.JobCollector(sessions))
         registry.register(SubmissionCollector(sessions))
+        course_data = getattr(self, "course_data", None) or ClasshubCourseData(parent=self)
+        data_settings: dict[str, Any] = {"course_data": course_data}
+        registry.register(metrics.CourseDataCollector(
+            sessions, coursedata.store_of(data_settings).size if course_data.root_dir else None))
         job_settings = getattr(self, "job_settings", None) or jobs.ClasshubJobs(parent=self)
         job_backend = (job_settings.local_backend() if self.mode == "local"
                        else job_settings.kubernetes_backend(home_of=hub_api.home_volume))
@@ -190,7 +195,7 @@ class ClasshubService(Application):
             classhub_templates=getattr(self, "templates", None) or ClasshubTemplates(parent=self),
             classhub_assignments=(getattr(self, "assignment_settings", None)
                                   or ClasshubAssignments(parent=self)),
-            course_data=getattr(self, "course_data", None) or ClasshubCourseData(parent=self),
+            **data_settings,
             prefix=self.prefix,
             cookie_secret=os.urandom(32),
             xsrf_cookies=False,

@@ -17,6 +17,8 @@ Exposed:
 - ``classhub_spawns_denied_total{reason}``: spawns refused, by reason code (hub_ext.core.quota).
 - ``classhub_culls_total{reason, resource}``, ``classhub_culler_gpu_hours_reclaimed_total``,
   ``classhub_culler_pending_warnings``: the idle culler (`CullCollector`).
+- ``classhub_course_data_bytes{course}``, ``classhub_course_data_uploads_total{course}``,
+  ``classhub_course_data_uploaded_bytes_total{course}``: course data folders (`CourseDataCollector`).
 - ``classhub_server_devices{course, user, profile, resource}``: GPU devices held by running
   servers (`ServerDeviceCollector`), to join with the DCGM exporter's per-pod GPU metrics;
   ``profile`` is the slug the server was started with ("" when the ledger has none).
@@ -27,7 +29,7 @@ audit log's index by action: a scrape does not load every audit row.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -42,6 +44,7 @@ from hub_ext.store import AuditLog, Course, CourseQuota, Ledger, readers
 from hub_ext.store.culler_models import CULLED_ACTION, CullWarning
 
 SPAWN_DENIED = "spawn_denied"
+COURSE_DATA_UPLOADED = "course_data_uploaded"
 CULLED = CULLED_ACTION
 SERVERS = "servers"
 GPU_HOURS = "gpu_hours_per_week"
@@ -167,6 +170,40 @@ class ServerDeviceCollector(Collector):
         for labels, amount in sorted(totals.items()):
             held.add_metric(list(labels), amount)
         yield held
+
+
+class CourseDataCollector(Collector):
+    """Course data folders: their size now (``classhub_course_data_bytes{course}``, from the
+    folder store's cached sizes) and what was uploaded (``classhub_course_data_uploads_total`` and
+    ``classhub_course_data_uploaded_bytes_total``, counted from the audit log like the denials).
+    A scrape runs on a worker thread (MetricsHandler), so a size computed now is off the loop."""
+
+    def __init__(self, sessions: sessionmaker[Session], size_of: Callable[[str], int] | None) -> None:
+        self.sessions = readers(sessions)
+        self.size_of = size_of
+
+    def collect(self) -> Iterator[Metric]:
+        size = GaugeMetricFamily("classhub_course_data_bytes", "Bytes in a course's data folder.",
+                                 labels=["course"])
+        uploads = CounterMetricFamily("classhub_course_data_uploads", "Files uploaded to a course's "
+                                      "data folder (from the audit log).", labels=["course"])
+        uploaded = CounterMetricFamily("classhub_course_data_uploaded_bytes", "Bytes uploaded to a "
+                                       "course's data folder (from the audit log).", labels=["course"])
+        course = AuditLog.details["course"].as_string()
+        with self.sessions() as session:
+            names = session.scalars(select(Course.name).order_by(Course.name)).all()
+            rows = session.execute(
+                select(course, func.count(), func.sum(AuditLog.details["bytes"].as_integer()))
+                .where(AuditLog.action == COURSE_DATA_UPLOADED).group_by(course)).all()
+        for name, count, total in sorted(rows, key=lambda r: str(r[0])):
+            uploads.add_metric([name or ""], count)
+            uploaded.add_metric([name or ""], float(total or 0))
+        if self.size_of is not None:
+            for name in names:
+                size.add_metric([name], float(self.size_of(name)))
+        yield size
+        yield uploads
+        yield uploaded
 
 
 def registry_for(sessions: sessionmaker[Session]) -> CollectorRegistry:
