@@ -21,6 +21,7 @@ from hub_ext.core import templates as template_rules
 from hub_ext.core.jobs import ADMITTED, PREEMPTED, QUEUED, RUNNING
 from hub_ext.core.profiles import Catalog, CatalogError
 from hub_ext.hubapi import HubAPIError
+from hub_ext.service import coursedata
 from hub_ext.service.assignments.handlers import course_assignments
 from hub_ext.service.assignments.handlers import settings_of as assignment_settings
 from hub_ext.service.declare import needs
@@ -196,6 +197,10 @@ class HomePage(_Pages):
         return counts
 
 
+def _mib(n: int | None) -> str | None:
+    return None if n is None else f"{n / 1024**2:.0f} MiB"
+
+
 class CoursePage(_Pages):
     """``GET /courses/<course>``: members, roster, limits, usage, running servers, culling
     settings and the audit log (teachers, TAs, admins); a read-only summary for students."""
@@ -214,6 +219,11 @@ class CoursePage(_Pages):
         quota = await self.courses.course_quota(course)
         ns: dict[str, Any] = {"course": info, "role": role or ("admin" if caller.is_admin else None),
                               "staff": staff, "teacher": teacher, "quota": quota}
+        data = coursedata.settings_of(self.settings)  # the Data section (docs/teachers/course-data.md)
+        ns.update(data_path=f"~/{data.home_folder}/{coursedata.folder_name(course)}",
+                  data_writable=bool(data.root_dir) and bool(
+                      authz.decide(caller, authz.WRITE_COURSE_DATA, course=course)),
+                  home_limit=_mib(data.home_limit_of(course)))
         windows = await self.settings["culling"].windows(course)
         ns["windows"] = windows["windows"]
         ns["assignments"] = await self._assignments(course, staff)
