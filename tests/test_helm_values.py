@@ -35,6 +35,7 @@ pytestmark = pytest.mark.unit
 
 BASE = HELM_VALUES / "base.yaml"
 JOBS = HELM_VALUES / "jobs.yaml"
+COURSE_DATA = HELM_VALUES / "course-data-nfs.yaml"
 OVERLAYS = overlays()
 GPU_OVERLAYS = [o for o in OVERLAYS if o != "cpu-only"]
 #: The machines each GPU setup is written for: (node, gpu_product label, GPUs per node).
@@ -65,7 +66,8 @@ def test_the_chart_defaults_alone_validate():
     assert schema_errors(chart_values()) == []
 
 
-@pytest.mark.parametrize("path", [BASE, JOBS, *map(overlay_path, OVERLAYS)], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [BASE, JOBS, COURSE_DATA, *map(overlay_path, OVERLAYS)],
+                         ids=lambda p: p.stem)
 def test_each_values_file_validates_on_its_own(path):
     assert schema_errors(chart_values(path)) == []
 
@@ -307,3 +309,22 @@ def test_the_init_container_upgrades_an_old_schema_once(tmp_path):
     assert f"upgraded from revision 0001 to {head_revision()}" in first, first
     [again] = pod.run_init_containers()
     assert f"already at revision {head_revision()}" in again, again
+
+
+def test_the_course_data_overlay_validates_and_reaches_the_spawner_and_the_service():
+    """The NFS example: the chart takes it over the base and an overlay; the hub pod mounts the
+    export where ClasshubCourseData.root_dir says, and the settings are ClasshubCourseData traits
+    (a name no trait has would stop the hub, docs/admins/course-data.md)."""
+    from hub_ext.backends.coursedata import ClasshubCourseData, pod_volumes
+
+    values = chart_values(BASE, overlay_path("whole-gpus"), COURSE_DATA)
+    assert schema_errors(values) == []
+    section = values["hub"]["config"]["ClasshubCourseData"]
+    assert set(section) <= set(ClasshubCourseData.class_trait_names(config=True))
+    mounts = {m["name"]: m["mountPath"] for m in values["hub"]["extraVolumeMounts"]}
+    assert mounts["classhub-course-data"] == section["root_dir"]
+    volumes, pod_mounts = pod_volumes(ClasshubCourseData(**section), {"ml101": "student"})
+    assert volumes[0]["nfs"] == next(v["nfs"] for v in values["hub"]["extraVolumes"]
+                                     if v["name"] == "classhub-course-data")
+    assert pod_mounts == [{"name": "course-data", "mountPath": "/home/jovyan/data/ml101",
+                           "readOnly": True, "subPath": "ml101"}]
