@@ -31,6 +31,7 @@ CONFIG_CLASSES = (
     "hub_ext.service.jobs.settings.ClasshubJobs",
     "hub_ext.backends.templates.ClasshubTemplates",
     "hub_ext.backends.submissions.ClasshubAssignments",
+    "hub_ext.backends.coursedata.ClasshubCourseData",
     "culler.app.ClasshubCuller",
     "spawner.local.ClasshubLocalSpawner",
     "spawner.kube.ClasshubKubeSpawner",
