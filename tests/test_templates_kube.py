@@ -7,6 +7,8 @@ exactly as the pod spec says, reading the template storage the service wrote and
 student's "home volume". What a user notices: the teacher publishes from their own server, the
 student's pod gets a seeding init container (a sidecar for a large template) with the template
 PVC mounted read-only, and the student's JupyterLab shows the files with the marker of the version.
+The same spawns carry the course's data volume (issue 35, spawn level): read-only in the student's
+pod, read-write in the teacher's.
 """
 
 from __future__ import annotations
@@ -50,8 +52,14 @@ def hub(cluster, folders, tmp_path_factory, v1_module):
     v1_module.create_namespaced_persistent_volume_claim("default", {
         "metadata": {"name": "classhub-templates"},
         "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}})
+    # the course data store (docs/admins/course-data.md): a ReadWriteMany PVC with a folder per course
+    v1_module.create_namespaced_persistent_volume_claim("default", {
+        "metadata": {"name": "course-data"},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}})
     homes, templates = folders["homes"], folders["templates"]
     config = f"""
+c.ClasshubCourseData.volume = {{"persistentVolumeClaim": {{"claimName": "course-data"}}}}
+c.ClasshubCourseData.mount_path = "/srv/course-data"
 c.ClasshubKubeSpawner.home_mount_path = "{homes}/{{username}}"
 c.KubeSpawner.working_dir = "{homes}/{{username}}"
 c.ClasshubTemplates.mount_path = "{templates}"
@@ -132,6 +140,15 @@ def test_publish_from_a_pod_and_seed_in_the_student_pod(hub: KubeHub, cluster, f
     assert {"README.md", CAFE} <= {item["name"] for item in listing["content"]}
     marker = json.loads((folders["homes"] / "student1" / ".classhub" / "template.json").read_text())
     assert (marker["template"], marker["version"]) == ("k101/lab", "1")
+
+    # the course's data: read-only in the student's pod, read-write in the teacher's (issue 35)
+    for user, read_only in (("student1", True), ("teacher1", False)):
+        spec = cluster.get("pods", f"jupyter-{user}", "default")["spec"]
+        data = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "course-data"]
+        assert data == [{"name": "course-data", "mountPath": "/srv/course-data/k101", "subPath": "k101",
+                         "readOnly": read_only}], (user, data)
+        volume = {"name": "course-data", "persistentVolumeClaim": {"claimName": "course-data"}}
+        assert volume in spec["volumes"]
 
     # v2 is large (over the test's 4 KiB threshold): a sidecar copies while JupyterLab starts
     big = "x" * 8000 + "\n"
