@@ -131,6 +131,12 @@ def test_teachers_upload_students_read_and_nobody_else_writes(hub: LocalHub, tok
     assert mine["courses"] == [{"course": COURSE, "role": "student", "path": "~/data/demo101",
                                 "writable": False}]
 
+    # the JupyterLab panel of the student's server says where the data is, and the home's size
+    panel = requests.get(f"{hub.url}/user/student1/api/classhub/panel/state", timeout=30,
+                         headers={"Authorization": f"token {student}"}).json()
+    assert panel["storage"]["courses"][0]["path"] == "~/data/demo101"
+    assert panel["storage"]["bytes"] == homes["student1"] and panel["storage"]["level"] == "fine"
+
     # the metrics count the uploads and the folder's size
     scrape = requests.get(f"{hub.url}/services/classhub/metrics",
                           headers={"Authorization": f"token {tokens['admin']}"}, timeout=30).text

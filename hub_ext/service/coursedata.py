@@ -301,8 +301,10 @@ class MyStorageHandler(DataBase):
                        "you no longer need (the course's data is in ~/data, no need to copy it).")
         self.write_json({"user": self.caller.name, "bytes": size, "limit": limit, "level": level,
                          "warning": warning,
+                         # staff write in their server only where it mounts the store read-write
                          "courses": [{"course": c, "role": r, "path": self.where(c),
-                                      "writable": r in ("teacher", "ta")}
+                                      "writable": r in ("teacher", "ta")
+                                      and self.settings.get("mode") == "kubernetes"}
                                      for c, r in sorted(roles.items())] if self.data.root_dir else []})
 
 

@@ -16,8 +16,9 @@ looking, never lends the owner's power to a visitor.**
 Routes (authenticated like every jupyter-server API: the cookie and ``_xsrf`` of this server):
 
 - ``GET  api/classhub/panel/state``: who looks, the server, and for the owner: courses, quota
-  use, templates, open assignments, shares, shares with me, pending cull warnings, jobs
-  (``?parts=viewer``: who looks and the server only);
+  use, templates, open assignments, shares, shares with me, pending cull warnings, jobs, storage
+  (the home's size against its limit, the courses' data folders) (``?parts=viewer``: who looks
+  and the server only);
 - ``GET|POST|PUT|DELETE api/classhub/panel/service/<path>``: the owner's relay to the service;
   a text answer (a job's log) comes back as text; a log is read from ``offset``, never followed
   (the panel reads again what is new);
@@ -49,7 +50,7 @@ ROUTE = "api/classhub/panel"
 #: What the owner's panel may ask the service, per method (paths under the service's ``api/``).
 RELAYED: dict[str, tuple[re.Pattern[str], ...]] = {
     "GET": tuple(re.compile(p) for p in (
-        r"me", r"usage/me", r"shares", r"shares/with-me", r"culling/me",
+        r"me", r"usage/me", r"shares", r"shares/with-me", r"culling/me", r"storage/me",
         r"courses/[^/]+/templates", r"courses/[^/]+/usage", r"jobs", r"jobs/[^/]+", r"jobs/[^/]+/logs",
         r"courses/[^/]+/assignments",
     )),
@@ -179,11 +180,11 @@ class StateHandler(PanelHandler):
             return
         mine = quote(self.owner, safe="")
         parts = {"me": "me", "usage": "usage/me", "shares": "shares", "shared_with_me": "shares/with-me",
-                 "culling": "culling/me", "jobs": f"jobs?owner={mine}&limit=20"}
+                 "culling": "culling/me", "jobs": f"jobs?owner={mine}&limit=20", "storage": "storage/me"}
         answers = await asyncio.gather(*(self.service("GET", p) for p in parts.values()))
         errors = []
         for key, (code, payload) in zip(parts, answers, strict=True):
-            if key == "jobs" and code == 404:  # a classhub without the job service: no section
+            if key in ("jobs", "storage") and code == 404:  # a classhub without it: no section
                 continue
             if code == 200:
                 # lists of shares and jobs come wrapped ({"shares": [...]}): the panel takes the list

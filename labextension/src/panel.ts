@@ -17,6 +17,7 @@ import {
   describeAssignment,
   describeJob,
   describeShare,
+  formatBytes,
   formatDuration,
   quotaBars,
   secondsLeft,
@@ -150,7 +151,21 @@ export class ClasshubPanel extends Widget {
     fact('Profile', state.server.profile || 'default');
     fact('GPU', state.server.gpus ? `device ${state.server.gpus}` : 'none');
     fact('Running for', el('span', { 'data-classhub-since': state.server.started || '' }, '…'));
+    const storage = state.storage;
+    if (storage && storage.bytes !== null) {
+      const limit = storage.limit ? ` of ${formatBytes(storage.limit)}` : '';
+      fact('Home', `${formatBytes(storage.bytes)}${limit}`);
+    }
     s.append(dl);
+    if (storage?.warning) {
+      s.append(el('div', { class: 'classhub-warning classhub-home-warning', role: 'status' }, storage.warning));
+    }
+    for (const c of storage?.courses || []) {
+      const how = c.writable ? 'you may change it' : 'read-only';
+      s.append(
+        el('p', { class: 'classhub-course-data' }, `Data of ${c.course}: `, el('code', {}, c.path), ` (${how})`)
+      );
+    }
     const warnings = state.culling?.warnings || [];
     for (const w of warnings) {
       const box = el('div', { class: 'classhub-warning', role: 'status' });

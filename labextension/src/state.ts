@@ -241,6 +241,32 @@ export interface IPanelState {
   courses?: Record<string, string>;
   /** absent when classhub runs without the job service */
   jobs?: IJob[];
+  /** the home's size against its limit and the courses' data folders (GET storage/me) */
+  storage?: IStorage;
+}
+
+/** What ``GET storage/me`` answers: my home's size, its limit, and my courses' data folders. */
+export interface IStorage {
+  bytes: number | null;
+  limit: number | null;
+  level: 'fine' | 'near' | 'over';
+  warning: string | null;
+  courses: { course: string; role: string; path: string; writable: boolean }[];
+}
+
+/** Bytes in words (binary units), as the course page writes them. */
+export function formatBytes(n: number | null | undefined): string {
+  if (n === null || n === undefined) {
+    return 'unknown';
+  }
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let size = n;
+  let unit = 0;
+  while (size >= 1024 && unit < units.length - 1) {
+    size /= 1024;
+    unit += 1;
+  }
+  return unit === 0 ? `${n} B` : `${size.toFixed(1)} ${units[unit]}`;
 }
 
 /** One quota bar: what is used of a limit. */

@@ -12,6 +12,7 @@ import {
   describeAssignment,
   describeJob,
   describeShare,
+  formatBytes,
   formatDuration,
   isActiveJob,
   isReadOnly,
@@ -331,5 +332,14 @@ describe('describeAssignment', () => {
     expect(describeAssignment({ ...a, my_submissions: [s, last] }, when)).toBe(
       'Lab 1 (demo101), due 2026-12-14: submitted 2026-12-15 (late)'
     );
+  });
+});
+
+describe('formatBytes', () => {
+  it('writes home sizes as the course page does', () => {
+    expect(formatBytes(512)).toBe('512 B');
+    expect(formatBytes(3 * 1024 * 1024)).toBe('3.0 MiB');
+    expect(formatBytes(9 * 1024 ** 3)).toBe('9.0 GiB');
+    expect(formatBytes(null)).toBe('unknown');
   });
 });
