@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hub_ext.service import body_models
+from hub_ext.service.coursedata import DataFolderBody
 from hub_ext.service.culling import PersistentBody, PolicyBody, WindowBody, WindowIdBody
 
 pytestmark = pytest.mark.unit
@@ -134,19 +135,26 @@ def test_good_bodies_keep_what_was_sent():
 
 NEW_MODELS = [body_models.NewCourseBody, body_models.MemberChangeBody, body_models.QuotaBody,
               body_models.ProfileOptionsBody, body_models.ShareBody, body_models.ShareAccessBody,
-              body_models.PanelCopyBody, body_models.CourseSharingBody]
+              body_models.PanelCopyBody, body_models.CourseSharingBody, DataFolderBody]
 
 
 @pytest.mark.parametrize("model", NEW_MODELS)
 @given(data=json_values | st.dictionaries(st.sampled_from(
     ["name", "display_name", "add", "remove", "resources", "servers", "gpu_hours_per_week", "profile",
      "cpu", "user", "group", "link", "minutes", "viewer_token", "server", "path", "ta_server_access",
-     "typo"]), json_values, max_size=4))
+     "folder", "typo"]), json_values, max_size=4))
 def test_any_json_is_one_of_these_models_or_a_sentence(model, data):
     try:
         body_models.parse(model, data)
     except body_models.BodyError as e:
         assert str(e) and "Value error" not in str(e) and "pydantic" not in str(e)
+
+
+def test_a_data_folder_is_a_clean_path_or_a_sentence():
+    assert body_models.parse(DataFolderBody, {"folder": "/images/val/"}).folder == "images/val"
+    for folder, says in (("../up", "'..'"), (3, "must be a path"), ("", "Name a file")):
+        with pytest.raises(body_models.BodyError, match=says):
+            body_models.parse(DataFolderBody, {"folder": folder})
 
 
 def test_every_model_gives_an_example():
