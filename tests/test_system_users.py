@@ -2,28 +2,46 @@
 
 from __future__ import annotations
 
+import grp
 import json
 import pwd
 import re
+import subprocess
 import time
 
 import pytest
 import requests
 import websocket
 
-from tests.hubproc import HubSession, LocalHub, start_server, wait_for
+from tests.hubproc import HubSession, LocalHub, api, start_server, wait_for
 from tests.system_accounts import system_users_hub
 
 pytestmark = pytest.mark.hub
 
-ACCOUNTS = ["jupyter-student1", "jupyter-student2"]
+ACCOUNTS = ["jupyter-student1", "jupyter-student2", "jupyter-outsider"]
+#: The Unix groups of the courses' data folders (docs/admins/course-data.md), made by the test's hub.
+COURSE_GROUPS = ["classhub-demo101", "classhub-other101"]
 
 
 @pytest.fixture(scope="module")
 def system_hub(hub_root):
     hub = LocalHub(data_dir=hub_root / "system", extra_args=["--system-users", "--create-system-users"])
-    with system_users_hub(hub, ACCOUNTS) as started:
-        yield started
+    existed = {g for g in COURSE_GROUPS if _group_exists(g)}
+    try:
+        with system_users_hub(hub, ACCOUNTS) as started:
+            yield started
+    finally:
+        for group in COURSE_GROUPS:
+            if group not in existed and _group_exists(group):
+                subprocess.run(["groupdel", group], check=False)
+
+
+def _group_exists(name: str) -> bool:
+    try:
+        grp.getgrnam(name)
+    except KeyError:
+        return False
+    return True
 
 
 def terminal_run(hub: LocalHub, user: str, token: str, command: str) -> str:
@@ -94,3 +112,44 @@ def test_servers_run_as_their_own_accounts_with_private_homes(system_hub):
     # And student1's own files are theirs.
     wait_for(lambda: (homes / "student1").exists(), 5, "student1's home")
     assert pwd.getpwuid((homes / "student1").stat().st_uid).pw_name == "jupyter-student1"
+
+
+def test_course_data_is_read_by_members_and_closed_to_other_accounts(system_hub):
+    """The course's data folder with real accounts (issue 35): student1's server has the course's
+    group and reads the files at ~/data/demo101 but cannot write there; an account of another
+    course cannot even list the folder."""
+    admin, teacher = (HubSession(system_hub, u).new_token() for u in ("admin", "teacher1"))
+    student = HubSession(system_hub, "student1").new_token()
+    assert api(system_hub, "POST", "courses", admin, json={"name": "other101"}).status_code == 201
+    r = api(system_hub, "PUT", "courses/other101/members", admin,
+            json={"add": [{"username": "outsider", "role": "student"}]})
+    assert r.status_code == 200, r.text
+    r = requests.post(f"{system_hub.url}/hub/api/users/outsider/tokens", json={"expires_in": 3600},
+                      headers={"Authorization": f"token {admin}"}, timeout=30)
+    outsider = r.json()["token"]
+    r = api(system_hub, "PUT", "courses/demo101/data/files/README.txt", teacher, data=b"cats\n",
+            headers={"Content-Type": "application/octet-stream"})
+    assert r.status_code == 201, r.text
+    # servers (re)started now: the spawner gives the course's group and links the folder
+    for user, token in (("student1", student), ("outsider", outsider)):
+        requests.delete(f"{system_hub.url}/hub/api/users/{user}/server", timeout=30,
+                        headers={"Authorization": f"token {admin}"})
+        wait_for(lambda u=user: not _running(system_hub, admin, u), 30, f"{user}'s server to stop")
+        start_server(system_hub, user, token)
+
+    out = terminal_run(system_hub, "student1", student, "id -Gn; cat ~/data/demo101/README.txt")
+    assert "classhub-demo101" in out and "cats" in out
+    out = terminal_run(system_hub, "student1", student, "touch ~/data/demo101/mine.txt")
+    assert "Permission denied" in out
+    out = terminal_run(system_hub, "student1", student, "rm -f ~/data/demo101/README.txt")
+    assert "Permission denied" in out
+    folder = system_hub.data_dir / "course-data" / "demo101"
+    out = terminal_run(system_hub, "outsider", outsider, f"ls {folder}; cat {folder}/README.txt")
+    assert out.count("Permission denied") == 2 and "cats" not in out
+    assert (folder / "README.txt").read_text() == "cats\n"
+
+
+def _running(hub: LocalHub, token: str, user: str) -> bool:
+    model = requests.get(f"{hub.url}/hub/api/users/{user}", timeout=30,
+                         headers={"Authorization": f"token {token}"}).json()
+    return bool((model.get("servers") or {}).get(""))
