@@ -170,6 +170,8 @@ def configure(
         c.ClasshubLocalSpawner.create_system_users = create_system_users
     else:
         c.JupyterHub.spawner_class = "classhub-kube"
+        if "strict_modes" not in c.ClasshubCourseData:  # mounts enforce it (docs/admins/course-data.md)
+            c.ClasshubCourseData.strict_modes = False
     hand_over_sections(c, _configured(c, "services"))
     from jupyterhub.app import JupyterHub
 

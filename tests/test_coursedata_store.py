@@ -60,6 +60,16 @@ def test_an_upload_is_listed_read_only_and_sized(tmp_path: Path) -> None:
             placed.unlink()
 
 
+def test_on_kubernetes_staff_servers_write_where_the_mount_lets_them(tmp_path: Path) -> None:
+    """strict_modes off (configure() on Kubernetes): the kubelet's read-only mount stops students,
+    and a teacher's server (the same uid as the hub pod) may write into the folders."""
+    store = _store(tmp_path, strict_modes=False)
+    _put(store, "ml", "images/a.png", b"x")
+    placed = store.root / "ml" / "images" / "a.png"
+    assert oct(placed.stat().st_mode & 0o777) == "0o644"
+    assert oct(placed.parent.stat().st_mode & 0o777) == "0o755"
+
+
 @pytest.mark.parametrize("path", ["../escape.txt", "a/../../escape.txt", "/etc/passwd", "a//b",
                                   "./a", "a\\..\\b", ".classhub-partial/x", ""])
 def test_traversal_and_absolute_paths_are_refused_with_a_sentence(tmp_path: Path, path: str) -> None:

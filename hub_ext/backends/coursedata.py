@@ -127,6 +127,13 @@ class ClasshubCourseData(Configurable):
         60.0, config=True,
         help="How long a computed folder or home size is reused before it is computed again.",
     )
+    strict_modes = Bool(
+        True, config=True,
+        help="""Keep files 0444 and folders 0555, so that servers running as the service's own
+        account cannot change them (local mode). ``configure()`` turns it off on Kubernetes, where
+        students' mounts are read-only and teachers' and TAs' servers write through theirs
+        (files 0644, folders 0755).""",
+    )
     home_folder = Unicode(
         "data", config=True,
         help="""The folder in each home (local mode) or under the home mount (Kubernetes) where the
@@ -265,6 +272,7 @@ class CourseDataStore:
         self.root = Path(settings.root_dir).resolve()
         self.group_of = group_of or (lambda course: None)
         self.sizes = SizeCache(settings.size_cache_seconds)
+        self.file_mode, self.dir_mode = (FILE_MODE, DIR_MODE) if settings.strict_modes else (0o644, 0o755)
         self._lock = threading.Lock()  # one change at a time: the write bit is lifted per folder
 
     # -- opening folders ----------------------------------------------------------------------
@@ -293,7 +301,7 @@ class CourseDataStore:
                 os.fchown(fd, -1, gid)
                 os.fchmod(fd, 0o750)
             else:
-                os.fchmod(fd, DIR_MODE)
+                os.fchmod(fd, self.dir_mode)
             return fd
         except OSError as e:
             if e.errno in (errno.ELOOP, errno.ENOTDIR):
@@ -320,7 +328,7 @@ class CourseDataStore:
                     with _writable(fd), contextlib.suppress(FileExistsError):
                         os.mkdir(part, 0o755, dir_fd=fd)
                     sub = os.open(part, _DIR_FLAGS, dir_fd=fd)
-                    os.fchmod(sub, DIR_MODE)
+                    os.fchmod(sub, self.dir_mode)
                 except OSError as e:
                     if e.errno in (errno.ELOOP, errno.ENOTDIR):
                         raise _refuse_link(path) from None
@@ -546,7 +554,7 @@ class Upload:
     def _place(self, size: int) -> None:
         store = self.store
         gid = store.group_of(self.course)
-        os.fchmod(self._fd, FILE_MODE)
+        os.fchmod(self._fd, store.file_mode)
         if gid is not None:
             os.fchown(self._fd, -1, gid)
         with store._lock:
