@@ -163,6 +163,16 @@ def test_a_chunked_upload_resumes_where_the_kept_part_ends(tmp_path: Path) -> No
     assert (store.root / folder_name("ml") / "data.bin").read_bytes() == b"abcdefghij"
 
 
+def test_an_upload_nobody_resumes_is_removed_after_a_day(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    _put(store, "ml", "old.bin", b"ab", "bytes 0-1/4")
+    partial = store.root / ".classhub-partial"
+    [kept] = list(partial.iterdir())
+    os.utime(kept, (0, 0))  # left long ago
+    _put(store, "ml", "new.bin", b"cd", "bytes 0-1/4")  # the next upload sweeps
+    assert [p.name for p in partial.iterdir()] == [store.partial_name("ml", "new.bin", 4)]
+
+
 def test_the_course_limit_refuses_with_the_sizes(tmp_path: Path) -> None:
     store = _store(tmp_path, max_bytes=10, course_max_bytes={"big": 0})
     _put(store, "ml", "a.bin", b"x" * 8)

@@ -127,6 +127,11 @@ class ClasshubCourseData(Configurable):
         60.0, config=True,
         help="How long a computed folder or home size is reused before it is computed again.",
     )
+    partial_max_age = Float(
+        86400.0, config=True,
+        help="""Seconds an unfinished upload is kept for its sender to resume; older partial files
+        are removed when the next upload begins.""",
+    )
     strict_modes = Bool(
         True, config=True,
         help="""Keep files 0444 and folders 0555, so that servers running as the service's own
@@ -443,7 +448,24 @@ class CourseDataStore:
         total = rng.total if rng is not None else None
         if total is not None:
             self.room_for(course, total)
+        self.sweep_partials()
         return Upload(self, course, path, parts, rng)
+
+    def sweep_partials(self) -> int:
+        """Remove partial files older than ``partial_max_age`` (uploads nobody resumed); how many."""
+        fd = self._partial_fd()
+        removed = 0
+        cutoff = time.time() - self.settings.partial_max_age
+        try:
+            for entry in list(os.scandir(fd)):
+                with contextlib.suppress(FileNotFoundError):
+                    old = entry.stat(follow_symlinks=False).st_mtime < cutoff
+                    if entry.is_file(follow_symlinks=False) and old:
+                        os.unlink(entry.name, dir_fd=fd)
+                        removed += 1
+        finally:
+            os.close(fd)
+        return removed
 
     def _partial_fd(self) -> int:
         root = self._root_fd()
