@@ -4,8 +4,9 @@ A real hub with the classhub service, the culler and the students' servers runs 
 debug mode with a slow-callback threshold of 50 ms (tests/loopwatch/sitecustomize.py, loaded by
 every one of those processes), through a small class start (a course, its members, two students
 starting servers, one through the spawn page), a culler cycle that warns and then culls them while
-something else holds the database, a template upload and a job cycle. asyncio logs every callback
-that ran 50 ms or more ("Executing <handle> took N seconds"); the watch says where each one was.
+something else holds the database, a template upload, a course data upload and a job cycle.
+asyncio logs every callback that ran 50 ms or more ("Executing <handle> took N seconds"); the
+watch says where each one was.
 The test fails on every slow callback that was classhub's code (hub_ext/, spawner/, culler/).
 
 Why 50 ms: a callback that long is felt by everyone the loop serves (a hub page, a spawn, a health
@@ -211,6 +212,17 @@ def test_a_class_start_a_cull_a_template_upload_and_a_job_leave_no_slow_callback
     assert r.status_code == 201 and r.json()["files"] == 50, r.text
     r = api(hub, "GET", f"courses/{COURSE}/assignments/lab1/download", tokens["teacher1"])
     assert r.status_code == 200 and len(r.content) > 50 * 64 * 1024, r.text[:200]
+
+    # a course data upload in two chunks, its listing and the members' home sizes (issue 35)
+    data = os.urandom(8 * 1024 * 1024)
+    for first in (0, 4 * 1024 * 1024):
+        r = api(hub, "PUT", f"courses/{COURSE}/data/files/set/train.bin", tokens["teacher1"],
+                data=data[first:first + 4 * 1024 * 1024], headers={
+                    "Content-Type": "application/octet-stream",
+                    "Content-Range": f"bytes {first}-{first + 4 * 1024 * 1024 - 1}/{len(data)}"})
+        assert r.status_code in (200, 201), r.text
+    assert api(hub, "GET", f"courses/{COURSE}/data", tokens["teacher1"]).json()["bytes"] == len(data)
+    assert api(hub, "GET", f"courses/{COURSE}/storage", tokens["teacher1"]).status_code == 200
 
     # a job cycle: a student's job runs and ends
     job = api(hub, "POST", "jobs", student2.new_token(), json={
