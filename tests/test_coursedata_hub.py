@@ -5,7 +5,8 @@ a break; a student whose server was already running finds both at ``~/data/demo1
 JupyterLab (through the contents API of their server), cannot change or delete them there and
 is told why, and cannot upload or delete through classhub; a teacher of another course sees and
 changes nothing; paths that climb out of the folder are refused with a sentence; the teacher
-sees every member's home size; deleting removes the file for everyone.
+sees every member's home size, marked when over the course's home limit, and the student's
+JupyterLab panel warns them; deleting removes the file for everyone.
 """
 
 from __future__ import annotations
@@ -29,7 +30,12 @@ MIB = 1024 * 1024
 
 @pytest.fixture(scope="module")
 def hub(hub_root: Path):
-    hub = LocalHub(data_dir=hub_root / "course-data").start()
+    data_dir = hub_root / "course-data"
+    data_dir.mkdir()
+    # a home limit every home passes (a started server writes a few KiB of settings)
+    (data_dir / "jupyterhub_config.py").write_text(
+        'c.ClasshubCourseData.course_home_limit_bytes = {"demo101": 1000}\n')
+    hub = LocalHub(data_dir=data_dir).start()
     yield hub
     hub.stop()
 
@@ -124,7 +130,10 @@ def test_teachers_upload_students_read_and_nobody_else_writes(hub: LocalHub, tok
     storage = api(hub, "GET", f"courses/{COURSE}/storage", tokens["ta1"])
     assert storage.status_code == 200, storage.text
     homes = {h["user"]: h["bytes"] for h in storage.json()["homes"]}
-    assert set(homes) == {"teacher1", "ta1", "student1", "student2"} and homes["student1"] is not None
+    assert set(homes) == {"teacher1", "ta1", "student1", "student2"} and homes["student1"] > 1000
+    levels = {h["user"]: h["level"] for h in storage.json()["homes"]}
+    assert levels["student1"] == "over" and levels["student2"] == "fine"  # no home yet: 0 bytes
+    assert storage.json()["home_limit"] == 1000
     assert storage.json()["data_bytes"] == 30 + total
     assert api(hub, "GET", f"courses/{COURSE}/storage", student).status_code == 403
     mine = api(hub, "GET", "storage/me", student).json()
@@ -135,7 +144,8 @@ def test_teachers_upload_students_read_and_nobody_else_writes(hub: LocalHub, tok
     panel = requests.get(f"{hub.url}/user/student1/api/classhub/panel/state", timeout=30,
                          headers={"Authorization": f"token {student}"}).json()
     assert panel["storage"]["courses"][0]["path"] == "~/data/demo101"
-    assert panel["storage"]["bytes"] == homes["student1"] and panel["storage"]["level"] == "fine"
+    assert panel["storage"]["bytes"] == homes["student1"] and panel["storage"]["level"] == "over"
+    assert "limit: delete what you no longer need" in panel["storage"]["warning"]
 
     # the metrics count the uploads and the folder's size
     scrape = requests.get(f"{hub.url}/services/classhub/metrics",

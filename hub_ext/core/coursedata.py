@@ -30,6 +30,7 @@ __all__ = [
     "Range",
     "check_data_path",
     "home_level",
+    "human_bytes",
     "over_limit",
     "parse_content_range",
 ]
@@ -120,9 +121,9 @@ def over_limit(used: int, adding: int, limit: int | None, course: str) -> str | 
     """The sentence refusing ``adding`` bytes to a data folder holding ``used`` (None: fits)."""
     if limit is None or used + adding <= limit:
         return None
-    return (f"The data folder of {course} would hold {_human(used + adding)}, over its limit of "
-            f"{_human(limit)} ({_human(used)} used); delete files first, or ask a hub admin to raise "
-            "the limit (c.ClasshubCourseData.course_max_bytes)")
+    return (f"The data folder of {course} would hold {human_bytes(used + adding)}, over its limit of "
+            f"{human_bytes(limit)} ({human_bytes(used)} used); delete files first, or ask a hub admin "
+            "to raise the limit (c.ClasshubCourseData.course_max_bytes)")
 
 
 #: A home's size next to its limit: fine, near (at least `NEAR` of it) or over.
@@ -139,7 +140,8 @@ def home_level(size: int, limit: int | None) -> str:
     return NEAR if size >= NEAR_FRACTION * limit else FINE
 
 
-def _human(n: int) -> str:
+def human_bytes(n: int) -> str:
+    """Bytes in words, binary units: 27 B, 3.0 MiB, 50.0 GiB."""
     size = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if size < 1024 or unit == "TiB":

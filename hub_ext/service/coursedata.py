@@ -43,7 +43,14 @@ from hub_ext.backends.coursedata import (
 )
 from hub_ext.backends.local import accounts
 from hub_ext.core import authz
-from hub_ext.core.coursedata import DataFull, DataPathError, check_data_path, home_level, parse_content_range
+from hub_ext.core.coursedata import (
+    DataFull,
+    DataPathError,
+    check_data_path,
+    home_level,
+    human_bytes,
+    parse_content_range,
+)
 from hub_ext.service import body_models
 from hub_ext.service.apidoc import ok, op
 from hub_ext.service.declare import needs, refuses, takes
@@ -297,8 +304,9 @@ class MyStorageHandler(DataBase):
         level = home_level(size or 0, limit)
         warning = None
         if level != "fine":
-            warning = (f"Your home holds {_mib(size or 0)} of its {_mib(limit or 0)} limit: delete what "
-                       "you no longer need (the course's data is in ~/data, no need to copy it).")
+            warning = (f"Your home holds {human_bytes(size or 0)} of its {human_bytes(limit or 0)} limit: "
+                       "delete what you no longer need (the course's data is in ~/data, no need to "
+                       "copy it).")
         self.write_json({"user": self.caller.name, "bytes": size, "limit": limit, "level": level,
                          "warning": warning,
                          # staff write in their server only where it mounts the store read-write
@@ -306,10 +314,6 @@ class MyStorageHandler(DataBase):
                                       "writable": r in ("teacher", "ta")
                                       and self.settings.get("mode") == "kubernetes"}
                                      for c, r in sorted(roles.items())] if self.data.root_dir else []})
-
-
-def _mib(n: int) -> str:
-    return f"{n / 1024**2:.0f} MiB"
 
 
 ROUTES: list[tuple[str, type]] = [

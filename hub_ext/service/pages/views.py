@@ -18,6 +18,7 @@ from tornado import web
 
 from hub_ext.core import authz
 from hub_ext.core import templates as template_rules
+from hub_ext.core.coursedata import human_bytes
 from hub_ext.core.jobs import ADMITTED, PREEMPTED, QUEUED, RUNNING
 from hub_ext.core.profiles import Catalog, CatalogError
 from hub_ext.hubapi import HubAPIError
@@ -197,10 +198,6 @@ class HomePage(_Pages):
         return counts
 
 
-def _mib(n: int | None) -> str | None:
-    return None if n is None else f"{n / 1024**2:.0f} MiB"
-
-
 class CoursePage(_Pages):
     """``GET /courses/<course>``: members, roster, limits, usage, running servers, culling
     settings and the audit log (teachers, TAs, admins); a read-only summary for students."""
@@ -223,7 +220,8 @@ class CoursePage(_Pages):
         ns.update(data_path=f"~/{data.home_folder}/{coursedata.folder_name(course)}",
                   data_writable=bool(data.root_dir) and bool(
                       authz.decide(caller, authz.WRITE_COURSE_DATA, course=course)),
-                  home_limit=_mib(data.home_limit_of(course)))
+                  home_limit=(human_bytes(data.home_limit_of(course) or 0)
+                              if data.home_limit_of(course) else None))
         windows = await self.settings["culling"].windows(course)
         ns["windows"] = windows["windows"]
         ns["assignments"] = await self._assignments(course, staff)
