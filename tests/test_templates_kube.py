@@ -39,7 +39,7 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("kubetemplates")
-    found = {"templates": root / "templates", "homes": root / "homes"}
+    found = {"templates": root / "templates", "homes": root / "homes", "course-data": root / "course-data"}
     for user in ("teacher1", "student1"):
         (found["homes"] / user).mkdir(parents=True)
     found["templates"].mkdir()
@@ -60,6 +60,7 @@ def hub(cluster, folders, tmp_path_factory, v1_module):
     config = f"""
 c.ClasshubCourseData.volume = {{"persistentVolumeClaim": {{"claimName": "course-data"}}}}
 c.ClasshubCourseData.mount_path = "/srv/course-data"
+c.ClasshubCourseData.root_dir = "{folders['course-data']}"
 c.ClasshubKubeSpawner.home_mount_path = "{homes}/{{username}}"
 c.KubeSpawner.working_dir = "{homes}/{{username}}"
 c.ClasshubTemplates.mount_path = "{templates}"
@@ -149,6 +150,19 @@ def test_publish_from_a_pod_and_seed_in_the_student_pod(hub: KubeHub, cluster, f
                          "readOnly": read_only}], (user, data)
         volume = {"name": "course-data", "persistentVolumeClaim": {"claimName": "course-data"}}
         assert volume in spec["volumes"]
+
+    # uploads from the course page land on the store as the hub pod mounts it (root_dir), writable
+    # by staff servers' read-write mounts (0644); a student's upload is refused
+    r = service(hub, "PUT", "courses/k101/data/files/set/a.csv", teacher, data=b"x,y\n",
+                headers={"Content-Type": "application/octet-stream"})
+    assert r.status_code == 201, r.text
+    placed = folders["course-data"] / "k101" / "set" / "a.csv"
+    assert placed.read_bytes() == b"x,y\n" and oct(placed.stat().st_mode & 0o777) == "0o644"
+    assert [f["path"] for f in service(hub, "GET", "courses/k101/data", student).json()["files"]] == [
+        "set", "set/a.csv"]
+    r = service(hub, "PUT", "courses/k101/data/files/b.csv", student, data=b"no",
+                headers={"Content-Type": "application/octet-stream"})
+    assert r.status_code == 403, r.text
 
     # v2 is large (over the test's 4 KiB threshold): a sidecar copies while JupyterLab starts
     big = "x" * 8000 + "\n"
