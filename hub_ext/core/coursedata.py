@@ -121,9 +121,10 @@ def over_limit(used: int, adding: int, limit: int | None, course: str) -> str | 
     """The sentence refusing ``adding`` bytes to a data folder holding ``used`` (None: fits)."""
     if limit is None or used + adding <= limit:
         return None
-    return (f"The data folder of {course} would hold {human_bytes(used + adding)}, over its limit of "
-            f"{human_bytes(limit)} ({human_bytes(used)} used); delete files first, or ask a hub admin "
-            "to raise the limit (c.ClasshubCourseData.course_max_bytes)")
+    return (f"The upload is larger than the room left in the data folder of {course}: it would hold "
+            f"{human_bytes(used + adding)}, over its limit of {human_bytes(limit)} ({human_bytes(used)} "
+            "used); delete files first, or ask a hub admin to raise the limit "
+            "(c.ClasshubCourseData.course_max_bytes)")
 
 
 #: A home's size next to its limit: fine, near (at least `NEAR` of it) or over.
