@@ -173,6 +173,17 @@ def test_an_upload_nobody_resumes_is_removed_after_a_day(tmp_path: Path) -> None
     assert [p.name for p in partial.iterdir()] == [store.partial_name("ml", "new.bin", 4)]
 
 
+def test_two_requests_never_write_one_partial_file_at_once(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    first = store.upload("ml", "data.bin", parse_content_range("bytes 0-1/4", 2))
+    with pytest.raises(UploadConflict, match="in progress"):
+        store.upload("ml", "data.bin", parse_content_range("bytes 0-1/4", 2))
+    first.write(b"ab")
+    assert first.finish()["offset"] == 2
+    _put(store, "ml", "data.bin", b"cd", "bytes 2-3/4")  # the lock went with the first request
+    assert (store.root / "ml" / "data.bin").read_bytes() == b"abcd"
+
+
 def test_the_course_limit_refuses_with_the_sizes(tmp_path: Path) -> None:
     store = _store(tmp_path, max_bytes=10, course_max_bytes={"big": 0})
     _put(store, "ml", "a.bin", b"x" * 8)

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import os
 import secrets
@@ -524,6 +525,13 @@ class Upload:
         except BaseException:
             os.close(self._dir)
             raise
+        try:  # one request at a time writes a partial file (released when it is closed)
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            kept = os.fstat(self._fd).st_size
+            self.close()
+            raise UploadConflict(kept, f"Another upload of {path!r} is in progress; wait for it, then "
+                                       "resume") from None
         self.start = os.fstat(self._fd).st_size if rng is not None else 0
         if rng is not None and rng.first is not None and rng.first != self.start:
             if rng.first == 0:  # the client starts over
