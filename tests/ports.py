@@ -23,7 +23,10 @@ from typing import IO
 FIRST = 20000
 BLOCK = 500
 BLOCKS = 24  # 20000-31999: below the default ephemeral range
-LOCKS = Path(tempfile.gettempdir()) / "classhub-test-ports"
+#: One folder for the whole machine (ports are the machine's), whatever TMPDIR a test process
+#: has: a child pytest with a TMPDIR of its own (tests/test_hub_versions.py) took block 0 beside
+#: a worker that held it, and both started hubs on port 20000.
+LOCKS = Path("/tmp" if Path("/tmp").is_dir() else tempfile.gettempdir()) / "classhub-test-ports"
 
 _claimed: tuple[int, IO[str]] | None = None
 _next = itertools.count()
