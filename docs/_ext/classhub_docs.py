@@ -46,7 +46,7 @@ OWN_PACKAGES = ("hub_ext", "spawner", "culler")
 
 #: Source files with the service's metric families.
 METRIC_SOURCES = ("hub_ext/service/metrics.py", "hub_ext/service/jobs/metrics.py",
-                  "hub_ext/service/assignments/metrics.py")
+                  "hub_ext/service/assignments/metrics.py", "hub_ext/service/competitions/metrics.py")
 
 _FAMILY_KINDS = {"GaugeMetricFamily": "gauge", "CounterMetricFamily": "counter",
                  "HistogramMetricFamily": "histogram", "SummaryMetricFamily": "summary"}

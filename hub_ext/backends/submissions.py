@@ -106,7 +106,17 @@ class ClasshubAssignments(Configurable):
         help="Deepest folder nesting in a submission (default 32).",
     )
 
-    @validate("max_bytes", "max_files", "max_depth")
+    competition_max_bytes = Integer(
+        8 * 1024 * 1024, config=True,
+        help="Largest competition CSV (hidden labels or a predictions file), in bytes (default "
+        "8 MiB); a larger upload is refused with a sentence and nothing is kept.",
+    )
+    competition_max_rows = Integer(
+        200_000, config=True,
+        help="Most rows of a competition CSV (default 200000).",
+    )
+
+    @validate("max_bytes", "max_files", "max_depth", "competition_max_bytes", "competition_max_rows")
     def _at_least_one(self, proposal: Any) -> int:
         if proposal.value < 1:
             raise TraitError(f"{proposal.trait.name} must be at least 1")

@@ -148,6 +148,13 @@ READ_SUBMISSIONS = "read_submissions"
 READ_COURSE_DATA = "read_course_data"
 WRITE_COURSE_DATA = "write_course_data"
 READ_HOME_SIZES = "read_home_sizes"
+# Competitions (hub_ext.service.competitions): members see the course's open competitions and
+# their leaderboards and submit their own predictions; teachers create them; staff (teachers,
+# TAs) see every submission and both splits at any time. Outside the course: 404.
+READ_COMPETITIONS = "read_competitions"
+EDIT_COMPETITIONS = "edit_competitions"
+SUBMIT_PREDICTIONS = "submit_predictions"
+READ_COMPETITION_SUBMISSIONS = "read_competition_submissions"
 
 #: Scope that lets a token read the metrics (as for JupyterHub's own /hub/metrics).
 METRICS_SCOPE = "read:metrics"
@@ -349,6 +356,10 @@ ACTIONS = (
     START_ASSIGNMENT,
     SUBMIT_ASSIGNMENT,
     READ_SUBMISSIONS,
+    READ_COMPETITIONS,
+    EDIT_COMPETITIONS,
+    SUBMIT_PREDICTIONS,
+    READ_COMPETITION_SUBMISSIONS,
 )
 
 #: Actions for hub admins alone, about no course in particular, with the sentence for anyone else.
@@ -447,6 +458,10 @@ def decide(caller: Caller, action: str, *, course: str | None = None, user: str 
         if course is None:
             raise ValueError(f"{action} needs a course")
         return _assignments(caller, action, course)
+    if action in _COMPETITION_ACTIONS:
+        if course is None:
+            raise ValueError(f"{action} needs a course")
+        return _competitions(caller, action, course)
     if action in _JOB_ACTIONS and not caller.is_user and (
             course is None or job is not None or action == LIST_JOBS):
         return _deny("Jobs belong to users; ask with a user's token.")
@@ -590,6 +605,31 @@ def _assignments(caller: Caller, action: str, course: str) -> Verdict:
                      "a user's own server. Ask with a user's token.")
     if action == START_ASSIGNMENT:  # restarting the caller's own server: their token must allow it
         return _missing_scopes(caller, action, course, caller.name)
+    return ALLOW
+
+
+_COMPETITION_ACTIONS = frozenset({READ_COMPETITIONS, EDIT_COMPETITIONS, SUBMIT_PREDICTIONS,
+                                  READ_COMPETITION_SUBMISSIONS})
+
+
+def _competitions(caller: Caller, action: str, course: str) -> Verdict:
+    """Competitions of `course`: members and admins see them and their leaderboards; members
+    submit their own predictions (a hub service has no predictions of its own); teachers and
+    admins create them; teachers, TAs and admins see every submission and both splits. Anyone
+    else: the course is none of theirs (404)."""
+    role = caller.role_in(course)
+    if not (caller.is_admin or role is not None):
+        return Verdict(False, 404, f"No course {course} among yours; GET /api/courses lists the "
+                                   "courses you are in.")
+    if action == EDIT_COMPETITIONS and not (caller.is_admin or role == TEACHER):
+        return _deny(f"Only a teacher of {course} (or an admin) can create or change its "
+                     "competitions; ask the course's teacher.")
+    if action == READ_COMPETITION_SUBMISSIONS and not (caller.is_admin or role in (TEACHER, TA)):
+        return _deny(f"Only the teachers and TAs of {course} (and admins) see everyone's "
+                     "competition submissions; yours are listed with the competition.")
+    if action == SUBMIT_PREDICTIONS and not (caller.is_user and caller.access):
+        return _deny(f"{caller.name} is a hub service; predictions are submitted by a user. Ask "
+                     "with a user's token.")
     return ALLOW
 
 

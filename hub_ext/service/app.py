@@ -44,6 +44,7 @@ from hub_ext.service import (
     sharing,
 )
 from hub_ext.service.assignments.metrics import SubmissionCollector
+from hub_ext.service.competitions.metrics import CompetitionCollector
 from hub_ext.service.courses import Courses
 
 #: (path under the prefix, handler): the OpenAPI document's own route, then every other one.
@@ -168,6 +169,7 @@ class ClasshubService(Application):
         data_settings: dict[str, Any] = {"course_data": course_data}
         registry.register(metrics.CourseDataCollector(
             sessions, coursedata.store_of(data_settings).size if course_data.root_dir else None))
+        registry.register(CompetitionCollector(sessions))
         job_settings = getattr(self, "job_settings", None) or jobs.ClasshubJobs(parent=self)
         job_backend = (job_settings.local_backend() if self.mode == "local"
                        else job_settings.kubernetes_backend(home_of=hub_api.home_volume))

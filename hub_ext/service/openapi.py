@@ -36,6 +36,7 @@ from hub_ext import __version__
 from hub_ext.service import (
     assignments,
     cluster,
+    competitions,
     coursedata,
     culling,
     handlers,
@@ -275,7 +276,7 @@ def _hand_written() -> dict[str, dict[str, Any]]:
     """Every hand-written path entry: `PATHS` and each route module's ``OPENAPI_PATHS`` (a module
     whose operations are all generated may have none)."""
     paths = dict(PATHS)
-    for module in (templates, assignments, sharing, culling, invitations, panel, jobs, cluster,
+    for module in (templates, assignments, competitions, sharing, culling, invitations, panel, jobs, cluster,
                    coursedata):
         paths.update(getattr(module, "OPENAPI_PATHS", {}))
     return paths
@@ -381,6 +382,7 @@ def _parameters() -> dict[str, Any]:
                    "description": "the server's name (empty: the default server)"},
         **getattr(jobs, "OPENAPI_PARAMETERS", {}),
         **assignments.OPENAPI_PARAMETERS,
+        **competitions.OPENAPI_PARAMETERS,
         "remove_missing": {"name": "remove_missing", "in": "query", "required": False,
                            "schema": {"type": "boolean", "default": False},
                            "description": "remove students and TAs not in the file"},

@@ -10,6 +10,7 @@ from __future__ import annotations
 from hub_ext.service import (
     assignments,
     cluster,
+    competitions,
     coursedata,
     culling,
     handlers,
@@ -41,6 +42,7 @@ ROUTES: list[tuple[str, type]] = [
     ("metrics", handlers.MetricsHandler),
     *templates.ROUTES,
     *assignments.ROUTES,
+    *competitions.ROUTES,
     *sharing.ROUTES,
     *culling.ROUTES,
     *invitations.ROUTES,

@@ -6,7 +6,14 @@ schema in a new database and refuses (`SchemaError`) one whose schema is behind;
 race-free on top of it.
 """
 
-from hub_ext.store import assignment_models, culler_models, job_models, share_models, template_models  # noqa: F401  (register tables)
+from hub_ext.store import (  # noqa: F401  (register tables)
+    assignment_models,
+    competition_models,
+    culler_models,
+    job_models,
+    share_models,
+    template_models,
+)
 from hub_ext.store.courses import (
     add_member,
     all_members,

@@ -123,6 +123,13 @@ _SENTENCES: dict[str, Callable[[str, Details], str]] = {
     "course_data_deleted": lambda a, d: (f"{a} deleted the {d.get('kind', 'file')} "
                                          f"{d.get('path', '')} from the course data"),
     "course_data_folder": lambda a, d: f"{a} made the folder {d.get('path', '')} in the course data",
+    "competition_created": lambda a, d: (f"{a} created the competition {d.get('competition', '')} "
+                                         f"({d.get('metric', 'a metric')}, "
+                                         f"{d.get('rows', '?')} hidden labels)"),
+    "predictions_submitted": lambda a, d: (f"{a} submitted predictions to "
+                                           f"{d.get('competition', 'a competition')}"
+                                           + (f" (public score {d['public_score']:.4g})"
+                                              if isinstance(d.get("public_score"), (int, float)) else "")),
     "server_persistent": lambda a, d: f"{a} kept {d.get('user', 'a user')}'s server from being culled",
     "server_not_persistent": lambda a, d: f"{a} let {d.get('user', 'a user')}'s server be culled again",
 }

@@ -1,0 +1,100 @@
+"""The classhub service's competitions API (issue 34): create, list, submit predictions, leaderboard.
+
+`ROUTES` (relative to the service prefix) are mounted by hub_ext.service.app; `OPENAPI_PATHS`
+and `OPENAPI_PARAMETERS` are merged into the OpenAPI document by hub_ext.service.openapi.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hub_ext.service.apidoc import ok, op
+from hub_ext.service.competitions.handlers import (
+    CompetitionHandler,
+    CompetitionListHandler,
+    LeaderboardHandler,
+    PredictionsFileHandler,
+    SubmissionsHandler,
+)
+
+__all__ = ["OPENAPI_PARAMETERS", "OPENAPI_PATHS", "ROUTES"]
+
+_COMPETITION = r"courses/([^/]+)/competitions/([^/]+)"
+
+ROUTES: list[tuple[str, type]] = [
+    (r"api/courses/([^/]+)/competitions", CompetitionListHandler),
+    (f"api/{_COMPETITION}", CompetitionHandler),
+    (f"api/{_COMPETITION}/leaderboard", LeaderboardHandler),
+    (f"api/{_COMPETITION}/submissions", SubmissionsHandler),
+    (rf"api/{_COMPETITION}/submissions/([^/]+)/file", PredictionsFileHandler),
+]
+
+OPENAPI_PARAMETERS: dict[str, Any] = {
+    "competition": {"name": "competition", "in": "path", "required": True, "schema": {"type": "string"}},
+}
+
+
+def _openapi_paths() -> dict[str, Any]:
+    member, teacher = "members of the course and hub admins", "teachers of the course and hub admins"
+    errs = ("401", "403", "404")
+    entry = {"type": "object", "properties": {
+        "id": {"type": "integer"}, "student": {"type": "string"}, "submitted_at": {"type": "string"},
+        "public_score": {"type": ["number", "null"]},
+        "private_score": {"type": ["number", "null"], "description": "staff, or after the end"}}}
+    row = {"type": "object", "properties": {
+        "rank": {"type": "integer"}, "student": {"type": "string"}, "score": {"type": ["number", "null"]},
+        "submitted_at": {"type": "string"}, "submissions": {"type": "integer"}, "me": {"type": "boolean"}}}
+    board = {"type": "object", "properties": {
+        "shown": {"type": "string", "enum": ["public", "private"]},
+        "public": {"type": ["array", "null"], "items": row},
+        "private": {"type": ["array", "null"], "items": row}}}
+    competition = {"type": "object", "properties": {
+        "course": {"type": "string"}, "name": {"type": "string"}, "title": {"type": "string"},
+        "description": {"type": "string"}, "metric": {"type": "string"},
+        "public_fraction": {"type": "number"}, "rows": {"type": "integer"},
+        "daily_limit": {"type": "integer"}, "anonymous": {"type": "boolean"},
+        "opens_at": {"type": "string"}, "ends_at": {"type": "string"},
+        "accepting": {"type": "boolean"}, "ended": {"type": "boolean"},
+        "left_today": {"type": "integer"}, "my_submissions": {"type": "array", "items": entry},
+        "leaderboard": board}}
+    one = ("course", "competition")
+    return {
+        "/api/courses/{course}/competitions": {
+            "get": op("The course's competitions (students: those open), each with your submissions "
+                      "and the leaderboard", member,
+                      ok("Competitions", {"type": "array", "items": competition}), errors=errs,
+                      params=("course",)),
+            "post": op("Create a competition with its hidden labels (kept by the service)", teacher,
+                       ok("The competition", competition, "201"), errors=("400", *errs, "409"),
+                       params=("course",)),
+        },
+        "/api/courses/{course}/competitions/{competition}": {
+            "get": op("One competition", member, ok("The competition", competition), errors=errs,
+                      params=one)},
+        "/api/courses/{course}/competitions/{competition}/leaderboard": {
+            "get": op("The leaderboard: each student's best submission, ties to the earlier one; the "
+                      "public split during the competition, the private one after (staff: both)",
+                      member, ok("The leaderboard", board), errors=errs, params=one)},
+        "/api/courses/{course}/competitions/{competition}/submissions": {
+            "get": op("Submissions: staff see everyone's, a student their own", member,
+                      ok("Submissions", {"type": "array", "items": entry}), errors=errs, params=one),
+            "post": op("Submit a predictions CSV (id,prediction for every id of the test set); it is "
+                       "scored at once, and refused with a sentence if it cannot be", member
+                       + " (their own predictions)", ok("The scored submission", entry, "201"),
+                       errors=("400", *errs, "409"), params=one,
+                       body={"required": True, "content": {
+                           "text/csv": {"schema": {"type": "string", "format": "binary"}},
+                           "multipart/form-data": {"schema": {"type": "object", "properties": {
+                               "file": {"type": "string", "format": "binary"}}, "required": ["file"]}},
+                       }}),
+        },
+        "/api/courses/{course}/competitions/{competition}/submissions/{submission}/file": {
+            "get": op("A predictions file as it was sent, as plain text", "its student and the "
+                      "teachers and TAs of the course and hub admins",
+                      {"200": {"description": "the CSV", "content": {
+                          "text/plain": {"schema": {"type": "string"}}}}},
+                      errors=errs, params=(*one, "submission"))},
+    }
+
+
+OPENAPI_PATHS: dict[str, Any] = _openapi_paths()

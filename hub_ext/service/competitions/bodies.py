@@ -1,0 +1,56 @@
+"""The JSON body of the competitions API, declared once (docs/architecture.md, rule 8).
+
+A pydantic model on hub_ext.service.body_models.Body (unknown fields refused, an ``example``);
+its OpenAPI schema is generated from it. The hidden labels travel in the body as CSV text (the
+course page reads the chosen file); what they must hold is hub_ext.core.competitions.parse_labels'
+to check, answered with its sentence. A student's predictions are no JSON body: they are the raw
+CSV of ``POST .../submissions``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, ClassVar, Literal
+
+from pydantic import Field
+
+from hub_ext.service.assignments.bodies import MAX_TITLE, _instant, _name
+from hub_ext.service.body_models import Body
+
+__all__ = ["CompetitionBody"]
+
+#: Characters of a competition's description (shown on the course page as plain text).
+MAX_DESCRIPTION = 10_000
+#: Characters of the labels CSV in the body (the byte limit of ClasshubAssignments applies too).
+MAX_LABELS = 16 * 1024 * 1024
+
+
+class CompetitionBody(Body):
+    """``POST /api/courses/<course>/competitions``: publish a competition with its hidden labels."""
+
+    example: ClassVar[str] = ('{"name": "digits", "title": "Digits", "metric": "accuracy", '
+                              '"labels": "id,label\\n1,cat\\n2,dog\\n", "public_fraction": 0.5, '
+                              '"ends_at": "2026-12-14T17:00:00+00:00", "daily_limit": 5}')
+
+    name: Annotated[str, _name("a competition name"),
+                    Field(description="the competition's name, e.g. digits")]
+    title: Annotated[str, Field(max_length=MAX_TITLE)] = ""
+    description: Annotated[str, Field(max_length=MAX_DESCRIPTION,
+                                      description="what to predict and where the public data is")] = ""
+    metric: Annotated[Literal["accuracy", "rmse", "macro_f1"], Field(
+        description="accuracy or macro_f1 for class labels (higher is better), rmse for numbers "
+                    "(lower is better)")]
+    labels: Annotated[str, Field(min_length=1, max_length=MAX_LABELS, description=(
+        "the hidden labels as CSV text with the header id,label; kept by the service, never "
+        "shown to students"))]
+    public_fraction: Annotated[float, Field(gt=0, lt=1, description=(
+        "the share of ids scored on the public leaderboard during the competition (a fixed, "
+        "seeded split); the rest decide the private leaderboard at the end"))] = 0.5
+    opens_at: Annotated[datetime | None, _instant("opens_at", null_ok=True),
+                        Field(description="when students see it and may submit (default: now)")] = None
+    ends_at: Annotated[datetime, _instant("ends_at")]
+    daily_limit: Annotated[int, Field(ge=1, le=1000, description=(
+        "accepted submissions per student per UTC day"))] = 5
+    anonymous: Annotated[bool, Field(description=(
+        "show students the others on the leaderboard as 'participant N' instead of their user "
+        "names (staff always see names)"))] = False
