@@ -23,7 +23,7 @@ import io
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timezone
 
 __all__ = [
     "METRICS",
@@ -216,7 +216,7 @@ def window_verdict(opens_at: datetime, ends_at: datetime, now: datetime) -> str:
 
 def day_start(now: datetime) -> datetime:
     """The start of ``now``'s UTC day: the daily submission limit counts from there."""
-    return now.replace(hour=0, minute=0, second=0, microsecond=0) - (now.utcoffset() or timedelta(0))
+    return now.astimezone(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,200 @@
+"""Competitions without a hub: the split, the scores, strict parsing, the ranking, who may do what.
+
+What a teacher and a student notice: every id of the test set counts on exactly one leaderboard
+(public during the competition, private at the end) and always the same one; a score is the
+metric computed directly on the labels; a predictions file with an unknown, repeated or missing
+id, or too large, is refused with a sentence saying what to change; a tie goes to the earlier
+submission; a member of another course is told the course is none of theirs.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import stat
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hub_ext.backends.competitions import CompetitionStorage
+from hub_ext.core import authz
+from hub_ext.core import competitions as c
+
+pytestmark = pytest.mark.unit
+
+T0 = datetime(2026, 12, 7, 9, 0, tzinfo=timezone.utc)
+ids = st.lists(st.text(st.characters(codec="utf-8", exclude_characters=",\"\r\n\x00"), min_size=1,
+                       max_size=12).map(str.strip).filter(bool), min_size=1, max_size=60, unique=True)
+
+
+def _csv(header: str, rows: dict[str, object]) -> bytes:
+    return (header + "\n" + "".join(f"{k},{v}\n" for k, v in rows.items())).encode()
+
+
+# ---- the split ----------------------------------------------------------------------------------
+
+
+@given(ids, st.text(max_size=20), st.floats(min_value=0.01, max_value=0.99))
+def test_the_split_is_a_partition_and_stable(keys, seed, fraction):
+    public, private = c.split(keys, seed, fraction)
+    assert sorted(public + private) == sorted(keys)
+    assert not set(public) & set(private)
+    assert c.split(list(reversed(keys)), seed, fraction) == (public[::-1], private[::-1])
+    for key in keys:  # the same id lands on the same side alone as among others
+        assert c.is_public(key, seed, fraction) == (key in public)
+
+
+def test_the_split_follows_the_fraction_roughly():
+    public, _ = c.split([str(i) for i in range(10_000)], "seed", 0.3)
+    assert 2700 < len(public) < 3300
+
+
+# ---- the scores ---------------------------------------------------------------------------------
+
+
+labels_and_guesses = ids.flatmap(lambda keys: st.tuples(
+    st.just(keys), st.lists(st.sampled_from("abc"), min_size=len(keys), max_size=len(keys)),
+    st.lists(st.sampled_from("abc"), min_size=len(keys), max_size=len(keys))))
+
+
+@given(labels_and_guesses)
+def test_accuracy_and_macro_f1_are_the_direct_computation(case):
+    keys, truth, guess = case
+    labels = c.parse_labels(_csv("id,label", dict(zip(keys, truth, strict=True))), c.ACCURACY)
+    predicted = c.parse_predictions(_csv("id,prediction", dict(zip(keys, guess, strict=True))), labels,
+                                    c.ACCURACY)
+    right = sum(t == g for t, g in zip(truth, guess, strict=True))
+    assert c.score(c.ACCURACY, labels, predicted, keys) == right / len(keys)
+    f1 = []
+    for cls in sorted(set(truth)):
+        tp = sum(t == g == cls for t, g in zip(truth, guess, strict=True))
+        fp = sum(g == cls != t for t, g in zip(truth, guess, strict=True))
+        fn = sum(t == cls != g for t, g in zip(truth, guess, strict=True))
+        f1.append(2 * tp / (2 * tp + fp + fn) if tp else 0.0)
+    assert c.score(c.MACRO_F1, labels, predicted, keys) == pytest.approx(sum(f1) / len(f1))
+
+
+numbers = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False)
+
+
+@given(ids.flatmap(lambda keys: st.tuples(st.just(keys), st.lists(numbers, min_size=len(keys),
+                                                                  max_size=len(keys)),
+                                          st.lists(numbers, min_size=len(keys), max_size=len(keys)))))
+def test_rmse_is_the_direct_computation(case):
+    keys, truth, guess = case
+    hidden = {k: repr(v) for k, v in zip(keys, truth, strict=True)}
+    labels = c.parse_labels(_csv("id,label", hidden), c.RMSE)
+    sent = {k: repr(v) for k, v in zip(keys, guess, strict=True)}
+    predicted = c.parse_predictions(_csv("id,prediction", sent), labels, c.RMSE)
+    direct = math.sqrt(sum((g - t) ** 2 for t, g in zip(truth, guess, strict=True)) / len(keys))
+    assert c.score(c.RMSE, labels, predicted, keys) == pytest.approx(direct, rel=1e-9, abs=1e-9)
+
+
+def test_an_empty_split_has_no_score():
+    assert c.score(c.ACCURACY, {"1": "a"}, {"1": "a"}, []) is None
+
+
+# ---- strict parsing -----------------------------------------------------------------------------
+
+LABELS = c.parse_labels(b"id,label\n1,cat\n2,dog\n3,cat\n", c.ACCURACY)
+
+
+@pytest.mark.parametrize("data, sentence", [
+    (b"id,prediction\n1,cat\n2,dog\n", r"1 id\(s\) of the test set have no prediction \('3'\)"),
+    (b"id,prediction\n1,cat\n2,dog\n3,cat\n9,cat\n", r"id '9', which is not in this competition's test set"),
+    (b"id,prediction\n1,cat\n1,dog\n2,dog\n3,cat\n", r"Line 3 repeats the id '1'"),
+    (b"id,label\n1,cat\n2,dog\n3,cat\n", r"must start with the header line id,prediction"),
+    (b"id,prediction\n1,cat,x\n", r"Line 2 of the predictions file has 3 fields"),
+    (b"id,prediction\n1,\n2,dog\n3,cat\n", r"Line 2 of the predictions file has an empty value"),
+    (b"\xff\xfe", r"not UTF-8"),
+    (b"", r"must start with the header line"),
+])
+def test_a_bad_predictions_file_gets_a_sentence(data, sentence):
+    with pytest.raises(c.CompetitionError, match=sentence):
+        c.parse_predictions(data, LABELS, c.ACCURACY)
+
+
+def test_size_and_row_limits():
+    with pytest.raises(c.CompetitionError, match="more than the 10 this competition takes"):
+        c.parse_predictions(b"id,prediction\n1,cat\n2,dog\n3,cat\n", LABELS, c.ACCURACY,
+                            c.Limits(max_bytes=10))
+    with pytest.raises(c.CompetitionError, match="more than 2 rows"):
+        c.parse_predictions(b"id,prediction\n1,cat\n2,dog\n3,cat\n", LABELS, c.ACCURACY, c.Limits(max_rows=2))
+    with pytest.raises(c.CompetitionError, match="not a finite number"):
+        c.parse_labels(b"id,label\n1,nan\n", c.RMSE)
+    with pytest.raises(c.CompetitionError, match="repeats the id '1'"):
+        c.parse_labels(b"id,label\n1,a\n1,b\n", c.ACCURACY)
+    # a byte-order mark and CRLF line ends (a spreadsheet's CSV) are fine
+    assert c.parse_predictions(b"\xef\xbb\xbfid,prediction\r\n1,cat\r\n2,dog\r\n3,cat\r\n", LABELS,
+                               c.ACCURACY) == {"1": "cat", "2": "dog", "3": "cat"}
+
+
+# ---- the ranking and the window -----------------------------------------------------------------
+
+
+def test_best_submission_per_student_ties_to_the_earlier():
+    entries = [
+        c.Entry(1, "ann", T0, 0.5, 0.9),
+        c.Entry(2, "bob", T0 + timedelta(minutes=1), 0.8, 0.1),
+        c.Entry(3, "ann", T0 + timedelta(minutes=2), 0.8, 0.2),  # ann's best public, tied with bob's
+        c.Entry(4, "cat", T0 + timedelta(minutes=3), None, 0.5),
+    ]
+    assert [(r, e.id) for r, e in c.leaderboard(entries, c.ACCURACY, "public")] == [(1, 2), (2, 3), (3, 4)]
+    assert [(r, e.id) for r, e in c.leaderboard(entries, c.ACCURACY, "private")] == [(1, 1), (2, 4), (3, 2)]
+    # lower is better for RMSE
+    assert [e.id for _, e in c.leaderboard(entries, c.RMSE, "private")] == [2, 3, 4]
+
+
+def test_the_window_and_the_utc_day():
+    early = c.window_verdict(T0, T0 + timedelta(days=1), T0 - timedelta(seconds=1))
+    assert early.startswith("The competition opens")
+    assert c.window_verdict(T0, T0 + timedelta(days=1), T0) == ""
+    assert "ended" in c.window_verdict(T0, T0 + timedelta(days=1), T0 + timedelta(days=2))
+    with pytest.raises(c.CompetitionError, match="ends_at must be after opens_at"):
+        c.check_window(T0, T0)
+    paris = timezone(timedelta(hours=1))
+    # 00:30 in Paris is 23:30 UTC the day before: the limit counts from that UTC day's start
+    late_evening = datetime(2026, 12, 7, 0, 30, tzinfo=paris)
+    assert c.day_start(late_evening) == datetime(2026, 12, 6, tzinfo=timezone.utc)
+    assert c.day_start(T0) == datetime(2026, 12, 7, tzinfo=timezone.utc)
+
+
+# ---- the files are the service's alone ----------------------------------------------------------
+
+
+def test_labels_and_predictions_are_kept_0600_in_0700_folders(tmp_path: Path):
+    storage = CompetitionStorage(tmp_path / "submissions")
+    labels = storage.keep_labels(7, b"id,label\n1,a\n")
+    mine = storage.keep_predictions(7, "uabc", b"id,prediction\n1,a\n")
+    assert storage.read(labels) == b"id,label\n1,a\n" and storage.read(mine) == b"id,prediction\n1,a\n"
+    for folder in (tmp_path / "submissions", storage.root, storage.root / "c7", storage.root / "c7" / "uabc"):
+        assert stat.S_IMODE(os.stat(folder).st_mode) == 0o700, folder
+    for location in (labels, mine):
+        assert stat.S_IMODE(os.stat(storage.root / location).st_mode) == 0o600
+    assert not list(storage.root.rglob("*.partial"))
+
+
+# ---- who may do what ----------------------------------------------------------------------------
+
+
+def _caller(name: str, courses: dict[str, str]) -> authz.Caller:
+    return authz.Caller(name=name, courses=courses, scopes=frozenset({"servers!user"}))
+
+
+@pytest.mark.parametrize("who, action, status", [
+    (_caller("s9", {"other101": "student"}), authz.READ_COMPETITIONS, 404),
+    (_caller("ta9", {"other101": "ta"}), authz.READ_COMPETITION_SUBMISSIONS, 404),
+    (_caller("t9", {"other101": "teacher"}), authz.EDIT_COMPETITIONS, 404),
+    (_caller("s1", {"demo101": "student"}), authz.READ_COMPETITION_SUBMISSIONS, 403),
+    (_caller("s1", {"demo101": "student"}), authz.EDIT_COMPETITIONS, 403),
+    (_caller("ta1", {"demo101": "ta"}), authz.EDIT_COMPETITIONS, 403),
+    (_caller("s1", {"demo101": "student"}), authz.SUBMIT_PREDICTIONS, 200),
+    (_caller("ta1", {"demo101": "ta"}), authz.READ_COMPETITION_SUBMISSIONS, 200),
+    (_caller("t1", {"demo101": "teacher"}), authz.EDIT_COMPETITIONS, 200),
+])
+def test_competition_actions(who, action, status):
+    verdict = authz.decide(who, action, course="demo101")
+    assert (200 if verdict else verdict.status) == status, verdict
