@@ -70,7 +70,10 @@ def _openapi_paths() -> dict[str, Any]:
         },
         "/api/courses/{course}/competitions/{competition}": {
             "get": op("One competition", member, ok("The competition", competition), errors=errs,
-                      params=one)},
+                      params=one),
+            "put": op("Change a competition's texts, times, daily limit or anonymity (not its labels, "
+                      "metric or split)", teacher, ok("The competition", competition),
+                      errors=("400", *errs), params=one)},
         "/api/courses/{course}/competitions/{competition}/leaderboard": {
             "get": op("The leaderboard: each student's best submission, ties to the earlier one; the "
                       "public split during the competition, the private one after (staff: both)",

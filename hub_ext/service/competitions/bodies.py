@@ -17,7 +17,7 @@ from pydantic import Field
 from hub_ext.service.assignments.bodies import MAX_TITLE, _instant, _name
 from hub_ext.service.body_models import Body
 
-__all__ = ["CompetitionBody"]
+__all__ = ["CompetitionBody", "CompetitionChange"]
 
 #: Characters of a competition's description (shown on the course page as plain text).
 MAX_DESCRIPTION = 10_000
@@ -54,3 +54,18 @@ class CompetitionBody(Body):
     anonymous: Annotated[bool, Field(description=(
         "show students the others on the leaderboard as 'participant N' instead of their user "
         "names (staff always see names)"))] = False
+
+
+class CompetitionChange(Body):
+    """``PUT /api/courses/<course>/competitions/<name>``: change the texts, the times, the daily
+    limit or anonymity (fields not sent stay as they are). The labels, the metric and the split
+    never change: scores already given would no longer mean the same."""
+
+    example: ClassVar[str] = '{"ends_at": "2026-12-15T17:00:00+00:00"}'
+
+    title: Annotated[str | None, Field(max_length=MAX_TITLE)] = None
+    description: Annotated[str | None, Field(max_length=MAX_DESCRIPTION)] = None
+    opens_at: Annotated[datetime | None, _instant("opens_at", null_ok=True)] = None
+    ends_at: Annotated[datetime | None, _instant("ends_at", null_ok=True)] = None
+    daily_limit: Annotated[int | None, Field(ge=1, le=1000)] = None
+    anonymous: bool | None = None

@@ -32,7 +32,7 @@ from hub_ext.core import authz
 from hub_ext.core import competitions as rules
 from hub_ext.service.assignments.handlers import settings_of, student_key
 from hub_ext.service.body_models import BodyError
-from hub_ext.service.competitions.bodies import MAX_LABELS, CompetitionBody
+from hub_ext.service.competitions.bodies import MAX_LABELS, CompetitionBody, CompetitionChange
 from hub_ext.service.declare import needs, refuses, takes
 from hub_ext.service.templates.base import TemplatesBase
 from hub_ext.store.competition_models import (
@@ -44,6 +44,7 @@ from hub_ext.store.competition_models import (
 from hub_ext.store.models import Course
 
 CREATED = "competition_created"
+CHANGED = "competition_changed"
 SUBMITTED = "predictions_submitted"
 
 
@@ -196,8 +197,25 @@ class CompetitionListHandler(CompetitionsBase):
 
 
 class CompetitionHandler(CompetitionsBase):
-    """``GET /api/courses/<course>/competitions/<name>``: one competition, with the caller's
-    submissions and the leaderboard(s) they may see."""
+    """``GET|PUT /api/courses/<course>/competitions/<name>``: one competition, with the caller's
+    submissions and the leaderboard(s) they may see; change its texts, times or limit."""
+
+    @refuses(rules.CompetitionError)
+    @needs(authz.EDIT_COMPETITIONS, course="course")
+    @takes(CompetitionChange)
+    async def put(self, course: str, name: str) -> None:
+        await self.db(self._change, course, name, self.body)
+        self.write_json(await self.db(self._one, course, name, True))
+
+    def _change(self, course: str, name: str, change: CompetitionChange) -> None:
+        given = change.model_dump(exclude_unset=True, exclude_none=True)
+        with self.settings["sessions"].begin() as session:
+            c = self._competition(session, course, name, staff=True)
+            rules.check_window(given.get("opens_at", c.opens_at), given.get("ends_at", c.ends_at))
+            for field, value in given.items():
+                setattr(c, field, value)
+            store.record(session, self.caller.name, CHANGED, _now(), course=course, competition=name,
+                         changed=sorted(given))
 
     @needs(authz.READ_COMPETITIONS, course="course")
     async def get(self, course: str, name: str) -> None:

@@ -126,6 +126,8 @@ _SENTENCES: dict[str, Callable[[str, Details], str]] = {
     "competition_created": lambda a, d: (f"{a} created the competition {d.get('competition', '')} "
                                          f"({d.get('metric', 'a metric')}, "
                                          f"{d.get('rows', '?')} hidden labels)"),
+    "competition_changed": lambda a, d: (f"{a} changed {', '.join(d.get('changed') or []) or 'nothing'} "
+                                         f"of the competition {d.get('competition', '')}"),
     "predictions_submitted": lambda a, d: (f"{a} submitted predictions to "
                                            f"{d.get('competition', 'a competition')}"
                                            + (f" (public score {d['public_score']:.4g})"

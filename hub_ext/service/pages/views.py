@@ -25,6 +25,7 @@ from hub_ext.hubapi import HubAPIError
 from hub_ext.service import coursedata
 from hub_ext.service.assignments.handlers import course_assignments
 from hub_ext.service.assignments.handlers import settings_of as assignment_settings
+from hub_ext.service.competitions.handlers import course_competitions
 from hub_ext.service.declare import needs
 from hub_ext.service.handlers import SecurityHeaders
 from hub_ext.service.jobs.records import as_json as job_json
@@ -225,6 +226,8 @@ class CoursePage(_Pages):
         windows = await self.settings["culling"].windows(course)
         ns["windows"] = windows["windows"]
         ns["assignments"] = await self._assignments(course, staff)
+        ns["competitions"] = await asyncio.to_thread(course_competitions, self.settings["sessions"], course,
+                                                     self.caller.name, staff)
         ns["templates"] = (await self._templates([course]))[course] if teacher else []
         ns["sharing"] = await self.shares.course_settings(course)
         if teacher:  # how added people log in; the resource names the course's profiles use
