@@ -36,6 +36,11 @@ def _predictions(right: bool, drop: int = 0) -> bytes:
     return ("id,prediction\n" + "".join(f"{k},{v}\n" for k, v in rows)).encode()
 
 
+def _labels(hub: LocalHub, token: str, text: str) -> requests.Response:
+    return api(hub, "PUT", f"{C}/digits/labels", token, data=text.encode(),
+               headers={"Content-Type": "text/csv"})
+
+
 def _submit(hub: LocalHub, token: str, data: bytes) -> requests.Response:
     return api(hub, "POST", f"{C}/digits/submissions", token, data=data,
                headers={"Content-Type": "text/csv"})
@@ -67,20 +72,29 @@ def tokens(hub: LocalHub) -> dict[str, str]:
 def test_create_submit_limit_and_leaderboard_before_and_after_the_end(hub: LocalHub, tokens: dict[str, str]):
     teacher, s1, s2 = tokens["teacher1"], tokens["student1"], tokens["student2"]
     now = datetime.now(timezone.utc)
-    body = {"name": "digits", "title": "Cats or dogs", "metric": "accuracy", "labels": LABELS,
+    body = {"name": "digits", "title": "Cats or dogs", "metric": "accuracy",
             "public_fraction": 0.5, "daily_limit": 2, "ends_at": (now + timedelta(hours=1)).isoformat()}
     r = api(hub, "POST", C, s1, json=body)
     assert r.status_code == 403 and "Only a teacher" in r.json()["message"]
-    r = api(hub, "POST", C, teacher, json={**body, "labels": "id,label\nimg1,cat\nimg1,dog\n"})
-    assert r.status_code == 400 and "repeats the id 'img1'" in r.json()["message"], r.text
     r = api(hub, "POST", C, teacher, json=body)
     assert r.status_code == 201, r.text
-    assert (r.json()["rows"], r.json()["metric"]) == (40, "accuracy") and "labels" not in r.json()
     assert api(hub, "POST", C, teacher, json=body).status_code == 409
+    # without labels students do not see it, and nothing can be scored
+    assert api(hub, "GET", C, s1).json() == []
+    assert _submit(hub, s1, _predictions(True)).status_code == 404
+    r = _labels(hub, teacher, "id,label\nimg1,cat\nimg1,dog\n")
+    assert r.status_code == 400 and "repeats the id 'img1'" in r.json()["message"], r.text
+    assert _labels(hub, s1, LABELS).status_code == 403
+    r = _labels(hub, teacher, "id,label\nimg1,cat\n")  # a first file, replaced before any submission
+    assert r.status_code == 200 and r.json()["rows"] == 1, r.text
+    r = _labels(hub, teacher, LABELS)
+    assert r.status_code == 200, r.text
+    assert (r.json()["rows"], r.json()["metric"], r.json()["has_labels"]) == (40, "accuracy", True)
+    assert SECRET_LINE not in r.text
 
     # the labels are a 0600 file in a 0700 folder of the service's own
     root = hub.data_dir / "submissions" / "competitions"
-    (labels_file,) = root.glob("c*/labels-*.csv")
+    (labels_file,) = root.glob("c*/labels-*.csv")  # the replaced file is gone
     assert labels_file.read_text() == LABELS
     assert stat.S_IMODE(os.stat(labels_file).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(root).st_mode) == 0o700
@@ -106,6 +120,8 @@ def test_create_submit_limit_and_leaderboard_before_and_after_the_end(hub: Local
     assert r.status_code == 409 and "used all 2 submissions of today (UTC)" in r.json()["message"]
     # student2's all-right file ties student1's best: the earlier one (student1's) ranks first
     assert _submit(hub, s2, _predictions(True)).status_code == 201
+    r = _labels(hub, teacher, LABELS)  # once scored, the labels no longer change
+    assert r.status_code == 409 and "can no longer change" in r.json()["message"]
 
     one = api(hub, "GET", f"{C}/digits", s1).json()
     assert (one["left_today"], len(one["my_submissions"]), one["accepting"]) == (0, 2, True)
@@ -165,6 +181,7 @@ def test_create_submit_limit_and_leaderboard_before_and_after_the_end(hub: Local
     assert 'classhub_competition_submissions_total{course="demo101"} 4.0' in r.text
     log = api(hub, "GET", f"courses/{COURSE}/audit?limit=50", teacher).json()["entries"]
     said = [e["sentence"] for e in log]
-    assert "teacher1 created the competition digits (accuracy, 40 hidden labels)" in said
+    assert "teacher1 created the competition digits (accuracy)" in said
+    assert "teacher1 uploaded 40 hidden labels of the competition digits" in said
     assert "student1 submitted predictions to digits (public score 1)" in said
     assert any(s.startswith("teacher1 changed ends_at, opens_at of the competition digits") for s in said)

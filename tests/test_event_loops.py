@@ -4,9 +4,9 @@ A real hub with the classhub service, the culler and the students' servers runs 
 debug mode with a slow-callback threshold of 50 ms (tests/loopwatch/sitecustomize.py, loaded by
 every one of those processes), through a small class start (a course, its members, two students
 starting servers, one through the spawn page), a culler cycle that warns and then culls them while
-something else holds the database, a template upload, a course data upload and a job cycle.
-asyncio logs every callback that ran 50 ms or more ("Executing <handle> took N seconds"); the
-watch says where each one was.
+something else holds the database, a template upload, a course data upload, an assignment, a
+competition scored on 100000 ids and a job cycle. asyncio logs every callback that ran 50 ms or
+more ("Executing <handle> took N seconds"); the watch says where each one was.
 The test fails on every slow callback that was classhub's code (hub_ext/, spawner/, culler/).
 
 Why 50 ms: a callback that long is felt by everyone the loop serves (a hub page, a spawn, a health
@@ -223,6 +223,18 @@ def test_a_class_start_a_cull_a_template_upload_and_a_job_leave_no_slow_callback
         assert r.status_code in (200, 201), r.text
     assert api(hub, "GET", f"courses/{COURSE}/data", tokens["teacher1"]).json()["bytes"] == len(data)
     assert api(hub, "GET", f"courses/{COURSE}/storage", tokens["teacher1"]).status_code == 200
+
+    # a competition: 100000 hidden labels, a predictions file of as many lines parsed and scored
+    labels = "id,label\n" + "".join(f"{i},{i % 7}\n" for i in range(100_000))
+    r = api(hub, "POST", f"courses/{COURSE}/competitions", tokens["teacher1"],
+            json={"name": "big", "metric": "accuracy", "ends_at": due})
+    assert r.status_code == 201, r.text
+    r = api(hub, "PUT", f"courses/{COURSE}/competitions/big/labels", tokens["teacher1"], data=labels,
+            headers={"Content-Type": "text/csv"})
+    assert r.status_code == 200, r.text
+    r = api(hub, "POST", f"courses/{COURSE}/competitions/big/submissions", student2.new_token(),
+            data=labels.replace("id,label", "id,prediction"), headers={"Content-Type": "text/csv"})
+    assert r.status_code == 201 and r.json()["public_score"] == 1.0, r.text
 
     # a job cycle: a student's job runs and ends
     job = api(hub, "POST", "jobs", student2.new_token(), json={

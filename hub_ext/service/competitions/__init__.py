@@ -12,6 +12,7 @@ from hub_ext.service.apidoc import ok, op
 from hub_ext.service.competitions.handlers import (
     CompetitionHandler,
     CompetitionListHandler,
+    LabelsHandler,
     LeaderboardHandler,
     PredictionsFileHandler,
     SubmissionsHandler,
@@ -24,6 +25,7 @@ _COMPETITION = r"courses/([^/]+)/competitions/([^/]+)"
 ROUTES: list[tuple[str, type]] = [
     (r"api/courses/([^/]+)/competitions", CompetitionListHandler),
     (f"api/{_COMPETITION}", CompetitionHandler),
+    (f"api/{_COMPETITION}/labels", LabelsHandler),
     (f"api/{_COMPETITION}/leaderboard", LeaderboardHandler),
     (f"api/{_COMPETITION}/submissions", SubmissionsHandler),
     (rf"api/{_COMPETITION}/submissions/([^/]+)/file", PredictionsFileHandler),
@@ -53,18 +55,23 @@ def _openapi_paths() -> dict[str, Any]:
         "description": {"type": "string"}, "metric": {"type": "string"},
         "public_fraction": {"type": "number"}, "rows": {"type": "integer"},
         "daily_limit": {"type": "integer"}, "anonymous": {"type": "boolean"},
-        "opens_at": {"type": "string"}, "ends_at": {"type": "string"},
+        "opens_at": {"type": "string"}, "ends_at": {"type": "string"}, "has_labels": {"type": "boolean"},
         "accepting": {"type": "boolean"}, "ended": {"type": "boolean"},
         "left_today": {"type": "integer"}, "my_submissions": {"type": "array", "items": entry},
         "leaderboard": board}}
     one = ("course", "competition")
+    csv_body = {"required": True, "content": {
+        "text/csv": {"schema": {"type": "string", "format": "binary"}},
+        "multipart/form-data": {"schema": {"type": "object", "properties": {
+            "file": {"type": "string", "format": "binary"}}, "required": ["file"]}},
+    }}
     return {
         "/api/courses/{course}/competitions": {
             "get": op("The course's competitions (students: those open), each with your submissions "
                       "and the leaderboard", member,
                       ok("Competitions", {"type": "array", "items": competition}), errors=errs,
                       params=("course",)),
-            "post": op("Create a competition with its hidden labels (kept by the service)", teacher,
+            "post": op("Create a competition (then upload its hidden labels: PUT .../labels)", teacher,
                        ok("The competition", competition, "201"), errors=("400", *errs, "409"),
                        params=("course",)),
         },
@@ -74,6 +81,11 @@ def _openapi_paths() -> dict[str, Any]:
             "put": op("Change a competition's texts, times, daily limit or anonymity (not its labels, "
                       "metric or split)", teacher, ok("The competition", competition),
                       errors=("400", *errs), params=one)},
+        "/api/courses/{course}/competitions/{competition}/labels": {
+            "put": op("Upload the hidden labels (CSV id,label; kept by the service, never served); "
+                      "replaceable until the first scored submission. Students see the competition "
+                      "once they are there", teacher, ok("The competition", competition),
+                      errors=("400", *errs, "409"), params=one, body=csv_body)},
         "/api/courses/{course}/competitions/{competition}/leaderboard": {
             "get": op("The leaderboard: each student's best submission, ties to the earlier one; the "
                       "public split during the competition, the private one after (staff: both)",
@@ -84,12 +96,7 @@ def _openapi_paths() -> dict[str, Any]:
             "post": op("Submit a predictions CSV (id,prediction for every id of the test set); it is "
                        "scored at once, and refused with a sentence if it cannot be", member
                        + " (their own predictions)", ok("The scored submission", entry, "201"),
-                       errors=("400", *errs, "409"), params=one,
-                       body={"required": True, "content": {
-                           "text/csv": {"schema": {"type": "string", "format": "binary"}},
-                           "multipart/form-data": {"schema": {"type": "object", "properties": {
-                               "file": {"type": "string", "format": "binary"}}, "required": ["file"]}},
-                       }}),
+                       errors=("400", *errs, "409"), params=one, body=csv_body),
         },
         "/api/courses/{course}/competitions/{competition}/submissions/{submission}/file": {
             "get": op("A predictions file as it was sent, as plain text", "its student and the "

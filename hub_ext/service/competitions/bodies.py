@@ -1,10 +1,9 @@
 """The JSON body of the competitions API, declared once (docs/architecture.md, rule 8).
 
 A pydantic model on hub_ext.service.body_models.Body (unknown fields refused, an ``example``);
-its OpenAPI schema is generated from it. The hidden labels travel in the body as CSV text (the
-course page reads the chosen file); what they must hold is hub_ext.core.competitions.parse_labels'
-to check, answered with its sentence. A student's predictions are no JSON body: they are the raw
-CSV of ``POST .../submissions``.
+its OpenAPI schema is generated from it. The hidden labels and a student's predictions are no
+JSON body: they are raw CSV uploads (``PUT .../labels``, ``POST .../submissions``), parsed off the
+event loop by hub_ext.core.competitions (a JSON body is parsed on it, docs/architecture.md, rule 7).
 """
 
 from __future__ import annotations
@@ -21,16 +20,15 @@ __all__ = ["CompetitionBody", "CompetitionChange"]
 
 #: Characters of a competition's description (shown on the course page as plain text).
 MAX_DESCRIPTION = 10_000
-#: Characters of the labels CSV in the body (the byte limit of ClasshubAssignments applies too).
-MAX_LABELS = 16 * 1024 * 1024
 
 
 class CompetitionBody(Body):
-    """``POST /api/courses/<course>/competitions``: publish a competition with its hidden labels."""
+    """``POST /api/courses/<course>/competitions``: create a competition; its hidden labels follow
+    with ``PUT .../labels`` (students see it once they are there)."""
 
     example: ClassVar[str] = ('{"name": "digits", "title": "Digits", "metric": "accuracy", '
-                              '"labels": "id,label\\n1,cat\\n2,dog\\n", "public_fraction": 0.5, '
-                              '"ends_at": "2026-12-14T17:00:00+00:00", "daily_limit": 5}')
+                              '"public_fraction": 0.5, "ends_at": "2026-12-14T17:00:00+00:00", '
+                              '"daily_limit": 5}')
 
     name: Annotated[str, _name("a competition name"),
                     Field(description="the competition's name, e.g. digits")]
@@ -40,9 +38,6 @@ class CompetitionBody(Body):
     metric: Annotated[Literal["accuracy", "rmse", "macro_f1"], Field(
         description="accuracy or macro_f1 for class labels (higher is better), rmse for numbers "
                     "(lower is better)")]
-    labels: Annotated[str, Field(min_length=1, max_length=MAX_LABELS, description=(
-        "the hidden labels as CSV text with the header id,label; kept by the service, never "
-        "shown to students"))]
     public_fraction: Annotated[float, Field(gt=0, lt=1, description=(
         "the share of ids scored on the public leaderboard during the competition (a fixed, "
         "seeded split); the rest decide the private leaderboard at the end"))] = 0.5

@@ -8,7 +8,9 @@ hub_ext.backends.competitions; rows and the audit log are in the store.
 - A predictions file is parsed strictly and scored before anything is kept: a refused file
   (too large, unknown, repeated or missing ids) is a 400 with the sentence what to change, and
   leaves no row, no file and no count against the daily limit.
-- A student sees the competitions once they are open, their own submissions (the private score
+- A competition is created (JSON), then its hidden labels are uploaded as a raw CSV (``PUT
+  .../labels``), parsed off the event loop; until then students do not see it.
+- A student sees the competitions once they are open and have labels, their own submissions (the private score
   only after the end) and the leaderboard of the split that counts now: public during the
   competition, private after it; staff see both at any time.
 """
@@ -32,7 +34,7 @@ from hub_ext.core import authz
 from hub_ext.core import competitions as rules
 from hub_ext.service.assignments.handlers import settings_of, student_key
 from hub_ext.service.body_models import BodyError
-from hub_ext.service.competitions.bodies import MAX_LABELS, CompetitionBody, CompetitionChange
+from hub_ext.service.competitions.bodies import CompetitionBody, CompetitionChange
 from hub_ext.service.declare import needs, refuses, takes
 from hub_ext.service.templates.base import TemplatesBase
 from hub_ext.store.competition_models import (
@@ -45,6 +47,7 @@ from hub_ext.store.models import Course
 
 CREATED = "competition_created"
 CHANGED = "competition_changed"
+LABELS = "competition_labels"
 SUBMITTED = "predictions_submitted"
 
 
@@ -100,7 +103,8 @@ def shown(c: Competition, course: str, caller: str, staff: bool) -> dict[str, An
     today = rules.day_start(now)
     out["open"] = c.opens_at <= now
     out["ended"] = ended
-    out["accepting"] = not rules.window_verdict(c.opens_at, c.ends_at, now)
+    out["has_labels"] = bool(c.labels_location)
+    out["accepting"] = bool(c.labels_location) and not rules.window_verdict(c.opens_at, c.ends_at, now)
     out["higher_is_better"] = rules.higher_is_better(c.metric)
     out["my_submissions"] = [entry_json(s, private=ended or staff) for s in mine]
     out["left_today"] = max(0, c.daily_limit - sum(1 for s in mine if s.submitted_at >= today))
@@ -117,8 +121,12 @@ def course_competitions(sessions: Any, course: str, caller: str, staff: bool) ->
     with sessions() as session:
         rows = session.scalars(select(Competition).join(Course).where(Course.name == course)
                                .order_by(Competition.ends_at, Competition.name)).all()
-        now = _now()
-        return [shown(c, course, caller, staff) for c in rows if staff or c.opens_at <= now]
+        return [shown(c, course, caller, staff) for c in rows if staff or _visible(c)]
+
+
+def _visible(c: Competition) -> bool:
+    """Whether students see ``c``: open, and its labels uploaded."""
+    return bool(c.labels_location) and c.opens_at <= _now()
 
 
 class CompetitionsBase(TemplatesBase):
@@ -131,7 +139,7 @@ class CompetitionsBase(TemplatesBase):
         """The competition, or a 404 (also for a student when it is not open yet)."""
         row = session.scalars(select(Competition).join(Course).where(
             Course.name == course, Competition.name == name)).one_or_none()
-        if row is None or (not staff and row.opens_at > _now()):
+        if row is None or (not staff and not _visible(row)):
             raise web.HTTPError(404, f"No competition {name} in {course}; GET "
                                      f"/api/courses/{course}/competitions lists them.")
         return row
@@ -139,8 +147,6 @@ class CompetitionsBase(TemplatesBase):
 
 class CompetitionListHandler(CompetitionsBase):
     """``GET|POST /api/courses/<course>/competitions``: the course's competitions; create one."""
-
-    max_body_bytes = MAX_LABELS + 64 * 1024  # the labels CSV travels in the JSON body
 
     @needs(authz.READ_COMPETITIONS, course="course")
     async def get(self, course: str) -> None:
@@ -160,40 +166,27 @@ class CompetitionListHandler(CompetitionsBase):
         body: CompetitionBody = self.body
         opens_at = body.opens_at or _now()
         rules.check_window(opens_at, body.ends_at)
-        labels = await asyncio.to_thread(rules.parse_labels, body.labels.encode(), body.metric,
-                                         limits_of(self.settings))
-        storage = storage_of(self.settings)
-        self.write_json(await self.db(self._create, course, body, opens_at, len(labels), storage), 201)
+        self.write_json(await self.db(self._create, course, body, opens_at), 201)
 
-    def _create(self, course: str, body: CompetitionBody, opens_at: datetime, rows: int,
-                storage: CompetitionStorage) -> dict[str, Any]:
+    def _create(self, course: str, body: CompetitionBody, opens_at: datetime) -> dict[str, Any]:
         now = _now()
-        location = None
         try:
             with self.settings["sessions"].begin() as session:
                 row = self._course(session, course)
                 c = Competition(course_id=row.id, name=body.name, title=body.title,
                                 description=body.description, metric=body.metric,
                                 public_fraction=body.public_fraction, seed=secrets.token_hex(16),
-                                labels_location="", rows=rows, daily_limit=body.daily_limit,
+                                labels_location="", rows=0, daily_limit=body.daily_limit,
                                 anonymous=body.anonymous, opens_at=opens_at, ends_at=body.ends_at,
                                 created_at=now, created_by=self.caller.name)
                 session.add(c)
                 session.flush()
-                location = storage.keep_labels(c.id, body.labels.encode())
-                c.labels_location = location
                 store.record(session, self.caller.name, CREATED, now, course=course, competition=c.name,
-                             metric=c.metric, rows=rows)
+                             metric=c.metric)
                 return competition_json(c, course)
         except IntegrityError:
-            if location:
-                storage.remove(location)
             raise web.HTTPError(409, f"{course} already has a competition {body.name}; choose another "
                                      "name.") from None
-        except BaseException:
-            if location:
-                storage.remove(location)
-            raise
 
 
 class CompetitionHandler(CompetitionsBase):
@@ -235,17 +228,69 @@ class LeaderboardHandler(CompetitionHandler):
         self.write_json((await self.db(self._one, course, name, self._staff(course)))["leaderboard"])
 
 
-def _predictions_upload(handler: web.RequestHandler) -> bytes:
-    """The predictions CSV of a request: the raw body, or the multipart field "file"."""
+def _csv_upload(handler: web.RequestHandler, what: str, header: str) -> bytes:
+    """The CSV of a request: the raw body, or the multipart field "file"."""
     kind = handler.request.headers.get("Content-Type", "").split(";")[0].strip().lower()
     if kind == "application/json":
-        raise BodyError('Predictions are a CSV file (id,prediction); send it as the body (Content-Type '
+        raise BodyError(f"The {what} are a CSV file ({header}); send it as the body (Content-Type "
                         'text/csv) or in the multipart field "file", not JSON.')
     files = handler.request.files.get("file")
     data = files[0]["body"] if files else handler.request.body
     if not data:
-        raise BodyError("The predictions file is empty; send the CSV (id,prediction) as the body.")
+        raise BodyError(f"The {what} file is empty; send the CSV ({header}) as the body.")
     return data
+
+
+class LabelsHandler(CompetitionsBase):
+    """``PUT /api/courses/<course>/competitions/<name>/labels``: upload (or, before the first
+    submission, replace) the hidden labels: a raw CSV ``id,label``, parsed off the event loop and
+    kept in the service's storage; never served back."""
+
+    max_body_bytes = 64 * 1024 * 1024  # the configured limit (a sentence) is checked when parsing
+
+    @refuses(rules.CompetitionError)
+    @needs(authz.EDIT_COMPETITIONS, course="course")
+    async def put(self, course: str, name: str) -> None:
+        data = _csv_upload(self, "labels", "id,label")
+        storage = storage_of(self.settings)
+        cid, metric = await self.db(self._replaceable, course, name)
+        labels = await asyncio.to_thread(rules.parse_labels, data, metric, limits_of(self.settings))
+        location = await asyncio.to_thread(storage.keep_labels, cid, data)
+        try:
+            old = await self.db(self._keep, course, name, location, len(labels))
+        except BaseException:
+            await asyncio.to_thread(storage.remove, location)
+            raise
+        if old:
+            await asyncio.to_thread(storage.remove, old)
+        self.write_json(await self.db(self._one, course, name))
+
+    def _replaceable(self, course: str, name: str) -> tuple[int, str]:
+        with self.settings["sessions"]() as session:
+            c = self._competition(session, course, name, staff=True)
+            self._unscored(c)
+            return c.id, c.metric
+
+    @staticmethod
+    def _unscored(c: Competition) -> None:
+        if c.submissions:
+            raise web.HTTPError(409, f"{c.name} already has scored submissions; its labels can no longer "
+                                     "change (the scores would not mean the same). Create a new "
+                                     "competition instead.")
+
+    def _keep(self, course: str, name: str, location: str, rows: int) -> str:
+        with self.settings["sessions"].begin() as session:
+            c = session.scalars(select(Competition).join(Course).where(
+                Course.name == course, Competition.name == name).with_for_update()).one()
+            self._unscored(c)
+            old, c.labels_location, c.rows = c.labels_location, location, rows
+            store.record(session, self.caller.name, LABELS, _now(), course=course, competition=name,
+                         rows=rows)
+            return old
+
+    def _one(self, course: str, name: str) -> dict[str, Any]:
+        with self.settings["sessions"]() as session:
+            return shown(self._competition(session, course, name, staff=True), course, self.caller.name, True)
 
 
 def _scored(storage: CompetitionStorage, labels_location: str, data: bytes, metric: str, seed: str,
@@ -281,7 +326,7 @@ class SubmissionsHandler(CompetitionsBase):
     @needs(authz.SUBMIT_PREDICTIONS, course="course")
     async def post(self, course: str, name: str) -> None:
         now = _now()  # the submission's time: the service's clock when the file reached it
-        data = _predictions_upload(self)
+        data = _csv_upload(self, "predictions", "id,prediction")
         storage = storage_of(self.settings)
         cid, metric, seed, fraction, labels_location = await self.db(self._accepting, course, name, now)
         public, private = await asyncio.to_thread(_scored, storage, labels_location, data, metric, seed,
@@ -308,6 +353,9 @@ class SubmissionsHandler(CompetitionsBase):
 
     def _check(self, session: Session, c: Competition, now: datetime) -> None:
         """409 with the sentence when the window is closed or today's submissions are used up."""
+        if not c.labels_location:
+            raise web.HTTPError(409, f"{c.name} has no hidden labels yet; its teacher uploads them "
+                                     f"(PUT .../competitions/{c.name}/labels).")
         reason = rules.window_verdict(c.opens_at, c.ends_at, now)
         if reason:
             raise web.HTTPError(409, reason)

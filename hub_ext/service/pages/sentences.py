@@ -124,8 +124,9 @@ _SENTENCES: dict[str, Callable[[str, Details], str]] = {
                                          f"{d.get('path', '')} from the course data"),
     "course_data_folder": lambda a, d: f"{a} made the folder {d.get('path', '')} in the course data",
     "competition_created": lambda a, d: (f"{a} created the competition {d.get('competition', '')} "
-                                         f"({d.get('metric', 'a metric')}, "
-                                         f"{d.get('rows', '?')} hidden labels)"),
+                                         f"({d.get('metric', 'a metric')})"),
+    "competition_labels": lambda a, d: (f"{a} uploaded {d.get('rows', '?')} hidden labels of the "
+                                        f"competition {d.get('competition', '')}"),
     "competition_changed": lambda a, d: (f"{a} changed {', '.join(d.get('changed') or []) or 'nothing'} "
                                          f"of the competition {d.get('competition', '')}"),
     "predictions_submitted": lambda a, d: (f"{a} submitted predictions to "
