@@ -241,12 +241,23 @@ def _csv_upload(handler: web.RequestHandler, what: str, header: str) -> bytes:
     return data
 
 
-class LabelsHandler(CompetitionsBase):
+class CsvUploadBase(CompetitionsBase):
+    """A handler whose PUT/POST body is a CSV: it may be as large as
+    ``c.ClasshubAssignments.competition_max_bytes`` (and a multipart envelope); a JSON body, which
+    these refuse anyway, keeps the service's usual limit."""
+
+    def prepare(self) -> Any:
+        kind = self.request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if self.request.method in ("PUT", "POST") and kind != "application/json":
+            return self.start_body(settings_of(self.settings).competition_max_bytes + 64 * 1024)
+        return super().prepare()
+
+
+class LabelsHandler(CsvUploadBase):
     """``PUT /api/courses/<course>/competitions/<name>/labels``: upload (or, before the first
     submission, replace) the hidden labels: a raw CSV ``id,label``, parsed off the event loop and
     kept in the service's storage; never served back."""
 
-    max_body_bytes = 64 * 1024 * 1024  # the configured limit (a sentence) is checked when parsing
 
     @refuses(rules.CompetitionError)
     @needs(authz.EDIT_COMPETITIONS, course="course")
@@ -303,13 +314,12 @@ def _scored(storage: CompetitionStorage, labels_location: str, data: bytes, metr
     return rules.score(metric, labels, predicted, public), rules.score(metric, labels, predicted, private)
 
 
-class SubmissionsHandler(CompetitionsBase):
+class SubmissionsHandler(CsvUploadBase):
     """``GET|POST /api/courses/<course>/competitions/<name>/submissions``.
 
     GET: staff see every submission with both scores, a student their own (the private score
     after the end). POST: a predictions CSV (raw body or multipart field "file"), scored now."""
 
-    max_body_bytes = 64 * 1024 * 1024  # the configured limit (a sentence) is checked when parsing
 
     @needs(authz.READ_COMPETITIONS, course="course")
     async def get(self, course: str, name: str) -> None:
