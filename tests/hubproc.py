@@ -236,6 +236,24 @@ def api(hub: LocalHub, method: str, path: str, token: str | None = None,
                             headers=headers, allow_redirects=False, **kwargs)
 
 
+def tokens_with_an_outsider(hub: LocalHub, names: tuple[str, ...], outsider: str,
+                            role: str) -> dict[str, str]:
+    """API tokens of the demo logins `names`, and of `outsider`, a `role` of another course
+    (other101, made here; not a demo login: the admin makes their token): the member of another
+    course every attack test asks as."""
+    found = {name: HubSession(hub, name).new_token() for name in ("admin", *names)}
+    admin = found["admin"]
+    assert api(hub, "POST", "courses", admin, json={"name": "other101"}).status_code == 201
+    r = api(hub, "PUT", "courses/other101/members", admin,
+            json={"add": [{"username": outsider, "role": role}]})
+    assert r.status_code == 200, r.text
+    r = requests.post(f"{hub.url}/hub/api/users/{outsider}/tokens", json={"expires_in": 3600},
+                      headers={"Authorization": f"token {admin}"}, timeout=30)
+    assert r.status_code == 201, r.text
+    found[outsider] = r.json()["token"]
+    return found
+
+
 def start_server(hub: LocalHub, username: str, token: str, timeout: float = 60) -> dict:
     """Start ``username``'s default server through the hub API and wait until it is ready (a
     server already running, e.g. left by another test on a shared hub, is fine as it is)."""

@@ -21,7 +21,7 @@ from urllib.parse import quote
 import pytest
 import requests
 
-from tests.hubproc import HubSession, LocalHub, api
+from tests.hubproc import HubSession, LocalHub, api, tokens_with_an_outsider
 
 pytestmark = pytest.mark.hub
 
@@ -39,18 +39,7 @@ def hub(hub_root: Path):
 
 @pytest.fixture(scope="module")
 def tokens(hub: LocalHub) -> dict[str, str]:
-    found = {name: HubSession(hub, name).new_token()
-             for name in ("admin", "teacher1", "ta1", "student1", "student2")}
-    admin = found["admin"]
-    assert api(hub, "POST", "courses", admin, json={"name": "other101"}).status_code == 201
-    r = api(hub, "PUT", "courses/other101/members", admin,
-            json={"add": [{"username": "ta9", "role": "ta"}]})
-    assert r.status_code == 200, r.text
-    r = requests.post(f"{hub.url}/hub/api/users/ta9/tokens", json={"expires_in": 3600},
-                      headers={"Authorization": f"token {admin}"}, timeout=30)
-    assert r.status_code == 201, r.text
-    found["ta9"] = r.json()["token"]
-    return found
+    return tokens_with_an_outsider(hub, ("teacher1", "ta1", "student1", "student2"), "ta9", "ta")
 
 
 def _zip(members: dict[str, bytes]) -> bytes:

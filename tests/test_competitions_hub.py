@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.hubproc import HubSession, LocalHub, api
+from tests.hubproc import HubSession, LocalHub, api, tokens_with_an_outsider
 
 pytestmark = pytest.mark.hub
 
@@ -55,18 +55,7 @@ def hub(hub_root: Path):
 
 @pytest.fixture(scope="module")
 def tokens(hub: LocalHub) -> dict[str, str]:
-    found = {name: HubSession(hub, name).new_token()
-             for name in ("admin", "teacher1", "ta1", "student1", "student2")}
-    admin = found["admin"]
-    assert api(hub, "POST", "courses", admin, json={"name": "other101"}).status_code == 201
-    r = api(hub, "PUT", "courses/other101/members", admin,
-            json={"add": [{"username": "s9", "role": "student"}]})
-    assert r.status_code == 200, r.text
-    r = requests.post(f"{hub.url}/hub/api/users/s9/tokens", json={"expires_in": 3600},
-                      headers={"Authorization": f"token {admin}"}, timeout=30)
-    assert r.status_code == 201, r.text
-    found["s9"] = r.json()["token"]
-    return found
+    return tokens_with_an_outsider(hub, ("teacher1", "ta1", "student1", "student2"), "s9", "student")
 
 
 def test_create_submit_limit_and_leaderboard_before_and_after_the_end(hub: LocalHub, tokens: dict[str, str]):

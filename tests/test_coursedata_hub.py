@@ -20,7 +20,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.hubproc import HubSession, LocalHub, api, start_servers
+from tests.hubproc import LocalHub, api, start_servers, tokens_with_an_outsider
 
 pytestmark = pytest.mark.hub
 
@@ -42,17 +42,7 @@ def hub(hub_root: Path):
 
 @pytest.fixture(scope="module")
 def tokens(hub: LocalHub) -> dict[str, str]:
-    found = {name: HubSession(hub, name).new_token() for name in ("admin", "teacher1", "ta1", "student1")}
-    admin = found["admin"]
-    assert api(hub, "POST", "courses", admin, json={"name": "other101"}).status_code == 201
-    r = api(hub, "PUT", "courses/other101/members", admin,
-            json={"add": [{"username": "teacher2", "role": "teacher"}]})
-    assert r.status_code == 200, r.text
-    r = requests.post(f"{hub.url}/hub/api/users/teacher2/tokens", json={"expires_in": 3600},
-                      headers={"Authorization": f"token {admin}"}, timeout=30)
-    assert r.status_code == 201, r.text
-    found["teacher2"] = r.json()["token"]
-    return found
+    return tokens_with_an_outsider(hub, ("teacher1", "ta1", "student1"), "teacher2", "teacher")
 
 
 def put_file(hub: LocalHub, token: str, path: str, data: bytes, content_range: str | None = None,

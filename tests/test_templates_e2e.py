@@ -20,7 +20,7 @@ from urllib.parse import quote
 import pytest
 import requests
 
-from tests.hubproc import HubSession, LocalHub, api, start_server, wait_for
+from tests.hubproc import HubSession, LocalHub, api, start_server, tokens_with_an_outsider, wait_for
 
 pytestmark = pytest.mark.hub
 
@@ -40,18 +40,7 @@ def hub(hub_root: Path):
 
 @pytest.fixture(scope="module")
 def tokens(hub: LocalHub) -> dict[str, str]:
-    found = {name: HubSession(hub, name).new_token() for name in ("admin", "teacher1", "student1")}
-    # a teacher of another course (not a demo login: the admin makes their token)
-    admin = found["admin"]
-    assert api(hub, "POST", "courses", admin, json={"name": "other101"}).status_code == 201
-    r = api(hub, "PUT", "courses/other101/members", admin,
-            json={"add": [{"username": "teacher2", "role": "teacher"}]})
-    assert r.status_code == 200, r.text
-    r = requests.post(f"{hub.url}/hub/api/users/teacher2/tokens", json={"expires_in": 3600},
-                      headers={"Authorization": f"token {admin}"}, timeout=30)
-    assert r.status_code == 201, r.text
-    found["teacher2"] = r.json()["token"]
-    return found
+    return tokens_with_an_outsider(hub, ("teacher1", "student1"), "teacher2", "teacher")
 
 
 def contents(hub: LocalHub, user: str, token: str, method: str, path: str, **kwargs) -> requests.Response:
