@@ -108,12 +108,57 @@ class Watch:
             self.schedstat = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
         except OSError:
             self.schedstat = -1
+        self.native_id = threading.get_native_id()
 
     def queued(self) -> float:
         """Seconds this thread has waited for a CPU so far (0 where the kernel does not say)."""
         if self.schedstat < 0:
             return 0.0
         return int(os.pread(self.schedstat, 100, 0).split()[1]) / 1e9
+
+    def others_queued(self) -> dict[int, float]:
+        """Seconds each other thread of the process has waited for a CPU so far. A thread that
+        holds the interpreter's lock while it waits for a CPU (the sampler, a worker of
+        ``asyncio.to_thread``) keeps the loop's thread waiting too, asleep and not queued: that
+        wait is the machine's load, not the callback's own time."""
+        waits = {}
+        for tid, fd in _task_files.items():
+            if tid != self.native_id:
+                try:
+                    waits[tid] = int(os.pread(fd, 100, 0).split()[1]) / 1e9
+                except (OSError, IndexError, ValueError):  # the thread ended
+                    pass
+        return waits
+
+
+#: Open ``schedstat`` files of the process's threads by native id; replaced whole (never changed
+#: in place) by `_refresh_task_files`, which the sampler calls about once a second.
+_task_files: dict[int, int] = {}
+_ended: list[int] = []
+
+
+def _refresh_task_files() -> None:
+    global _task_files
+    try:
+        now = {int(t) for t in os.listdir("/proc/self/task")}
+    except OSError:
+        return
+    old = _task_files
+    fresh = {tid: fd for tid, fd in old.items() if tid in now}
+    for tid in now - set(fresh):
+        try:
+            fresh[tid] = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
+        except OSError:
+            pass
+    _task_files = fresh
+    for fd in _ended:  # closed a refresh later: a loop thread may still be reading the old files
+        os.close(fd)
+    _ended[:] = [fd for tid, fd in old.items() if tid not in fresh]
+
+
+def _others_wait(before: dict[int, float], after: dict[int, float]) -> float:
+    """The longest CPU wait of another thread between two readings (waits overlap: not a sum)."""
+    return max((after[t] - before[t] for t in before if t in after), default=0.0)
 
 
 _local = threading.local()
@@ -139,8 +184,12 @@ def _gc(phase: str, info: dict) -> None:
 
 
 def _sampler() -> None:
+    ticks = 0
     while True:
         time.sleep(SAMPLE_EVERY)  # a sampling profiler's period, not a wait for a condition
+        ticks += 1
+        if ticks % 200 == 0:  # about once a second: new worker threads
+            _refresh_task_files()
         frames = sys._current_frames()
         now = time.monotonic()
         for tid, watch in list(_watches.items()):
@@ -173,7 +222,7 @@ def install() -> None:
             return original_run(self)
         before = coroutine_stack(self)
         watch.samples, watch.gc_seconds = [], 0.0
-        queued, cpu = watch.queued(), time.thread_time()
+        queued, cpu, others = watch.queued(), time.thread_time(), watch.others_queued()
         watch.started = started = time.monotonic()
         watch.handle = self
         try:
@@ -182,16 +231,20 @@ def install() -> None:
             watch.handle = None
             wall = time.monotonic() - started
             if wall >= THRESHOLD:
-                _report(self, watch, wall, time.thread_time() - cpu, watch.queued() - queued, before)
+                waits = _others_wait(others, watch.others_queued())
+                _report(self, watch, wall, time.thread_time() - cpu, watch.queued() - queued, waits,
+                        before)
 
     asyncio.events.Handle._run = _run
     gc.callbacks.append(_gc)
     threading.Thread(target=_sampler, name="loopwatch", daemon=True).start()
+    _refresh_task_files()
 
 
-def _report(handle, watch: Watch, wall: float, cpu: float, queued: float, before) -> None:
+def _report(handle, watch: Watch, wall: float, cpu: float, queued: float, others: float,
+            before) -> None:
     try:
-        own = max(0.0, wall - queued - watch.gc_seconds)
+        own = max(0.0, wall - queued - others - watch.gc_seconds)
         samples = watch.samples
         chain = blame(before) if before else ("host", "")
         if samples:
@@ -202,7 +255,8 @@ def _report(handle, watch: Watch, wall: float, cpu: float, queued: float, before
             verdict, where = chain[0] == "classhub", chain[1]
         _write({"pid": os.getpid(), "argv": " ".join(sys.argv[:3]), "handle": repr(handle)[:400],
                 "wall": round(wall, 4), "cpu": round(cpu, 4), "queued": round(queued, 4),
-                "gc": round(watch.gc_seconds, 4), "own": round(own, 4), "samples": len(samples),
+                "others_queued": round(others, 4), "gc": round(watch.gc_seconds, 4),
+                "own": round(own, 4), "samples": len(samples),
                 "classhub": verdict and own >= THRESHOLD, "where": where,
                 "places": sorted({w for _, w in samples if w})[:8]})
     except Exception as e:  # the watch must never break the process it watches
