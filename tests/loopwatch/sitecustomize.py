@@ -17,6 +17,7 @@ thread's ``schedstat``, nor the interpreter's garbage collections, docs/architec
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -124,10 +125,8 @@ class Watch:
         waits = {}
         for tid, fd in _task_files.items():
             if tid != self.native_id:
-                try:
+                with contextlib.suppress(OSError, IndexError, ValueError):  # the thread ended
                     waits[tid] = int(os.pread(fd, 100, 0).split()[1]) / 1e9
-                except (OSError, IndexError, ValueError):  # the thread ended
-                    pass
         return waits
 
 
@@ -146,10 +145,8 @@ def _refresh_task_files() -> None:
     old = _task_files
     fresh = {tid: fd for tid, fd in old.items() if tid in now}
     for tid in now - set(fresh):
-        try:
+        with contextlib.suppress(OSError):
             fresh[tid] = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
-        except OSError:
-            pass
     _task_files = fresh
     for fd in _ended:  # closed a refresh later: a loop thread may still be reading the old files
         os.close(fd)
