@@ -76,17 +76,20 @@ def hub_login(page, hub_url: str, username: str, password: str) -> None:
 
 
 class Clicks:
-    """Counts the clicks a journey takes: use ``clicks.click(selector)`` instead of page.click."""
+    """Counts the clicks a journey takes and notes what each clicked element said (its text, a
+    button's value or its aria-label): use ``clicks.click(selector)`` instead of page.click."""
 
     def __init__(self, page) -> None:
         self.page = page
         self.count = 0
+        self.labels: list[str] = []
 
     def click(self, selector: str, **kwargs) -> None:
-        self.count += 1
-        self.page.click(selector, **kwargs)
+        self.click_locator(self.page.locator(selector).first, **kwargs)
 
     def click_locator(self, locator, **kwargs) -> None:
+        self.labels.append(" ".join(locator.evaluate(
+            "e => e.innerText || e.value || e.getAttribute('aria-label') || ''").split()))
         self.count += 1
         locator.click(**kwargs)
 

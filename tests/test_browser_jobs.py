@@ -14,11 +14,11 @@ import pytest
 from tests.browser import Clicks, hub_login, screenshot
 from tests.hubproc import HubSession, api, traits, wait_for
 from tests.test_jobs_hub import CONFIG, JOBS
+from tests.tutorial import follows_the_tutorial
 
 pytestmark = pytest.mark.browser
 
 #: The docs' number (docs/teachers/jobs.md): hub home -> Jobs, Submit, Logs.
-STUDENT_SUBMITS_AND_READS_LOGS = 3
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def test_a_student_submits_a_job_and_reads_its_log_by_clicking(hub, page):
     # the table follows the job through the API: it ends succeeded, with no Cancel left
     row.locator(".job-state:text('succeeded')").wait_for(timeout=60_000)
     assert row.locator(".classhub-cancel").count() == 0
-    assert clicks.count == STUDENT_SUBMITS_AND_READS_LOGS
+    follows_the_tutorial(clicks, "STUDENT_SUBMITS_AND_READS_LOGS")
     screenshot(page, "page-jobs")
 
     # a job that could never start: the API's sentence next to the form, nothing queued

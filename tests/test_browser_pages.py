@@ -29,18 +29,11 @@ import requests
 
 from tests.browser import Clicks, screenshot
 from tests.hubproc import HubSession, LocalHub, start_server, wait_for
+from tests.tutorial import follows_the_tutorial
 
 pytestmark = pytest.mark.browser
 
 #: The docs' numbers (docs/teachers/pages.md): clicks of each journey after logging in.
-TEACHER_ROSTER_LIMIT_PUBLISH = 9
-STUDENT_STARTS_TEMPLATE = 1
-STUDENT_RESTARTS_FROM_TEMPLATE = 2
-STUDENT_SHARES_NOTEBOOK = 3
-TA_OPENS_SHARED_NOTEBOOK = 2  # Open, then JupyterHub's own "Authorize" for another user's server
-TEACHER_STOPS_SERVER = 3
-ADMIN_CREATES_COURSE = 1
-TEACHER_UPLOADS_TEMPLATE_ARCHIVE = 2
 LAB_TIMEOUT = 90_000  # JupyterLab loads megabytes of JavaScript on 2 shared cores
 
 ROSTER = "username,role\nnewstudent1,student\nnewstudent2,student\nbad name!,student\n"
@@ -160,7 +153,7 @@ def test_a_teacher_runs_a_course_by_clicking_and_a_new_student_starts_the_templa
     assert "Lab 1" in page.inner_text("#t-demo101-lab1")
     assert page.inner_text("#t-demo101-lab1 .classhub-lands") == "lab1/"
     screenshot(page, "page-templates")
-    assert clicks.count == TEACHER_ROSTER_LIMIT_PUBLISH
+    follows_the_tutorial(clicks, "TEACHER_ROSTER_LIMIT_PUBLISH")
     context.close()
 
     # a student the roster added logs in with the demo password and starts the template
@@ -173,7 +166,7 @@ def test_a_teacher_runs_a_course_by_clicking_and_a_new_student_starts_the_templa
     # the Starting page starts the server at once (none runs) and opens JupyterLab in lab1/
     page.wait_for_url(re.compile(r"/user/newstudent1/lab/tree/lab1$"), timeout=LAB_TIMEOUT)
     page.locator(".jp-DirListing-item:has-text('hello.ipynb')").wait_for(timeout=LAB_TIMEOUT)
-    assert clicks.count == STUDENT_STARTS_TEMPLATE
+    follows_the_tutorial(clicks, "STUDENT_STARTS_TEMPLATE")
     home = hub.data_dir / "homes" / "newstudent1"
     assert "Hello from lab 1" in (home / "lab1" / "hello.ipynb").read_text()
 
@@ -191,7 +184,7 @@ def test_a_teacher_runs_a_course_by_clicking_and_a_new_student_starts_the_templa
     assert server_of(hub, "newstudent1")["started"] == started  # asking restarted nothing
     clicks.click("#start-confirm")                                            # 2
     page.wait_for_url(re.compile(r"/user/newstudent1/lab/tree/lab1$"), timeout=LAB_TIMEOUT)
-    assert clicks.count == STUDENT_RESTARTS_FROM_TEMPLATE
+    follows_the_tutorial(clicks, "STUDENT_RESTARTS_FROM_TEMPLATE")
     assert server_of(hub, "newstudent1")["started"] != started
     assert "my own answer" in (home / "lab1" / "hello.ipynb").read_text()
     assert (home / "notes.txt").read_text() == "mine\n"
@@ -212,7 +205,7 @@ def test_a_student_shares_a_picked_notebook_read_only_and_the_ta_opens_it(hub, b
     table = page.inner_text("#mine-table")
     assert "ta1" in table and "week1.ipynb" in table and "read-only" in table
     assert "With" in page.inner_text("#mine-table thead")
-    assert clicks.count == STUDENT_SHARES_NOTEBOOK
+    follows_the_tutorial(clicks, "STUDENT_SHARES_NOTEBOOK")
     screenshot(page, "page-sharing")
     context.close()
 
@@ -226,7 +219,7 @@ def test_a_student_shares_a_picked_notebook_read_only_and_the_ta_opens_it(hub, b
         clicks.click("form input[type=submit], form button[type=submit]")      # 2
     page.wait_for_url(re.compile(r"/user/student1/lab/tree/week1.ipynb"), timeout=LAB_TIMEOUT)
     page.locator(".jp-RenderedMarkdown:has-text('Week 1 answers')").wait_for(timeout=LAB_TIMEOUT)
-    assert clicks.count == TA_OPENS_SHARED_NOTEBOOK
+    follows_the_tutorial(clicks, "TA_OPENS_SHARED_NOTEBOOK")
     assert server_of(hub, "ta1") is None  # the TA's own server was never spawned
     context.close()
 
@@ -249,7 +242,7 @@ def test_a_teacher_sees_the_usage_chart_and_stops_a_students_server(hub, browser
     clicks.click_locator(running.locator(".classhub-stop-confirm"))           # 3
     page.wait_for_selector("#page-status:text(\"Stopped student2's server\")")
     assert page.locator("#servers-table tr[data-user=student2]").count() == 0
-    assert clicks.count == TEACHER_STOPS_SERVER
+    follows_the_tutorial(clicks, "TEACHER_STOPS_SERVER")
     wait_for(lambda: server_of(hub, "student2") is None, 30, "student2's server to be gone")
     # a refusal shows the API's sentence next to the field, and changes nothing
     page.fill("#add-username", "bad name!")
@@ -269,7 +262,7 @@ def test_an_admin_creates_a_course_with_the_home_pages_form(hub, browser):
     clicks.click("#new-course button[type=submit]")                           # 1
     page.wait_for_url(re.compile(r"/services/classhub/courses/dl201$"))
     assert "Deep learning 201" in page.inner_text("h1")
-    assert clicks.count == ADMIN_CREATES_COURSE
+    follows_the_tutorial(clicks, "ADMIN_CREATES_COURSE")
     # the home lists it under "All courses", and its link opens the course page
     page.goto(f"{hub.url}/services/classhub/")
     row = page.locator("#all-courses tr:has(a:text-is('dl201'))")
@@ -308,7 +301,7 @@ def test_a_teacher_publishes_a_template_by_uploading_an_archive(hub, browser, tm
     card = page.locator("#t-demo101-lab2")
     assert "lab2" in card.inner_text() and "v1" in card.inner_text()
     assert "Lab 2 (uploaded)" in card.inner_text()
-    assert clicks.count == TEACHER_UPLOADS_TEMPLATE_ARCHIVE
+    follows_the_tutorial(clicks, "TEACHER_UPLOADS_TEMPLATE_ARCHIVE")
     card.locator("summary:text('Versions')").click()
     cells = card.locator(".classhub-versions tbody tr").first.locator("td")
     assert [cells.nth(i).inner_text() for i in range(4)][::3] == ["v1", "2 files"]  # version, files

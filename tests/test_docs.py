@@ -119,3 +119,49 @@ def test_a_broken_copy_fails_with_each_stale_reference_named(tmp_path: Path) -> 
     assert f"{broken} admins/security.md#no-such-heading: no heading" in out, out
     assert not re.search(r"no rule 4\b", out)  # the right citation across two lines is not reported
     assert "fix the citation" in done.stderr
+
+
+@pytest.mark.unit
+def test_every_journey_of_the_tutorial_is_a_browser_tests_journey() -> None:
+    """The tutorial (docs/tutorials/first-class.md) and the browser tests cannot drift apart:
+    each journey it walks ends a browser test with `follows_the_tutorial` (which compares the
+    clicks and the buttons), and every journey a test follows is in the tutorial."""
+    from tests.tutorial import journeys
+
+    called = set()
+    for path in (ROOT / "tests").glob("test_browser_*.py"):
+        called |= set(re.findall(r'follows_the_tutorial\(clicks, "(\w+)"\)', path.read_text()))
+    walked = set(journeys())
+    assert walked == called, (f"in the tutorial, no test: {sorted(walked - called)}; "
+                              f"followed by a test, not in the tutorial: {sorted(called - walked)}")
+    assert all(j.clicks > 0 for j in journeys().values())
+
+
+@pytest.mark.unit
+def test_a_tutorial_journey_that_states_no_count_or_never_ends_is_refused() -> None:
+    from tests.tutorial import journeys
+
+    with pytest.raises(ValueError, match="must state its clicks once"):
+        journeys("% journey: A\npress **Go**\n% end journey: A\n")
+    with pytest.raises(ValueError, match="must state its clicks once"):
+        journeys("% journey: A\n**Go** (1 click), then 2 clicks\n% end journey: A\n")
+    with pytest.raises(ValueError, match="never ends"):
+        journeys("% journey: A\n**Go** (1 click)\n")
+    assert journeys("% journey: A\n**Go** (1 click)\n% end journey: A\n")["A"].buttons == ("Go",)
+
+
+@pytest.mark.unit
+def test_a_journey_with_another_count_or_without_a_named_button_fails() -> None:
+    """What a browser test's clicks look like when it drifted from the tutorial."""
+    from types import SimpleNamespace
+
+    from tests.tutorial import follows_the_tutorial
+
+    follows_the_tutorial(SimpleNamespace(count=3, labels=["Jobs", "Submit", "Logs"]),
+                         "STUDENT_SUBMITS_AND_READS_LOGS")
+    with pytest.raises(AssertionError, match="clicked 4 times"):
+        follows_the_tutorial(SimpleNamespace(count=4, labels=["Jobs", "Submit", "Logs", "Logs"]),
+                             "STUDENT_SUBMITS_AND_READS_LOGS")
+    with pytest.raises(AssertionError, match="says to press \\['Logs'\\]"):
+        follows_the_tutorial(SimpleNamespace(count=3, labels=["Jobs", "Submit", "Log"]),
+                             "STUDENT_SUBMITS_AND_READS_LOGS")
