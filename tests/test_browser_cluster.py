@@ -2,7 +2,8 @@
 session's hub of test_jobs_hub's configuration: three H200s described to both the spawner and
 the service): an admin reaches it from the hub's nav bar, and sees a student's GPU server and a
 running job appear on this machine, with who holds them, within 5 s of their start, without a
-reload; a teacher sees their course's slice from the classhub pages; a student has no Cluster
+reload; the course quota's resource picker names this machine's GPUs; a teacher sees their
+course's slice from the classhub pages; a student has no Cluster
 tab and is refused the page.
 """
 
@@ -87,6 +88,14 @@ def test_the_admin_sees_a_server_and_a_job_appear_on_the_cluster_page(hub, token
             api(hub, "POST", f"jobs/{job_id}/cancel", tokens["student1"])
     finally:
         _stop_server(hub, "student2", student2)
+
+    # the course quota's picker names this machine's GPUs in plain words, with their count
+    page.goto(f"{hub.url}/services/classhub/courses/demo101#limits")
+    pick = page.locator("#cq-res-pick option[value='nvidia.com/gpu']")
+    assert pick.inner_text().startswith("whole GPU, NVIDIA H200 (3 on this machine)")
+    page.select_option("#cq-res-pick", "nvidia.com/gpu")
+    page.click("#cq-res-add")
+    assert "nvidia.com/gpu=" in page.input_value("#cq-res")
 
 
 def test_a_teacher_sees_their_course_and_a_student_sees_no_cluster(hub, browser):

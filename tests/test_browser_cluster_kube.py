@@ -3,7 +3,7 @@ fake cluster: the admin reaches it from the hub's nav bar, sees every node with 
 slices, and sees a student's server pod and a job's replica pod appear on the node the
 scheduler bound them to, with who holds them, within 5 s of their start and without a reload
 (the service's own watch on every pod, not a list per look); the Grafana link the deployer
-configured is there.
+configured is there; the course quota's resource picker names the cluster's devices.
 """
 
 from __future__ import annotations
@@ -111,3 +111,11 @@ def test_the_cluster_page_follows_a_server_and_a_job_on_their_nodes(hub, cluster
     finally:
         student.hub_api("DELETE", "users/student1/server")
         wait_stopped(student, 60)
+
+    # the course quota's picker names the cluster's devices in plain words, with their counts
+    page.goto(f"{hub.url}/services/classhub/courses/gpu101#limits")
+    options = page.locator("#cq-res-pick option")
+    labels = {options.nth(i).get_attribute("value"): options.nth(i).inner_text()
+              for i in range(options.count())}
+    assert labels["nvidia.com/mig-1g.18gb"].startswith("MIG slice 1g.18gb (7 on the cluster)")
+    assert labels["nvidia.com/gpu"].startswith("whole GPU, NVIDIA H200 (2 on the cluster)")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from hub_ext.backends.kubernetes.informer import holder_of, usage_of
-from hub_ext.core.capacity import CapacitySnapshot
-from hub_ext.core.cluster import Held, ProfileRoom, cluster_view, node_of_holdings
+from hub_ext.core.capacity import CapacitySnapshot, NodeCapacity
+from hub_ext.core.cluster import Held, ProfileRoom, cluster_view, node_of_holdings, resource_choices
 from hub_ext.core.resources import ResourceVector
 
 pytestmark = pytest.mark.unit
@@ -94,3 +94,21 @@ def test_who_sees_the_cluster():
         verdict = authz.decide(caller, authz.READ_COURSE_CLUSTER, course="ml101")
         assert not verdict and verdict.status == 403 and "teachers of ml101" in verdict.message
         assert not authz.decide(caller, authz.READ_CLUSTER)
+
+
+def test_the_quota_picker_names_the_clusters_devices_in_plain_words():
+    """What an admin setting a course quota picks from: every device name the nodes have, with
+    its count, the course's own names (even one the cluster lacks), CPU and memory."""
+    nodes = [NodeCapacity("a", ResourceVector.from_k8s({"cpu": "16", "nvidia.com/mig-1g.10gb": "4"})),
+             NodeCapacity("b", ResourceVector.from_k8s({"nvidia.com/mig-1g.10gb": "3", "nvidia.com/gpu": "2",
+                                                        "nvidia.com/gpu.shared": "8"}),
+                          labels={"nvidia.com/gpu.product": "NVIDIA-H200"})]
+    choices = {c["name"]: c["label"] for c in resource_choices(nodes, ["nvidia.com/mig-3g.40gb", "cpu"])}
+    assert choices["nvidia.com/mig-1g.10gb"].startswith("MIG slice 1g.10gb (7 on the cluster)")
+    assert choices["nvidia.com/gpu"].startswith("whole GPU, NVIDIA H200 (2 on the cluster)")
+    assert choices["nvidia.com/gpu.shared"].startswith("shared GPU, NVIDIA H200, time-sliced (8 on")
+    assert choices["nvidia.com/mig-3g.40gb"].startswith("MIG slice 3g.40gb (none on the cluster)")
+    assert choices["cpu"] == "CPU cores: cpu" and choices["memory"] == "memory"
+    assert list(choices)[:4] == sorted(list(choices)[:4])  # GPU resources first, by name
+    here = resource_choices([nodes[0]], [], where="on this machine")
+    assert here[0]["label"] == "MIG slice 1g.10gb (4 on this machine): nvidia.com/mig-1g.10gb"

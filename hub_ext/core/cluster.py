@@ -15,9 +15,21 @@ from fractions import Fraction
 from typing import Any
 
 from .capacity import NodeCapacity
-from .resources import PODS, ResourceVector, human_quantity, is_gpu_resource, sum_vectors
+from .resources import (
+    CPU,
+    MEMORY,
+    NVIDIA_GPU,
+    NVIDIA_GPU_SHARED,
+    PODS,
+    ResourceVector,
+    gpu_kind,
+    human_quantity,
+    is_gpu_resource,
+    parse_mig,
+    sum_vectors,
+)
 
-__all__ = ["Device", "Held", "ProfileRoom", "cluster_view"]
+__all__ = ["Device", "Held", "ProfileRoom", "cluster_view", "resource_choices", "resource_words"]
 
 
 @dataclass(frozen=True)
@@ -145,3 +157,54 @@ def node_of_holdings(name: str, allocatable: ResourceVector, held: Iterable[Held
     used = sum_vectors(h.resources.select(lambda n: n in allocatable) for h in held)
     return NodeCapacity(name=name, allocatable=allocatable, used=used,
                         labels=dict(labels or {}))
+
+
+def resource_words(name: str, products: Sequence[str] = ()) -> str:
+    """A resource name in plain words, as a quota picker shows it: "MIG slice 1g.10gb", "shared
+    GPU, time-sliced", "whole GPU, NVIDIA H200", "CPU cores", "memory"; the name itself for
+    what classhub has no words for."""
+    if name == CPU:
+        return "CPU cores"
+    if name == MEMORY:
+        return "memory"
+    models = ", ".join(sorted({p.replace("-", " ") for p in products if p}))
+    kind = gpu_kind(name)
+    if kind == "mig":
+        return f"MIG slice {parse_mig(name)}"
+    if kind == "shared":
+        if name == NVIDIA_GPU_SHARED:
+            return "shared GPU, time-sliced" if not models else f"shared GPU, {models}, time-sliced"
+        return f"shared MIG slice {parse_mig(name)}"
+    if kind == "gpu":
+        what = "whole GPU" if name == NVIDIA_GPU else f"whole GPU ({name.split('/')[0]})"
+        return f"{what}, {models}" if models and name == NVIDIA_GPU else what
+    return name
+
+
+def resource_choices(nodes: Sequence[NodeCapacity], offered: Iterable[str], *,
+                     where: str = "on the cluster",
+                     products: Mapping[str, Sequence[str]] | None = None) -> list[dict[str, str]]:
+    """The names a course quota may limit, each with its plain words: every GPU resource the
+    nodes have (with how many there are `where`), CPU and memory, and the names the course's
+    profiles use (which a cluster may lack: then they say so). GPU resources first.
+
+    `products`: GPU models per resource name (a node's ``nvidia.com/gpu.product``, or the local
+    inventory's devices), for the words of whole and shared GPUs.
+    """
+    totals = sum_vectors(n.allocatable.select(is_gpu_resource) for n in nodes)
+    models: dict[str, set[str]] = {}
+    for node in nodes:
+        for name in node.allocatable.select(is_gpu_resource):
+            if node.gpu_product:
+                models.setdefault(name, set()).add(node.gpu_product)
+    for name, found in (products or {}).items():
+        models.setdefault(name, set()).update(found)
+    names = set(totals) | {CPU, MEMORY} | set(offered)
+    out = []
+    for name in sorted(names, key=lambda n: (0 if is_gpu_resource(n) else 1, n)):
+        words = resource_words(name, sorted(models.get(name, ())))
+        if is_gpu_resource(name):
+            count = totals[name]
+            words += f" ({_amount(name, count)} {where})" if count > 0 else f" (none {where})"
+        out.append({"name": name, "label": f"{words}: {name}" if words != name else name})
+    return out

@@ -32,6 +32,7 @@ from hub_ext.envtraits import ConfigError, apply_env, check_sections, handed_con
 from hub_ext.hubapi import HubAPI
 from hub_ext.logs import route_module_logs
 from hub_ext.service import (
+    cluster,
     coursedata,
     culling,
     handlers,
@@ -181,7 +182,7 @@ class ClasshubService(Application):
             (url_path_join(self.prefix, "api", ".*"), handlers.NotFoundHandler),
             (url_path_join(self.prefix, pages.NOT_FOUND_ROUTE[0]), pages.NOT_FOUND_ROUTE[1]),
         ]
-        return web.Application(
+        app = web.Application(
             routes,
             hub_auth=hub_auth,
             hub_api=hub_api,
@@ -205,6 +206,9 @@ class ClasshubService(Application):
             # with the security headers, rather than tornado's bare one
             default_handler_class=pages.NOT_FOUND_ROUTE[1],
         )
+        # the one look at the cluster: the Cluster page and the quota pickers share it
+        cluster.source(app.settings)
+        return app
 
     async def serve(self, app: web.Application | None = None) -> None:
         url = urlparse(self.service_url)

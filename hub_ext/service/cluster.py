@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from hub_ext.core import authz
-from hub_ext.core.cluster import Held, ProfileRoom, cluster_view, node_of_holdings
+from hub_ext.core.cluster import Held, ProfileRoom, cluster_view, node_of_holdings, resource_choices
 from hub_ext.core.profiles import Catalog, pod_settings
 from hub_ext.core.resources import ResourceVector
 from hub_ext.service.apidoc import model_schema, ok, op
@@ -91,6 +91,23 @@ class ClusterSource:
             catalog = None
         self._catalog = (time.monotonic(), catalog)
         return catalog
+
+    # -- the quota pickers' names
+    async def resource_choices(self, offered: list[str]) -> list[dict[str, str]]:
+        """The resource names a course quota may limit, in plain words: the cluster's (or this
+        machine's) devices with their counts, CPU and memory, and the names in `offered` (the
+        course's profiles). Only `offered` when the cluster cannot be seen (the picker still
+        works)."""
+        try:
+            if self.mode == "kubernetes":
+                snapshot = await self._live_view().snapshot()
+                return resource_choices(snapshot.nodes, offered)
+            machine = self._machine or await asyncio.to_thread(self._machine_view)
+            products = {r: machine.inventory.products_of(r) for r in machine.inventory.resources()}
+            node = node_of_holdings(machine.name, machine.allocatable(), ())
+            return resource_choices((node,), offered, where="on this machine", products=products)
+        except Exception:  # no view of the cluster: the course's own names, still labelled
+            return resource_choices((), offered)
 
     # -- the page's data
     async def view(self, caller: authz.Caller, courses: list[str] | None) -> dict[str, Any]:

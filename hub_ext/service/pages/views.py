@@ -233,7 +233,11 @@ class CoursePage(_Pages):
         if teacher:  # how added people log in; the resource names the course's profiles use
             ns["login_sentence"] = await self._login_sentence()
             offered = (await self._offered([course]))[course]
-            ns["resource_names"] = sorted({"cpu", "memory"} | {r for p in offered for r in p["resources"]})
+            # and the cluster's own devices in plain words ("MIG slice 1g.10gb (7 on the cluster)")
+            names = sorted({"cpu", "memory"} | {r for p in offered for r in p["resources"]})
+            look = self.settings.get("cluster_source")  # made by the service app (app.py)
+            ns["resource_names"] = (await look.resource_choices(names) if look
+                                    else [{"name": n, "label": n} for n in names])
         if staff:
             members = await self.courses.members(course)
             usage = await self.courses.course_usage(course)
