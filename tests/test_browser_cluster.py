@@ -68,6 +68,12 @@ def test_the_admin_sees_a_server_and_a_job_appear_on_the_cluster_page(hub, token
         assert "1 nvidia.com/gpu" in server.inner_text() and "demo101" in server.inner_text()
         assert GPU_PROFILE in server.inner_text()
 
+        # student1's classhub home is open; its job counts follow the job without a reload
+        home = page.context.browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+        hub_login(home, hub.url, "student1", hub.password)
+        home.goto(f"{hub.url}/services/classhub/")
+        mine = home.locator("#jobs-mine [data-count=running]")
+        before = int(mine.inner_text())
         r = api(hub, "POST", "jobs", tokens["student1"], json={
             "name": "sleeper", "command": [sys.executable, "-c", "import time; time.sleep(120)"],
             "resources": {"nvidia.com/gpu": 1}})
@@ -81,6 +87,10 @@ def test_the_admin_sees_a_server_and_a_job_appear_on_the_cluster_page(hub, token
             row.wait_for(timeout=FOLLOWS_WITHIN_MS)
             assert time.monotonic() - started < FOLLOWS_WITHIN_MS / 1000
             assert "student1" in row.inner_text() and "1 nvidia.com/gpu" in row.inner_text()
+            home.wait_for_function(  # the home asks every 10 s while visible: a deadline, not a sleep
+                f"document.querySelector('#jobs-mine [data-count=running]').textContent === '{before + 1}'",
+                timeout=25_000)
+            home.context.close()
             gpu = node.locator("tr[data-resource='nvidia.com/gpu']").inner_text()
             assert gpu.split()[1] == "2", gpu  # in use: the server's and the job's
             screenshot(page, "page-cluster")

@@ -139,8 +139,16 @@ def test_my_jobs_show_their_state_place_and_why_one_waits(people, waiting):
     assert "classhub-logs" in waiter["buttons"] and "classhub-cancel" in waiter["buttons"]
     assert not any(s.startswith("queue-") for s in page.sections)  # a student sees no queue
     assert '<option>demo101</option>' in r.text  # the submit form's course
-    home = student.get("/services/classhub/").text
-    assert re.search(r"1 queued, 1 running", home) and f'href="{JOBS}"' in home
+    home = " ".join(unescape(re.sub(r"<[^>]+>", " ", student.get("/services/classhub/").text)).split())
+    assert "Mine: 1 running, 1 waiting." in home, home
+    # the counts the home page's script asks every few seconds: mine, and my courses' for staff
+    assert page_api(student, "GET", "job-counts").json() == {
+        "mine": {"running": 1, "waiting": 1}, "courses": {}}
+    teacher = page_api(people["teacher1"], "GET", "job-counts").json()  # (other modules' jobs too)
+    assert teacher["courses"]["demo101"]["running"] >= 1 <= teacher["courses"]["demo101"]["waiting"]
+    teacher_home = people["teacher1"].get("/services/classhub/").text
+    assert re.search(r'<li data-course="demo101">demo101: <span data-count="running">\d+</span> running, '
+                     r'<span data-count="waiting">\d+</span> waiting', teacher_home)
 
 
 @pytest.mark.hub

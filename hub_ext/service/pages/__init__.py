@@ -42,6 +42,7 @@ ROUTES: list[tuple[str, type]] = [
     (r"api/courses/([^/]+)/audit", api.AuditHandler),
     (r"api/users/([^/]+)/server", api.StopServerHandler),
     ("api/my-server/progress", api.ProgressHandler),
+    ("api/job-counts", api.JobCountsHandler),
 ]
 
 #: The pages' CSS and JavaScript (not part of the API, so not in `ROUTES` and its document).
@@ -80,6 +81,8 @@ _CSV = {"required": True, "content": {
     "multipart/form-data": {"schema": {"type": "object", "properties": {
         "file": {"type": "string", "format": "binary"}}}}}}
 
+_COUNTS = {"type": "object", "required": ["running", "waiting"],
+           "properties": {"running": {"type": "integer"}, "waiting": {"type": "integer"}}}
 OPENAPI_PATHS: dict[str, Any] = {
     "/": {"get": op("The classhub home page: my courses, server, usage, templates, shares, "
                      "invitations (HTML)", _USER, _html("HTML page"))},
@@ -99,6 +102,12 @@ OPENAPI_PATHS: dict[str, Any] = {
         "login; one event {\"starting\": false} when it is not starting", _USER,
         {"200": {"description": "Server-sent events", "content": {"text/event-stream": {}}}},
         errors=("401", "403", "502"))},
+    "/api/job-counts": {"get": op(
+        "How many of my jobs run and wait, and for each course I teach or assist how many of its "
+        "jobs do (the home page's live counts)", _USER, ok("Counts", {
+            "type": "object", "required": ["mine", "courses"], "properties": {
+                "mine": _COUNTS, "courses": {"type": "object", "additionalProperties": _COUNTS}}}),
+        errors=("401", "403", "404"))},
     "/shares": {"get": op("The sharing page: share, revoke, shared with me (HTML)", _USER,
                            _html("HTML page"))},
     "/jobs": {"get": op("The jobs page: my jobs (state, place in the queue, why they wait, logs, "

@@ -13,6 +13,8 @@
   (teachers, TAs, admins); ``offset`` 0 to 2**62, ``limit`` 1 to 200; each entry with its
   sentence (hub_ext.service.pages.sentences).
 - ``GET /api/my-server/progress``: the start progress of my server (the hub's event stream).
+- ``GET /api/job-counts``: how many of my jobs run and wait, and for course staff those of each
+  course they teach or assist; the home page asks it every few seconds.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
 from hub_ext.core import authz, bodies, roster
+from hub_ext.core.jobs import ADMITTED, PREEMPTED, QUEUED, RUNNING
 from hub_ext.hubapi import HubAPIError
 from hub_ext.service.arguments import MAX_OFFSET, flag_argument, folder_argument, int_argument, refuse
 from hub_ext.service.declare import needs
@@ -35,6 +38,34 @@ from hub_ext.store.models import AuditLog
 
 #: Most entries one page of the audit log holds.
 AUDIT_PAGE_MAX = 200
+#: Job states as the home page counts them: started or starting, and waiting for room.
+RUNNING_STATES = (RUNNING, ADMITTED)
+WAITING_STATES = (QUEUED, PREEMPTED)
+
+
+async def job_counts(settings: dict[str, Any], caller: authz.Caller) -> dict[str, Any] | None:
+    """``{"mine": {"running": n, "waiting": m}, "courses": {course: {...}}}``: my jobs, and
+    for each course I teach or assist all its jobs (None: no job service on this hub). Two
+    grouped queries on a worker thread (docs/architecture.md, rule 7)."""
+    service = settings.get("jobs")
+    if service is None:
+        return None
+    staff = sorted(c for c, r in caller.courses.items() if r in ("teacher", "ta"))
+    states = RUNNING_STATES + WAITING_STATES
+
+    def read() -> tuple[dict[tuple[str, str], int], dict[tuple[str, str], int]]:
+        mine = service.store.state_counts(owner=caller.name, states=states)
+        courses = service.store.state_counts(courses=staff, states=states) if staff else {}
+        return mine, courses
+
+    mine, per_course = await asyncio.to_thread(read)
+
+    def tally(counts: dict[tuple[str, str], int], course: str | None = None) -> dict[str, int]:
+        kept = {k: n for k, n in counts.items() if course is None or k[0] == course}
+        return {"running": sum(n for (_, s), n in kept.items() if s in RUNNING_STATES),
+                "waiting": sum(n for (_, s), n in kept.items() if s in WAITING_STATES)}
+
+    return {"mine": tally(mine), "courses": {c: tally(per_course, c) for c in staff}}
 
 
 def _caller_token(handler: APIHandler) -> str:
@@ -174,6 +205,17 @@ class AuditHandler(APIHandler):
                             "sentence": audit_sentence(r.actor, r.action, r.details),
                             "details": {k: v for k, v in (r.details or {}).items() if k != "course"}}
                            for r in found]
+
+
+class JobCountsHandler(APIHandler):
+    """``GET /api/job-counts``: my running and waiting jobs, and my courses' (staff)."""
+
+    @needs(authz.OPEN_PAGES)  # the caller's own jobs, and the courses the caller is staff of
+    async def get(self) -> None:
+        counts = await job_counts(self.settings, self.caller)
+        if counts is None:
+            raise web.HTTPError(404, "This hub runs no job service (c.ClasshubJobs).")
+        self.write_json(counts)
 
 
 class ProgressHandler(APIHandler):

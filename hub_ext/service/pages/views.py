@@ -29,6 +29,7 @@ from hub_ext.service.competitions.handlers import course_competitions
 from hub_ext.service.declare import needs
 from hub_ext.service.handlers import SecurityHeaders
 from hub_ext.service.jobs.records import as_json as job_json
+from hub_ext.service.pages.api import job_counts
 from hub_ext.service.pages.render import STATIC, PageHandler
 from hub_ext.service.pages.sentences import login_sentence
 from hub_ext.service.templates.base import settings_of
@@ -184,20 +185,7 @@ class HomePage(_Pages):
         self.render_page("home.html", caller, courses=per_course, server=_server_of(model),
                          shares_mine=mine, shares_with_me=with_me, invitations=invitations,
                          warnings=culling.get("warnings", []), all_courses=all_courses,
-                         my_jobs=await self._active_jobs(name))
-
-    async def _active_jobs(self, name: str) -> dict[str, int] | None:
-        """How many of my jobs are in each active state (None: no job service on this hub)."""
-        service = self.settings.get("jobs")
-        if service is None:
-            return None
-        rows, _ = await asyncio.to_thread(service.store.list, owner=name, states=ACTIVE_JOBS,
-                                          limit=JOBS_SHOWN)
-        counts: dict[str, int] = {}
-        for r in rows:
-            counts[r.state] = counts.get(r.state, 0) + 1
-        return counts
-
+                         jobs=await job_counts(self.settings, caller))
 
 class CoursePage(_Pages):
     """``GET /courses/<course>``: members, roster, limits, usage, running servers, culling
