@@ -85,6 +85,9 @@ SERVICE_SCOPES = [
     "read:hub",
     # security: which token reports a server's events (the server's own, see ShareAccessHandler)
     "read:tokens",
+    # the Cluster page and a user's home say which GPU a local server holds: the device UUIDs
+    # the local spawner records in its state (spawner/local.py, gpu_uuids); read, never written
+    "admin:server_state",
     *sharing.CUSTOM_SCOPES,
 ]
 

@@ -9,6 +9,7 @@ tab and is refused the page.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 
@@ -67,6 +68,10 @@ def test_the_admin_sees_a_server_and_a_job_appear_on_the_cluster_page(hub, token
         server.wait_for(timeout=FOLLOWS_WITHIN_MS)
         assert "1 nvidia.com/gpu" in server.inner_text() and "demo101" in server.inner_text()
         assert GPU_PROFILE in server.inner_text()
+        # which GPU it holds, in words, on the Cluster page and on student2's classhub home
+        assert re.search(r"on GPU [0-2] \(NVIDIA H200\)", server.inner_text()), server.inner_text()
+        home_of_student2 = HubSession(hub, "student2").get("/services/classhub/").text
+        assert re.search(r'id="my-server-devices">on GPU [0-2] \(NVIDIA H200\)<', home_of_student2)
 
         # student1's classhub home is open; its job counts follow the job without a reload
         home = page.context.browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
@@ -87,6 +92,7 @@ def test_the_admin_sees_a_server_and_a_job_appear_on_the_cluster_page(hub, token
             row.wait_for(timeout=FOLLOWS_WITHIN_MS)
             assert time.monotonic() - started < FOLLOWS_WITHIN_MS / 1000
             assert "student1" in row.inner_text() and "1 nvidia.com/gpu" in row.inner_text()
+            assert re.search(r"on GPU [0-2] \(NVIDIA H200\)", row.inner_text())  # its replica's GPU
             home.wait_for_function(  # the home asks every 10 s while visible: a deadline, not a sleep
                 f"document.querySelector('#jobs-mine [data-count=running]').textContent === '{before + 1}'",
                 timeout=25_000)

@@ -505,3 +505,17 @@ def test_reconcile_of_arbitrary_claims_never_over_gives(inventory, claims):
     claimed = sum(len(set(uuids)) for uuids in held.values())
     kept = sum(len(state.holdings(o)) for o in state.owners())
     assert kept + len(report.conflicts) + len(report.dropped) == claimed
+
+
+def test_a_device_in_words_names_its_gpu_its_model_and_its_slice():
+    """What the Cluster page and a user's home say a local server holds."""
+    inventory = Inventory([
+        Device("GPU-a", 0, "NVIDIA H200"), Device("GPU-b", 1, "NVIDIA H200"),
+        Device("MIG-1", 1, "NVIDIA H200", MIG, "1g.18gb", "GPU-b"),
+        Device("MIG-2", 1, "NVIDIA H200", MIG, "3g.71gb", "GPU-b"),
+    ], shared_gpus=[0])
+    assert inventory.words("GPU-a") == "GPU 0 (NVIDIA H200), shared"
+    assert inventory.words("MIG-1") == "GPU 1 (NVIDIA H200), MIG slice 1 (1g.18gb)"
+    assert inventory.words("MIG-2") == "GPU 1 (NVIDIA H200), MIG slice 2 (3g.71gb)"
+    assert inventory.words("GPU-gone") == "GPU-gone"  # no longer offered: its UUID
+    assert Inventory([Device("GPU-c", 2, "NVIDIA A100")]).words("GPU-c") == "GPU 2 (NVIDIA A100)"

@@ -46,6 +46,7 @@ class Held:
     resources: ResourceVector
     nodes: tuple[str, ...] = ()
     started: str | None = None
+    devices: tuple[str, ...] = ()  # which devices, in words (local mode: "GPU 0 (NVIDIA H200)")
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ def _held_json(held: Held) -> dict[str, Any]:
         "resources": held.resources.to_k8s(),
         "summary": held.resources.select(lambda n: n != PODS).human(),
         "gpus": gpus.human() if not gpus.is_zero() else "",
+        "devices": list(held.devices),
     }
 
 

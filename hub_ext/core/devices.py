@@ -208,6 +208,20 @@ class Inventory:
         """The *offered* device with this UUID (a MIG-split parent GPU is not offered)."""
         return self._by_uuid.get(uuid)
 
+    def words(self, uuid: str) -> str:
+        """Which device this is in plain words, as the Cluster page and a user's home show what a
+        server holds: "GPU 0 (NVIDIA H200)", "GPU 1 (NVIDIA H200), MIG slice 2 (1g.18gb)" (the
+        slice's place among its GPU's offered slices, from 1), "GPU 2 (NVIDIA H200), shared";
+        the UUID itself for a device this machine does not offer (any more)."""
+        device = self._by_uuid.get(uuid)
+        if device is None:
+            return uuid
+        words = f"GPU {device.index} ({device.product})"
+        if device.kind == MIG:
+            slices = [d.uuid for d in self.devices if d.kind == MIG and d.parent_uuid == device.parent_uuid]
+            return f"{words}, MIG slice {slices.index(uuid) + 1} ({device.mig_profile})"
+        return f"{words}, shared" if device.shared else words
+
     def units(self, device: Device) -> int:
         """How many servers may hold this device at once: replicas if shared, else 1."""
         return self.shared_replicas if device.shared else 1

@@ -52,6 +52,7 @@ class ClusterSource:
         self._machine: Any = None
         self._live: Any = None
         self._catalog: tuple[float, Catalog | None] = (float("-inf"), None)
+        self._states: tuple[float, dict[str, list[str]]] = (float("-inf"), {})
 
     # -- where the nodes come from
     def _machine_view(self) -> Any:
@@ -92,6 +93,43 @@ class ClusterSource:
         self._catalog = (time.monotonic(), catalog)
         return catalog
 
+    # -- which devices local servers and jobs hold
+    async def device_words(self, uuids: list[str]) -> list[str]:
+        """The devices with these UUIDs in plain words ("GPU 0 (NVIDIA H200), MIG slice 2
+        (1g.18gb)"): local mode only (a Kubernetes pod's devices are the device plugin's)."""
+        if self.mode == "kubernetes" or not uuids:
+            return []
+        machine = self._machine or await asyncio.to_thread(self._machine_view)
+        return [machine.inventory.words(u) for u in uuids]
+
+    async def _server_devices(self) -> dict[str, list[str]]:
+        """Ledger key of each running local server -> the device UUIDs its spawner recorded
+        (``gpu_uuids`` in the spawner state, which the hub shows with ``admin:server_state``),
+        asked at most every refresh."""
+        at, found = self._states
+        if time.monotonic() - at < REFRESH_MS / 1000:
+            return found
+        found = {}
+        try:
+            for user in await self.settings["hub_api"].users("active"):
+                for name, server in (user.get("servers") or {}).items():
+                    uuids = ((server or {}).get("state") or {}).get("gpu_uuids") or []
+                    if uuids:
+                        found[Ledger.server_key(user["name"], name)] = list(uuids)
+        except Exception:  # the page still shows what is held, without which device
+            found = {}
+        self._states = (time.monotonic(), found)
+        return found
+
+    def _job_devices(self, job_ids: list[str]) -> dict[str, list[str]]:
+        """Ledger key of each local job -> the device UUIDs its replicas run on (blocking)."""
+        jobs = self.settings.get("jobs")
+        if jobs is None or not job_ids:
+            return {}
+        return {Ledger.job_key(r.job_id): [u for rep in r.replicas
+                                           for u in (rep.devices or {}).get("gpu_uuids", [])]
+                for r in jobs.store.by_ids(job_ids)}
+
     # -- the quota pickers' names
     async def resource_choices(self, offered: list[str]) -> list[dict[str, str]]:
         """The resource names a course quota may limit, in plain words: the cluster's (or this
@@ -130,7 +168,11 @@ class ClusterSource:
             # the first look may run GPU discovery (nvidia-smi): off the loop (architecture rule 7)
             machine = self._machine or await asyncio.to_thread(self._machine_view)
             allocatable = machine.allocatable()
-            held = [_held(h, (machine.name,)) for h in holdings]
+            uuids = {**await self._server_devices(), **await asyncio.to_thread(
+                self._job_devices, [Ledger.named(h.key) for h in holdings if h.kind == "job"])}
+            held = [_held(h, (machine.name,), tuple(machine.inventory.words(u)
+                                                    for u in uuids.get(h.key, ())))
+                    for h in holdings]
             node = node_of_holdings(machine.name, allocatable, held)
             devices = await asyncio.to_thread(machine.devices)
             rooms = [ProfileRoom(p.slug, p.display_name,
@@ -143,11 +185,12 @@ class ClusterSource:
         return data
 
 
-def _held(holding: Any, nodes: tuple[str, ...]) -> Held:
+def _held(holding: Any, nodes: tuple[str, ...], devices: tuple[str, ...] = ()) -> Held:
     """A ledger holding as the page shows it."""
     return Held(kind=holding.kind, name=Ledger.named(holding.key), username=holding.username,
                 course=holding.course, profile=holding.profile,
-                resources=ResourceVector.from_k8s(holding.resources), nodes=tuple(nodes))
+                resources=ResourceVector.from_k8s(holding.resources), nodes=tuple(nodes),
+                devices=devices)
 
 
 def source(settings: dict[str, Any]) -> ClusterSource:
@@ -233,6 +276,7 @@ class Holding(BaseModel):
     resources: dict[str, str]
     summary: str
     gpus: str
+    devices: list[str]
 
 
 class DeviceRow(BaseModel):

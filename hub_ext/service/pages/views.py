@@ -182,7 +182,11 @@ class HomePage(_Pages):
                 "bars": _bars(info.get("usage", {}), info.get("limits", {})),
                 "templates": templates.get(course, []),
             })
-        self.render_page("home.html", caller, courses=per_course, server=_server_of(model),
+        server = _server_of(model)
+        look = self.settings.get("cluster_source")  # which GPU my local server holds, in words
+        uuids = ((server or {}).get("state") or {}).get("gpu_uuids") or []
+        devices = await look.device_words(list(uuids)) if look and uuids else []
+        self.render_page("home.html", caller, courses=per_course, server=server, server_devices=devices,
                          shares_mine=mine, shares_with_me=with_me, invitations=invitations,
                          warnings=culling.get("warnings", []), all_courses=all_courses,
                          jobs=await job_counts(self.settings, caller))
