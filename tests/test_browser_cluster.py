@@ -59,6 +59,7 @@ def test_the_admin_sees_a_server_and_a_job_appear_on_the_cluster_page(hub, token
     node = page.locator("section.classhub-node")
     assert node.count() == 1 and "nvidia.com/gpu" in node.inner_text()  # this machine, its GPUs
     assert page.locator("#cluster-profiles tr[data-profile='nvidia-h200-gpu']").count() == 1
+    assert "from NVML on this machine" in page.inner_text("#cluster-gpu-use")  # where GPU use comes from
 
     student2 = tokens["student2"]
     try:

@@ -3,7 +3,8 @@ fake cluster: the admin reaches it from the hub's nav bar, sees every node with 
 slices, and sees a student's server pod and a job's replica pod appear on the node the
 scheduler bound them to, with who holds them, within 5 s of their start and without a reload
 (the service's own watch on every pod, not a list per look); the Grafana link the deployer
-configured is there; the course quota's resource picker names the cluster's devices.
+configured is there; a pod's GPU use comes from Prometheus (a fake DCGM answer); the course
+quota's resource picker names the cluster's devices.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from tests.browser import Clicks, hub_login, screenshot
 from tests.hubproc import api, wait_for
 from tests.kubefake.training import SCHEDULER_NAME
 from tests.kubehub import jobs_cluster, request_server, running_hub, wait_ready, wait_stopped
+from tests.test_culler_kube import FakePrometheus
 
 pytestmark = pytest.mark.browser
 
@@ -44,8 +46,16 @@ def cluster(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def hub(cluster, tmp_path_factory):
-    yield from running_hub(cluster, tmp_path_factory, NS, EXTRA)
+def prometheus():
+    fake = FakePrometheus()  # NVIDIA's DCGM exporter's GPU use per pod, as Prometheus answers it
+    yield fake
+    fake.server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def hub(cluster, prometheus, tmp_path_factory):
+    extra = EXTRA + f'c.ClasshubService.prometheus_url = "{prometheus.url}"\n'
+    yield from running_hub(cluster, tmp_path_factory, NS, extra)
 
 
 def _node_of(cluster, match) -> str:
@@ -53,7 +63,7 @@ def _node_of(cluster, match) -> str:
                                   if match(p) and p["spec"].get("nodeName")), None), 30, "a bound pod")
 
 
-def test_the_cluster_page_follows_a_server_and_a_job_on_their_nodes(hub, cluster, page):
+def test_the_cluster_page_follows_a_server_and_a_job_on_their_nodes(hub, cluster, prometheus, page):
     admin = hub.login("admin").new_token()
     assert api(hub, "POST", "courses", admin, json={"name": "gpu101"}).status_code == 201
     r = api(hub, "PUT", "courses/gpu101/members", admin,
@@ -85,6 +95,12 @@ def test_the_cluster_page_follows_a_server_and_a_job_on_their_nodes(hub, cluster
                               "tr.classhub-holding[data-kind='server'][data-name='student1']")
         server.wait_for(timeout=FOLLOWS_WITHIN_MS)
         assert "gpu101" in server.inner_text()
+        # how busy its GPU is, from Prometheus (DCGM), and where that comes from
+        pod = next(p["metadata"]["name"] for p in cluster.list("pods", NS)
+                   if p["metadata"].get("annotations", {}).get("hub.jupyter.org/username") == "student1")
+        prometheus.utilization = {pod: 87.0}
+        server.locator(".classhub-gpu-use:text('GPU 87% busy')").wait_for(timeout=FOLLOWS_WITHIN_MS)
+        assert prometheus.url in page.inner_text("#cluster-gpu-use")
 
         r = api(hub, "POST", "jobs", token, json={
             "name": "sleeper", "command": [sys.executable, "-c", "import time; time.sleep(120)"],

@@ -7,7 +7,15 @@ import pytest
 
 from hub_ext.backends.kubernetes.informer import holder_of, usage_of
 from hub_ext.core.capacity import CapacitySnapshot, NodeCapacity
-from hub_ext.core.cluster import Held, ProfileRoom, cluster_view, node_of_holdings, resource_choices
+from hub_ext.core.cluster import (
+    Held,
+    ProfileRoom,
+    cluster_view,
+    node_of_holdings,
+    resource_choices,
+    utilisation_by_pod,
+    utilisation_source,
+)
 from hub_ext.core.resources import ResourceVector
 
 pytestmark = pytest.mark.unit
@@ -112,3 +120,20 @@ def test_the_quota_picker_names_the_clusters_devices_in_plain_words():
     assert list(choices)[:4] == sorted(list(choices)[:4])  # GPU resources first, by name
     here = resource_choices([nodes[0]], [], where="on this machine")
     assert here[0]["label"] == "MIG slice 1g.10gb (4 on this machine): nvidia.com/mig-1g.10gb"
+
+
+def test_gpu_use_per_pod_from_prometheus_and_where_it_comes_from():
+    """The Cluster page's GPU use in Kubernetes mode: the DCGM exporter's samples per pod, and a
+    sentence that says where it comes from, or which setting turns it on."""
+    answer = {"data": {"result": [
+        {"metric": {"pod": "jupyter-ann"}, "value": [0, "87.4"]},
+        {"metric": {"pod": "jupyter-ann"}, "value": [0, "12"]},      # a second GPU of the pod
+        {"metric": {"pod": "job-x-0"}, "value": [0, "140"]},         # clamped
+        {"metric": {}, "value": [0, "5"]}, {"metric": {"pod": "p"}, "value": [0, "NaN"]},
+    ]}}
+    assert utilisation_by_pod(answer) == {"jupyter-ann": 87, "job-x-0": 100}
+    assert utilisation_by_pod({"status": "error"}) == {} == utilisation_by_pod(None)
+    assert "set c.ClasshubService.prometheus_url" in utilisation_source("kubernetes", "")
+    assert "from Prometheus at http://prom" in utilisation_source("kubernetes", "http://prom")
+    assert "did not answer" in utilisation_source("kubernetes", "http://prom", failed=True)
+    assert "NVML" in utilisation_source("local", "")

@@ -29,7 +29,8 @@ from .resources import (
     sum_vectors,
 )
 
-__all__ = ["Device", "Held", "ProfileRoom", "cluster_view", "resource_choices", "resource_words"]
+__all__ = ["Device", "Held", "ProfileRoom", "cluster_view", "resource_choices", "resource_words",
+           "utilisation_by_pod", "utilisation_source"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class Held:
     nodes: tuple[str, ...] = ()
     started: str | None = None
     devices: tuple[str, ...] = ()  # which devices, in words (local mode: "GPU 0 (NVIDIA H200)")
+    utilisation: int | None = None  # GPU use in percent (Kubernetes: Prometheus/DCGM), if known
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,7 @@ def _held_json(held: Held) -> dict[str, Any]:
         "summary": held.resources.select(lambda n: n != PODS).human(),
         "gpus": gpus.human() if not gpus.is_zero() else "",
         "devices": list(held.devices),
+        "utilisation": held.utilisation,
     }
 
 
@@ -210,3 +213,37 @@ def resource_choices(nodes: Sequence[NodeCapacity], offered: Iterable[str], *,
             words += f" ({_amount(name, count)} {where})" if count > 0 else f" (none {where})"
         out.append({"name": name, "label": f"{words}: {name}" if words != name else name})
     return out
+
+
+def utilisation_by_pod(answer: Any, pod_label: str = "pod") -> dict[str, int]:
+    """GPU use in percent per pod name from a Prometheus instant-query answer (``/api/v1/query``
+    of NVIDIA's DCGM exporter's ``DCGM_FI_DEV_GPU_UTIL``): the highest sample per pod, clamped
+    to 0..100; samples without the pod label, or not numbers, are left out."""
+    found: dict[str, int] = {}
+    data = answer.get("data") if isinstance(answer, dict) else None
+    samples = data.get("result") if isinstance(data, dict) else None
+    for sample in samples if isinstance(samples, list) else []:
+        if not isinstance(sample, dict):
+            continue
+        pod = (sample.get("metric") or {}).get(pod_label)
+        try:
+            value = float(sample["value"][1])
+        except (KeyError, IndexError, TypeError, ValueError):
+            continue
+        if isinstance(pod, str) and pod and value == value:  # NaN is not a number
+            found[pod] = max(found.get(pod, 0), round(min(100.0, max(0.0, value))))
+    return found
+
+
+def utilisation_source(mode: str, prometheus_url: str, failed: bool = False) -> str:
+    """Where the page's GPU utilisation comes from, or how to get it, in one sentence."""
+    if mode != "kubernetes":
+        return ("GPU use per device from NVML on this machine (the nvidia-ml-py package; MIG "
+                "slices report none).")
+    if not prometheus_url:
+        return ("GPU use per pod comes from Prometheus (NVIDIA's DCGM exporter); none is "
+                "configured: set c.ClasshubService.prometheus_url (as c.ClasshubCuller.prometheus_url) "
+                "to show it here.")
+    if failed:
+        return f"GPU use per pod: Prometheus at {prometheus_url} did not answer; retrying."
+    return f"GPU use per pod from Prometheus at {prometheus_url} (NVIDIA's DCGM exporter)."

@@ -125,6 +125,20 @@ class ClasshubService(Application):
         "Cluster page; empty: no link.",
     )
 
+    prometheus_url = Unicode(
+        "", config=True,
+        help="Prometheus base URL (e.g. http://prometheus-server.monitoring) whose NVIDIA DCGM "
+        "exporter metrics give the Cluster page each pod's GPU utilisation (Kubernetes mode; "
+        "usually the same as c.ClasshubCuller.prometheus_url); empty: the page says it has none.",
+    )
+    gpu_utilization_query = Unicode(
+        "max by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL)", config=True,
+        help="PromQL giving one GPU utilisation (percent) per pod for the Cluster page; its label "
+        "c.ClasshubService.gpu_pod_label names the pod.",
+    )
+    gpu_pod_label = Unicode("pod", config=True,
+                            help="Label of gpu_utilization_query's result that names the pod.")
+
     @validate("reconcile_interval", "reconcile_grace", "share_interval")
     def _positive(self, proposal: Any) -> float:
         if not proposal.value > 0:
@@ -195,6 +209,7 @@ class ClasshubService(Application):
             authenticate_metrics=self.authenticate_metrics,
             mode=self.mode,
             grafana_url=self.grafana_url,
+            prometheus=(self.prometheus_url, self.gpu_utilization_query, self.gpu_pod_label),
             classhub_templates=getattr(self, "templates", None) or ClasshubTemplates(parent=self),
             classhub_assignments=(getattr(self, "assignment_settings", None)
                                   or ClasshubAssignments(parent=self)),

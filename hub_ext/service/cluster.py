@@ -18,13 +18,24 @@ redraws; the arithmetic is hub_ext.core.cluster's.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
+from urllib.parse import urlencode
 
 from pydantic import BaseModel
+from tornado.httpclient import AsyncHTTPClient
 
 from hub_ext.core import authz
-from hub_ext.core.cluster import Held, ProfileRoom, cluster_view, node_of_holdings, resource_choices
+from hub_ext.core.cluster import (
+    Held,
+    ProfileRoom,
+    cluster_view,
+    node_of_holdings,
+    resource_choices,
+    utilisation_by_pod,
+    utilisation_source,
+)
 from hub_ext.core.profiles import Catalog, pod_settings
 from hub_ext.core.resources import ResourceVector
 from hub_ext.service.apidoc import model_schema, ok, op
@@ -53,6 +64,7 @@ class ClusterSource:
         self._live: Any = None
         self._catalog: tuple[float, Catalog | None] = (float("-inf"), None)
         self._states: tuple[float, dict[str, list[str]]] = (float("-inf"), {})
+        self._use: tuple[float, dict[str, int] | None] = (float("-inf"), {})
 
     # -- where the nodes come from
     def _machine_view(self) -> Any:
@@ -92,6 +104,25 @@ class ClusterSource:
             catalog = None
         self._catalog = (time.monotonic(), catalog)
         return catalog
+
+    # -- how busy each pod's GPUs are (Kubernetes)
+    async def _gpu_by_pod(self) -> dict[str, int] | None:
+        """GPU use per pod name from Prometheus (the DCGM exporter), asked at most every refresh;
+        {} when no Prometheus is configured, None when it did not answer."""
+        url, query, label = self.settings.get("prometheus") or ("", "", "pod")
+        if not url:
+            return {}
+        at, found = self._use
+        if time.monotonic() - at < REFRESH_MS / 1000:
+            return found
+        address = f"{url.rstrip('/')}/api/v1/query?{urlencode({'query': query})}"
+        try:
+            response = await AsyncHTTPClient().fetch(address, request_timeout=5)
+            found = utilisation_by_pod(json.loads(response.body), label)
+        except Exception:  # Prometheus down: the page says so, and shows the rest
+            found = None
+        self._use = (time.monotonic(), found)
+        return found
 
     # -- which devices local servers and jobs hold
     async def device_words(self, uuids: list[str]) -> list[str]:
@@ -158,7 +189,13 @@ class ClusterSource:
             placed = await live.placements()
             where = {(Ledger.server_key(u, n) if kind == "server" else Ledger.job_key(u)): nodes
                      for (kind, u, n), nodes in placed.items()}
-            held = [_held(h, where.get(h.key, ())) for h in holdings]
+            use = await self._gpu_by_pod()
+            busy: dict[str, int] = {}
+            for (kind, u, n), pods in (await live.pods_of()).items() if use else ():
+                known = [use[p] for p in pods if p in use]
+                if known:
+                    busy[Ledger.server_key(u, n) if kind == "server" else Ledger.job_key(u)] = max(known)
+            held = [_held(h, where.get(h.key, ()), utilisation=busy.get(h.key)) for h in holdings]
             rooms = [ProfileRoom(p.slug, p.display_name, snapshot.max_fit(
                 p.request, pod_settings(p)["node_selector"], pod_settings(p)["tolerations"]),
                 p.groups) for p in profiles]
@@ -180,17 +217,20 @@ class ClusterSource:
                                  p.groups) for p in profiles]
             data = cluster_view((node,), held, devices=devices, profiles=rooms, courses=courses,
                                 mode=self.mode)
+        url = (self.settings.get("prometheus") or ("",))[0]
+        data["gpu_use_source"] = utilisation_source(self.mode, url, self._use[1] is None)
         data["grafana_url"] = self.settings.get("grafana_url") or None
         data["refresh_ms"] = REFRESH_MS
         return data
 
 
-def _held(holding: Any, nodes: tuple[str, ...], devices: tuple[str, ...] = ()) -> Held:
+def _held(holding: Any, nodes: tuple[str, ...], devices: tuple[str, ...] = (),
+          utilisation: int | None = None) -> Held:
     """A ledger holding as the page shows it."""
     return Held(kind=holding.kind, name=Ledger.named(holding.key), username=holding.username,
                 course=holding.course, profile=holding.profile,
                 resources=ResourceVector.from_k8s(holding.resources), nodes=tuple(nodes),
-                devices=devices)
+                devices=devices, utilisation=utilisation)
 
 
 def source(settings: dict[str, Any]) -> ClusterSource:
@@ -277,6 +317,7 @@ class Holding(BaseModel):
     summary: str
     gpus: str
     devices: list[str]
+    utilisation: int | None
 
 
 class DeviceRow(BaseModel):
@@ -323,6 +364,7 @@ class ClusterView(BaseModel):
     profiles: list[ProfileFree]
     totals: Totals
     grafana_url: str | None
+    gpu_use_source: str
     refresh_ms: int
 
 

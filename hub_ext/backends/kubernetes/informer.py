@@ -226,6 +226,18 @@ class LiveCapacity(LoggingConfigurable):
                 found.setdefault(usage.holder, []).append(usage.node)
         return {holder: tuple(sorted(set(nodes))) for holder, nodes in found.items()}
 
+    async def pods_of(self) -> dict[tuple[str, str, str], tuple[str, ...]]:
+        """Whom each bound pod serves -> the pods' names (to join with per-pod metrics such as
+        the DCGM exporter's GPU utilisation), from the watch (empty without one)."""
+        await self.snapshot()
+        if self._pods is None:
+            return {}
+        found: dict[tuple[str, str, str], list[str]] = {}
+        for key, usage in list(self._pods.resources.items()):
+            if usage is not None and usage.holder is not None and usage.node:
+                found.setdefault(usage.holder, []).append(key.rpartition("/")[2])
+        return {holder: tuple(sorted(pods)) for holder, pods in found.items()}
+
     async def stop(self) -> None:
         if self._relisting is not None:
             self._relisting.cancel()
