@@ -79,6 +79,8 @@ SLOWEST_FIRST = (  # seconds: the larger of two CI runs' reports (--durations, j
     "test_assignments_hub",  # ~55 on a loaded machine (estimate)
     "test_hubapi_pagination",  # 52
     "test_browser_jobs",  # ~50 with the waiting job's page (estimate: 32 s on a quiet machine)
+    "test_browser_cluster_kube",  # ~50 with the picker and the fake Prometheus (estimate)
+    "test_browser_cluster",  # ~40 with the home's live job count and the picker (estimate)
     "test_assignments_kube",  # ~50 (estimate)
     "test_browser_assignments",  # ~30 alone, more beside other workers (estimate)
     "test_browser_course_data",  # ~50 on an idle machine: a 200 MB upload and JupyterLab (estimate)
