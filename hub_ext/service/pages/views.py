@@ -222,10 +222,12 @@ class CoursePage(_Pages):
                                                      self.caller.name, staff)
         ns["templates"] = (await self._templates([course]))[course] if teacher else []
         ns["sharing"] = await self.shares.course_settings(course)
-        if teacher:  # how added people log in; the resource names the course's profiles use
+        if teacher:  # how added people log in
             ns["login_sentence"] = await self._login_sentence()
+        if caller.is_admin:  # the course quota form's picker (admins set the course quota):
+            # the names the course's profiles use, and the cluster's own devices in plain words
+            # ("MIG slice 1g.10gb (7 on the cluster)")
             offered = (await self._offered([course]))[course]
-            # and the cluster's own devices in plain words ("MIG slice 1g.10gb (7 on the cluster)")
             names = sorted({"cpu", "memory"} | {r for p in offered for r in p["resources"]})
             look = self.settings.get("cluster_source")  # made by the service app (app.py)
             ns["resource_names"] = (await look.resource_choices(names) if look
