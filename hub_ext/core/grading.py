@@ -26,6 +26,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "BEGIN_HIDDEN",
@@ -40,6 +41,8 @@ __all__ = [
     "GradeRow",
     "GradedCell",
     "GradingError",
+    "cell_key",
+    "feedback",
     "grades_csv",
     "has_hidden",
     "hidden_lines",
@@ -201,6 +204,33 @@ def check_override(cell: CellScore, value: object) -> float:
         raise GradingError(f"{cell.grade_id} is worth {_num(cell.points)} points; give a score "
                            f"from 0 to {_num(cell.points)}")
     return points
+
+
+def cell_key(notebook: str, grade_id: str) -> str:
+    """How a graded cell is named across notebooks (overrides, the feedback): ``lab1.ipynb:q1``."""
+    return f"{notebook}:{grade_id}"
+
+
+def feedback(grading: Mapping[str, Any] | None,
+             overrides: Mapping[str, float] | None) -> dict[str, Any] | None:
+    """What the student (and the staff) read of a stored grading: its state, the sentence, each
+    cell's status, score (a staff override where one was given) and message. Never the job's
+    id, its nonce or where its inputs were."""
+    if not grading:
+        return None
+    overrides = overrides or {}
+    notebooks = []
+    for nb in grading.get("notebooks", []):
+        cells = []
+        for c in nb.get("cells", []):
+            key = cell_key(nb["notebook"], c["grade_id"])
+            cells.append({"cell": key, "grade_id": c["grade_id"], "points": c["points"],
+                          "status": c["status"], "score": overrides.get(key, c.get("score")),
+                          "overridden": key in overrides, "message": c.get("message", "")})
+        notebooks.append({"notebook": nb["notebook"], "message": nb.get("message", ""), "cells": cells})
+    return {"state": grading.get("state"), "message": grading.get("message", ""),
+            "graded_at": grading.get("graded_at"), "job": grading.get("job_name"),
+            "notebooks": notebooks}
 
 
 def grades_csv(rows: Iterable[GradeRow]) -> str:
