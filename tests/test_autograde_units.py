@@ -12,8 +12,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
+import jsonschema
 import nbformat
 import pytest
 from hypothesis import given
@@ -208,3 +213,71 @@ def test_grades_csv_is_one_row_per_student_in_username_score_form() -> None:
 
 def test_the_grader_module_runs_as_a_command() -> None:
     assert sys.modules["hub_ext.backends.grader"].main(["a", "b"]) == 2
+
+
+def test_a_grading_pod_has_no_token_no_home_and_its_profile_limits() -> None:
+    """The fake cluster's view of a grading job's pod, as the backend writes it (validated
+    against the PyTorchJob CRD the API server checks)."""
+    from hub_ext.backends.jobs import Launch, ReplicaLaunch
+    from hub_ext.backends.kubernetes import jobs as kube
+    from hub_ext.service.assignments.grading import grader_command
+    from tests.test_jobs_kube import PYTORCHJOB
+
+    sandbox = {"secret": "classhub-grading-0123abcd", "items": json.dumps([["f0", "grading.json"],
+                                                                         ["f1", "source/lab1.ipynb"]])}
+    job = Launch(job_id="grade-lab1-7-1a2b3c4d", owner="teacher1", course="gpu101",
+                 command=grader_command("python", sandbox), env={"LEAK": "x"}, workdir="", master_port=0,
+                 replicas=(ReplicaLaunch("grader", 0, 0, "gpu-a"),), max_runtime=600,
+                 requests={"grader": {"nvidia.com/gpu": "1", "cpu": "2", "memory": "8Gi"}},
+                 pods={"grader": {"limits": {"cpu": "4", "memory": "8Gi"}}}, sandbox=sandbox)
+    obj = kube.pytorch_job(job, namespace="classhub", image="quay.io/jupyter/pytorch-notebook")
+    jsonschema.validate(obj, PYTORCHJOB)
+    pod = obj["spec"]["pytorchReplicaSpecs"]["Master"]["template"]
+    spec, (container,) = pod["spec"], pod["spec"]["containers"]
+    assert spec["automountServiceAccountToken"] is False and spec["enableServiceLinks"] is False
+    assert pod["metadata"]["labels"]["classhub.io/grading"] == "true"
+    assert [v["name"] for v in spec["volumes"]] == ["grading-inputs", "grading-work"]  # no home
+    assert spec["volumes"][0]["secret"]["defaultMode"] == 0o400
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": "1", "memory": "8Gi", "cpu": "4"}
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert [e["name"] for e in container["env"]] == ["CLASSHUB_JOB_ID"]  # nothing of the service's
+    assert container["command"][-4:] == ["--drop-to", str(kube.GRADER_UID), "--work", kube.GRADING_WORK]
+    assert obj["spec"]["runPolicy"]["cleanPodPolicy"] == "None"  # its log is read after it ends
+    bundle = kube.grader_bundle()
+    assert {"lib/hub_ext/backends/grader.py", "lib/hub_ext/core/grading.py"} <= set(bundle)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another account needs root")
+def test_the_grader_started_as_root_drops_to_the_grader_uid_before_student_code() -> None:
+    """Kubernetes' path (the inputs are a read-only Secret it cannot delete): the student's code
+    runs as the grader uid and cannot read the inputs, which stay root's."""
+    with tempfile.TemporaryDirectory() as top:  # pytest's tmp_path is not traversable by others
+        _drop_and_grade(Path(top))
+
+
+def _drop_and_grade(tmp_path: Path) -> None:
+    inputs, work = tmp_path / "in", tmp_path / "work"
+    (inputs / "source").mkdir(parents=True)
+    (inputs / "submission").mkdir()
+    work.mkdir()
+    os.chmod(tmp_path, 0o755)
+    (inputs / "source" / "lab1.ipynb").write_text(nbformat.writes(source_notebook()))
+    (inputs / "submission" / "lab1.ipynb").write_bytes(student(
+        f"import os\ntry:\n    got = open({str(inputs / 'source' / 'lab1.ipynb')!r}).read()[:20]\n"
+        "except OSError as e:\n    got = type(e).__name__\n"
+        "class Spy(int):\n    def __eq__(self, other):\n"
+        "        raise AssertionError(f'uid={os.getuid()} got={got}')\n    __hash__ = int.__hash__\n"
+        "def double(x):\n    return Spy(2 * x)\n"))
+    (inputs / "grading.json").write_text(json.dumps({"nonce": "n", "time_limit": 60,
+                                                     "notebooks": ["lab1.ipynb"]}))
+    os.chmod(inputs, 0o700)
+    code = (f"import sys; sys.path.insert(0, {str(Path(autograde.__file__).parents[2])!r}); "
+            "from hub_ext.backends.grader import main; sys.exit(main())")
+    done = subprocess.run([sys.executable, "-I", "-c", code, str(inputs), "--drop-to", "65534", "--work",
+                           str(work)], capture_output=True, text=True, timeout=120, env={
+                               "PATH": os.environ["PATH"], "HOME": str(work)})
+    result = grader.parse_result(done.stdout, "n")
+    assert result is not None, done.stderr[-2000:]
+    (q1,) = [c for c in result["notebooks"][0]["cells"] if c["grade_id"] == "q1"]
+    assert "uid=65534 got=PermissionError" in q1["message"], q1

@@ -20,6 +20,7 @@ Why this shape:
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -35,16 +36,24 @@ MARKER = "CLASSHUB-GRADING-RESULT"
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m hub_ext.backends.grader <folder>", file=sys.stderr)
-        return 2
-    folder = Path(args[0])
+    parser = argparse.ArgumentParser(prog="python -m hub_ext.backends.grader")
+    parser.add_argument("folder", help="the job's inputs: grading.json, source/, submission/")
+    parser.add_argument("--drop-to", type=int, help="started as root (Kubernetes): read the inputs, "
+                        "hand a copy of the submission to this uid in --work, then become it")
+    parser.add_argument("--work", help="with --drop-to: the scratch folder to grade in")
+    try:
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as e:
+        return int(e.code or 0) or 2
+    folder = Path(args.folder)
     config = json.loads((folder / "grading.json").read_text())
     sources = {path: (folder / "source" / path).read_bytes() for path in config["notebooks"]}
-    for done in (folder / "grading.json", folder / "source"):  # one-time: gone before code runs
-        with contextlib.suppress(OSError):  # a read-only Secret volume: the pod has no other reader
-            shutil.rmtree(done) if done.is_dir() else done.unlink()
+    if args.drop_to is not None:
+        folder = _hand_over(folder, Path(args.work), args.drop_to)
+    else:
+        for done in (folder / "grading.json", folder / "source"):  # one-time: gone before code runs
+            with contextlib.suppress(OSError):
+                shutil.rmtree(done) if done.is_dir() else done.unlink()
     nonce = str(config["nonce"])
     if config.get("memory"):
         limit = int(config["memory"])
@@ -71,6 +80,19 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()
     os.write(1, f"\n{MARKER} {nonce} {line}\n".encode())
     return 0
+
+
+def _hand_over(inputs: Path, work: Path, uid: int) -> Path:
+    """Copy the submission into ``work`` for ``uid`` and become ``uid`` (no groups): the inputs,
+    root's and read-only, are out of the student's code's reach from here on."""
+    shutil.copytree(inputs / "submission", work / "submission", dirs_exist_ok=True)
+    for path in [work, *work.rglob("*")]:
+        os.chown(path, uid, uid, follow_symlinks=False)
+    os.setgroups([])
+    os.setgid(uid)
+    os.setuid(uid)
+    os.environ["HOME"] = str(work)
+    return work
 
 
 def parse_result(log: str, nonce: str) -> dict | None:

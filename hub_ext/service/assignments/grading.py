@@ -347,11 +347,16 @@ def grader_command(python: str, sandbox: Mapping[str, str]) -> tuple[str, ...]:
     """The grading job's command: the grader of the very code tree this service runs (its
     folder first on the path, so an editable install or a second checkout grades with its own
     code), in isolated mode (no user site, no PYTHON* variables)."""
-    root = str(Path(hub_ext.__file__).resolve().parent.parent)
-    folder = sandbox.get("folder") or sandbox.get("mount", "/grading")
+    if sandbox.get("secret"):  # Kubernetes: the grader's code travels in the Secret (grader_bundle)
+        from hub_ext.backends.kubernetes.jobs import GRADER_UID, GRADING_INPUTS, GRADING_WORK
+
+        root, python = f"{GRADING_INPUTS}/lib", "python"
+        args: tuple[str, ...] = (GRADING_INPUTS, "--drop-to", str(GRADER_UID), "--work", GRADING_WORK)
+    else:
+        root, args = str(Path(hub_ext.__file__).resolve().parent.parent), (sandbox["folder"],)
     code = (f"import sys; sys.path.insert(0, {root!r}); "
             "from hub_ext.backends.grader import main; sys.exit(main())")
-    return (python, "-I", "-c", code, folder)
+    return (python, "-I", "-c", code, *args)
 
 
 def _job_name(assignment: str, submission_id: int) -> str:
