@@ -73,8 +73,7 @@ class ClasshubJobs(Configurable):
                           "account grading jobs run under (issue 34: neither a student's nor the "
                           "service's; a dedicated account such as classhub-grader is better than "
                           "nobody when other services also run as nobody). Without system_users "
-                          "grading runs as the hub's account (docs/teachers/autograding.md, "
-                          "\"Isolation\").")
+                          'grading runs as the hub\'s account (docs/teachers/autograding.md, "Isolation").')
     system_user_prefix = Unicode("jupyter-", config=True, help="Local mode: prefix of the users' "
                                  "Unix accounts.").tag(
         env="CLASSHUB_SYSTEM_USER_PREFIX")
