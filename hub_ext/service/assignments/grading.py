@@ -234,8 +234,9 @@ class Grading:
 
     # ------------------------------------------------------------------ collecting
     def job_changed(self, job_id: str) -> None:
-        """JobStore listener (any thread): wake the collector when a grading job changed."""
-        if self._loop is not None and job_id in self._pending.values():
+        """JobStore listener (any thread): wake the collector, which looks at its own pending
+        gradings in its loop (``_pending`` is only touched there)."""
+        if self._loop is not None and job_id.startswith("grade-"):
             self._loop.call_soon_threadsafe(self._wake.set)
 
     async def run_forever(self) -> None:
