@@ -19,13 +19,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import nbformat
+from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
@@ -231,7 +235,11 @@ def grade(source: NotebookNode, student_data: bytes, where: str, *, time_limit: 
                          for c in cells]
         return outcome
     merged, missing = merge_for_grading(source, student)
-    client = _CappedClient(merged, output_cap, timeout=max(1, int(time_limit)), allow_errors=True,
+    # IPC sockets in a private folder, not TCP ports on localhost: two graders starting kernels at
+    # once cannot pick the same port, and no other local account can reach the kernel
+    sockets = tempfile.mkdtemp(prefix="classhub-kernel-")
+    km = AsyncKernelManager(kernel_name=kernel_name, transport="ipc", ip=os.path.join(sockets, "k"))
+    client = _CappedClient(merged, output_cap, km=km, timeout=max(1, int(time_limit)), allow_errors=True,
                            kernel_name=kernel_name, resources={"metadata": {"path": cwd}} if cwd else {})
     ran: set[int] = set()
     deadline = time.monotonic() + time_limit
@@ -240,6 +248,8 @@ def grade(source: NotebookNode, student_data: bytes, where: str, *, time_limit: 
     except Exception as e:  # the kernel could not start: nothing of the student's ran
         outcome.message = (f"The grader could not start a kernel ({type(e).__name__}: "
                            f"{G.truncate(str(e), 300)}); ask your teacher to regrade")
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
     if client.capped:
         outcome.message = " ".join(filter(None, [outcome.message, (
             f"Outputs over {output_cap} bytes were left out; print less.")]))
