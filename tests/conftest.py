@@ -82,10 +82,12 @@ SLOWEST_FIRST = (  # seconds: the larger of two CI runs' reports (--durations, j
     "test_browser_cluster_kube",  # ~50 with the picker and the fake Prometheus (estimate)
     "test_browser_cluster",  # ~40 with the home's live job count and the picker (estimate)
     "test_assignments_kube",  # ~50 (estimate)
-    "test_browser_assignments",  # ~30 alone, more beside other workers (estimate)
+    "test_browser_assignments",  # ~30 alone with its two gradings, more beside other workers (estimate)
     "test_browser_course_data",  # ~50 on an idle machine: a 200 MB upload and JupyterLab (estimate)
     "test_service_courses",  # 42
     "test_coursedata_hub",  # ~30 (estimate)
+    "test_autograde_hub",  # 13 alone: a system-users hub grading three submissions (estimate ~30 loaded)
+    "test_autograde_units",  # 15 alone: eight notebooks run by real kernels (estimate ~25 loaded)
     "test_jobs_hub",  # 35
     "test_shutdown",  # 35
     "test_kubefake_spawner_paths",  # 34

@@ -4,22 +4,31 @@ The fake kubelet runs each container's real command as a local process and mount
 so the home mount path points at a local folder per user (as tests/test_templates_kube.py does).
 What a student notices: starting the assignment gives their pod the assignment's files (seeded by
 the init container, as a template's), and Submit takes their folder, read through their own
-server with their own credentials; the teacher downloads it.
+server with their own credentials; the teacher downloads it. Autograded, the submission becomes a
+grading job whose pod has no service-account token, no home, the profile's limits and a grader
+that becomes uid 65534 (not the student's); the fake kubelet mounts no Secret, so the grader finds
+no inputs and the feedback says grading did not finish, the submission kept
+(docs/teachers/autograding.md).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import sys
 import zipfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from urllib.parse import quote
 
+import nbformat
 import pytest
 import requests
 
+from hub_ext.backends import autograde
+from tests.hubproc import wait_for
 from tests.kubehub import KubeHub, process_cluster
+from tests.test_autograde_units import source_notebook as source
 
 pytestmark = pytest.mark.cluster
 
@@ -28,7 +37,11 @@ NODES = [{"name": "cpu-0", "allocatable": {"cpu": "16", "memory": "64Gi"}}]
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    yield from process_cluster(tmp_path_factory, NODES)
+    from tests.kubefake.training import TrainingOperator
+
+    for fake in process_cluster(tmp_path_factory, NODES):
+        TrainingOperator(fake)  # grading jobs are PyTorchJobs
+        yield fake
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +73,10 @@ c.ClasshubTemplates.storage_dir = "{templates}"
 c.ClasshubTemplates.mount_path = "{templates}"
 c.ClasshubTemplates.seed_python = {sys.executable!r}
 c.ClasshubAssignments.storage_dir = "{folders['submissions']}"
+c.ClasshubKubeSpawner.profiles = [
+    {{"slug": "cpu", "kind": "cpu", "default": True, "cpu_limit": "2", "mem_limit": "2Gi"}},
+]
+c.ClasshubJobs.interval = 0.5
 """
     hub = KubeHub(tmp_path_factory.mktemp("kubeassignmentshub"), cluster.kubeconfig_path,
                   start_timeout=60, extra_config=config)
@@ -84,6 +101,7 @@ def test_start_and_submit_through_the_students_pod(hub: KubeHub, folders):
     archive = io.BytesIO()
     with zipfile.ZipFile(archive, "w") as z:
         z.writestr("README.md", "# Lab 1\n")
+        z.writestr("lab1.ipynb", nbformat.writes(autograde.student_version(source())))
     r = service(hub, "POST", "courses/k101/templates/lab1/versions?home_folder=lab1", teacher,
                 data=archive.getvalue(), headers={"Content-Type": "application/zip"})
     assert r.status_code == 201, r.text
@@ -91,6 +109,10 @@ def test_start_and_submit_through_the_students_pod(hub: KubeHub, folders):
     r = service(hub, "POST", "courses/k101/assignments", teacher,
                 json={"name": "lab1", "template": "lab1", "due_at": due})
     assert r.status_code == 201, r.text
+    r = service(hub, "PUT", "courses/k101/assignments/lab1/autograde", teacher, json={
+        "notebooks": {"lab1.ipynb": json.loads(nbformat.writes(source()))}, "profile": "cpu",
+        "time_limit": 30})
+    assert r.status_code == 200, r.text
 
     # submitting before the server runs says what to do
     r = service(hub, "POST", "courses/k101/assignments/lab1/submissions", student)
@@ -104,10 +126,42 @@ def test_start_and_submit_through_the_students_pod(hub: KubeHub, folders):
     assert r.status_code == 201, r.text
     r = service(hub, "POST", "courses/k101/assignments/lab1/submissions", student)
     assert r.status_code == 201, r.text
-    assert (r.json()["files"], r.json()["late"]) == (2, False)
+    assert (r.json()["files"], r.json()["late"]) == (3, False)
+    submitted = r.json()["id"]
+
+    # the grading job's pod: no token, no home, the profile's limits, a grader that drops to 65534
+    import kubernetes
+
+    client = kubernetes.config.new_client_from_config(config_file=str(hub.kubeconfig))
+    core = kubernetes.client.CoreV1Api(client)
+    pods = wait_for(lambda: core.list_namespaced_pod(
+        "default", label_selector="classhub.io/grading=true").items, 60, "the grading pod")
+    pod = pods[0].to_dict()
+    spec, container = pod["spec"], pod["spec"]["containers"][0]
+    assert spec["automount_service_account_token"] is False
+    mounts = [m["mount_path"] for m in container["volume_mounts"] or []]
+    assert not any("serviceaccount" in m for m in mounts) and not any("homes" in m for m in mounts), mounts
+    assert container["resources"]["limits"] == {"cpu": "2", "memory": "2Gi"}
+    assert container["command"][-4:] == ["--drop-to", "65534", "--work", "/grading/work"]
+    names = [e["name"] for e in container["env"]]  # the operator's torchrun variables, nothing of ours
+    assert "CLASSHUB_JOB_ID" in names and not [n for n in names if "TOKEN" in n or "JUPYTERHUB" in n
+                                               or "DB" in n], names
+    student_pod = core.read_namespaced_pod("jupyter-student1", "default").to_dict()
+    student_uid = ((student_pod["spec"]["security_context"] or {}).get("run_as_user")
+                   or (student_pod["spec"]["containers"][0]["security_context"] or {}).get("run_as_user"))
+    assert student_uid != 65534
+    client.close()
+    # without its inputs (no Secret volume in the fake kubelet) the grader gives no result: a
+    # sentence in the feedback, the submission kept
+    def graded():
+        got = service(hub, "GET", f"courses/k101/assignments/lab1/submissions/{submitted}", student).json()
+        return (got.get("feedback") or {}).get("state") in ("done", "failed") and got
+    got = wait_for(graded, 120, "the grading to end")
+    assert got["feedback"]["state"] == "failed" and "Grading did not finish" in got["feedback"]["message"]
+    assert {c["status"] for c in got["feedback"]["notebooks"][0]["cells"]} <= {"not-run", "manual"}
 
     r = service(hub, "GET", "courses/k101/assignments/lab1/download", teacher)
     assert r.status_code == 200, r.text
     got = zipfile.ZipFile(io.BytesIO(r.content))
-    assert sorted(got.namelist()) == ["student1/README.md", "student1/answer.py"]
+    assert sorted(got.namelist()) == ["student1/README.md", "student1/answer.py", "student1/lab1.ipynb"]
     assert got.read("student1/answer.py") == b"y = 3\n"

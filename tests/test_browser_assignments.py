@@ -1,25 +1,31 @@
 """Assignments in Chromium against a real ``classhub local`` hub (docs/teachers/assignments.md).
 
 The journey a course lives through: the teacher releases an assignment with the course page's
-form; two students submit with the course page's Submit (the second after the due date, marked
-late); the teacher reads the submissions table and downloads every last submission as one zip.
+form and turns autograding on (docs/teachers/autograding.md); two students submit with the course
+page's Submit (the second after the due date, marked late); each submission is graded as a job and
+each student reads their score and feedback on the course page; the teacher reads the submissions
+table with the scores, downloads every last submission as one zip and exports the grades as CSV.
 Each step counts its clicks. Setup writes the students' work into their homes, as their earlier
-work in JupyterLab would be there, and moves the due date through the API (the page has no
-form for it yet).
+work in JupyterLab would be there, and moves the due date and sends the source notebook through
+the API (the page has no form for them yet).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import zipfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import nbformat
 import pytest
 import requests
+from nbformat.v4 import new_code_cell, new_notebook
 
+from hub_ext.backends import autograde
 from tests.browser import Clicks, hub_login, screenshot
-from tests.hubproc import HubSession, LocalHub, api
+from tests.hubproc import BUSY_MACHINE, HubSession, LocalHub, api, traits, wait_for
 
 pytestmark = pytest.mark.browser
 
@@ -27,13 +33,52 @@ COURSE = "demo101"
 TEACHER_RELEASES = 1  # the form's Release (the fields are typed)
 STUDENT_SUBMITS = 1
 TEACHER_DOWNLOADS = 1
+STUDENT_READS_FEEDBACK = 1  # Feedback unfolds
+TEACHER_EXPORTS = 1
+CONFIG = """
+c.ClasshubLocalSpawner.profiles = [
+    {"slug": "cpu", "display_name": "CPU only", "kind": "cpu", "default": True},
+]
+"""
 
 
 @pytest.fixture(scope="module")
 def hub(hub_root: Path):
-    hub = LocalHub(data_dir=hub_root / "assignments-browser").start()
+    data = hub_root / "assignments-browser"
+    data.mkdir()
+    (data / "jupyterhub_config.py").write_text(
+        BUSY_MACHINE + CONFIG + traits({"ClasshubJobs": {"interval": 0.5, "gpu_discovery_command": ["true"],
+                                                         "use_nvml": False}}))
+    hub = LocalHub(data_dir=data).start()
     yield hub
     hub.stop()
+
+
+def _source():
+    """The teacher's source: an answer cell, a test with a hidden part (2 points), a test (3)."""
+    def meta(grade_id: str, **flags) -> dict:
+        return {"nbgrader": {"grade_id": grade_id, "grade": False, "solution": False, "locked": False,
+                             "schema_version": 3, **flags}}
+    return new_notebook(cells=[
+        new_code_cell("def double(x):\n    raise NotImplementedError()\n",
+                      metadata=meta("answer", solution=True)),
+        new_code_cell("assert double(1) == 2\n### BEGIN HIDDEN TESTS\nassert double(21) == 42\n"
+                      "### END HIDDEN TESTS\n", metadata=meta("q1", grade=True, points=2)),
+        new_code_cell("assert double(0) == 0\n", metadata=meta("q2", grade=True, points=3)),
+    ])
+
+
+def _answered(body: str) -> str:
+    nb = autograde.student_version(_source())
+    nb.cells[0].source = body
+    return nbformat.writes(nb)
+
+
+def _graded(hub: LocalHub, token: str, student: str) -> dict:
+    def done():
+        mine = api(hub, "GET", f"courses/{COURSE}/assignments/lab1/submissions", token).json()
+        return mine and (mine[-1].get("feedback") or {}).get("state") == "done" and mine[-1]
+    return wait_for(done, 240, f"{student}'s submission to be graded")
 
 
 def _course_page(page, hub: LocalHub) -> None:
@@ -45,14 +90,16 @@ def test_release_two_submissions_one_late_and_download(hub, browser):
     teacher = HubSession(hub, "teacher1").new_token()
     archive = io.BytesIO()
     with zipfile.ZipFile(archive, "w") as z:
-        z.writestr("lab1.ipynb", '{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}')
+        z.writestr("lab1.ipynb", nbformat.writes(autograde.student_version(_source())))
     r = api(hub, "POST", f"courses/{COURSE}/templates/lab1/versions?home_folder=lab1", teacher,
             data=archive.getvalue(), headers={"Content-Type": "application/zip"})
     assert r.status_code == 201, r.text
-    for student, answer in (("student1", "x = 1\n"), ("student2", "x = 2\n")):
+    for student, answer, body in (("student1", "x = 1\n", "def double(x):\n    return 2 * x\n"),
+                                  ("student2", "x = 2\n", "def double(x):\n    return 2 if x == 1 else 0\n")):
         work = hub.data_dir / "homes" / student / "lab1"
         work.mkdir(parents=True)
         (work / "answer.py").write_text(answer)
+        (work / "lab1.ipynb").write_text(_answered(body))
 
     # the teacher releases it on the course page
     context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
@@ -69,6 +116,10 @@ def test_release_two_submissions_one_late_and_download(hub, browser):
     page.wait_for_selector("#page-status:has-text('Released lab1.')")
     assert clicks.count == TEACHER_RELEASES
     assert page.locator(".classhub-assignment[data-assignment=lab1]").count() == 1
+    r = api(hub, "PUT", f"courses/{COURSE}/assignments/lab1/autograde", teacher, json={
+        "notebooks": {"lab1.ipynb": json.loads(nbformat.writes(_source()))}, "profile": "cpu",
+        "time_limit": 60})
+    assert r.status_code == 200 and r.json()["max_score"] == 5, r.text
 
     # a student submits from the course page and sees the time of their submission
     student_context = browser.new_context(viewport={"width": 1280, "height": 900})
@@ -77,10 +128,20 @@ def test_release_two_submissions_one_late_and_download(hub, browser):
     _course_page(spage, hub)
     clicks = Clicks(spage)
     clicks.click(".classhub-assignment[data-assignment=lab1] .classhub-assignment-submit")
-    spage.wait_for_selector("#page-status:has-text('Submitted lab1: 1 files')")
+    spage.wait_for_selector("#page-status:has-text('Submitted lab1: 2 files')")
     assert "Your last submission" in spage.inner_text(".classhub-my-submission")
     assert clicks.count == STUDENT_SUBMITS
     assert spage.locator("text=Download all").count() == 0  # the staff's table is not theirs
+    # graded as a job: the student reads their score and, unfolded, each cell's result
+    _graded(hub, HubSession(hub, "student1").new_token(), "student1")
+    _course_page(spage, hub)
+    assert "Score 5 / 5" in spage.inner_text(".classhub-my-submission")
+    clicks = Clicks(spage)
+    clicks.click(".classhub-assignment[data-assignment=lab1] .classhub-feedback summary")
+    feedback = spage.inner_text(".classhub-feedback")
+    assert "q1" in feedback and "passed" in feedback and "HIDDEN" not in spage.content()
+    assert clicks.count == STUDENT_READS_FEEDBACK
+    screenshot(spage, "page-assignment-feedback")
     student_context.close()
 
     # past the due date, the second student's Submit says it is late, and the answer marks it
@@ -97,6 +158,12 @@ def test_release_two_submissions_one_late_and_download(hub, browser):
     Clicks(lpage).click_locator(button)
     lpage.wait_for_selector("#page-status:has-text('(late)')")
     assert "late" in lpage.inner_text(".classhub-my-submission")
+    _graded(hub, HubSession(hub, "student2").new_token(), "student2")
+    _course_page(lpage, hub)
+    lpage.click(".classhub-assignment[data-assignment=lab1] .classhub-feedback summary")
+    feedback = lpage.inner_text(".classhub-feedback")  # the hidden test failed, its line not shown
+    assert "Score 3 / 5" in lpage.inner_text(".classhub-my-submission") and "failed" in feedback
+    assert "double(21)" not in lpage.content() and "[hidden test]" in feedback
     late_context.close()
 
     # the teacher's table, and every last submission in one download
@@ -108,8 +175,17 @@ def test_release_two_submissions_one_late_and_download(hub, browser):
     with page.expect_download() as download:
         clicks.click(".classhub-assignment-download")
     got = zipfile.ZipFile(download.value.path())
-    assert sorted(got.namelist()) == ["student1/answer.py", "student2/answer.py"]
+    assert sorted(got.namelist()) == ["student1/answer.py", "student1/lab1.ipynb", "student2/answer.py",
+                                      "student2/lab1.ipynb"]
     assert got.read("student2/answer.py") == b"x = 2\n"
     assert clicks.count == TEACHER_DOWNLOADS
+    # the scores in the table, and the grades as CSV for the LMS gradebook
+    assert "5 / 5" in table and "3 / 5" in table
+    clicks = Clicks(page)
+    with page.expect_download() as download:
+        clicks.click(".classhub-grades-csv")
+    assert Path(download.value.path()).read_text().splitlines() == [
+        "username,score,max,late", "student1,5,5,0", "student2,3,5,1"]
+    assert clicks.count == TEACHER_EXPORTS
     context.close()
     assert requests.get(f"{hub.url}/services/classhub/api/health", timeout=10).status_code == 200

@@ -60,6 +60,11 @@ class Launch:
     pods: Mapping[str, Mapping[str, object]] = field(default_factory=dict)
     """role -> what a notebook of the role's profile would get besides its requests: ``limits``,
     ``node_selector``, ``tolerations`` (roles that named a profile; Kubernetes)."""
+    sandbox: Mapping[str, str] = field(default_factory=dict)
+    """A grading job (issue 34): where its one-time inputs are (``folder``: local mode's private
+    per-job folder; ``secret``: a Kubernetes Secret), made by the backend's `prepare_sandbox`.
+    Such a job runs under neither its owner's nor the service's account, outside every home,
+    with no service-account token (docs/teachers/autograding.md, "Isolation")."""
 
     @property
     def world_size(self) -> int:
@@ -102,3 +107,10 @@ class JobBackend(Protocol):
 
     async def logs(self, launch: Launch, role: str, index: int, offset: int, limit: int) -> bytes:
         """Up to `limit` bytes of a replica's log from byte `offset` (b"" when none yet)."""
+
+    async def prepare_sandbox(self, files: Mapping[str, bytes]) -> dict[str, str]:
+        """Put a grading job's inputs (relative path -> content) where only that job's grader
+        reads them; the `Launch.sandbox` that names them."""
+
+    async def drop_sandbox(self, sandbox: Mapping[str, str]) -> None:
+        """Remove what `prepare_sandbox` made (nothing when it is gone already)."""

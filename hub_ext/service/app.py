@@ -44,7 +44,8 @@ from hub_ext.service import (
     routes,
     sharing,
 )
-from hub_ext.service.assignments.metrics import SubmissionCollector
+from hub_ext.service.assignments.grading import Grading
+from hub_ext.service.assignments.metrics import GradingCollector, SubmissionCollector
 from hub_ext.service.competitions.metrics import CompetitionCollector
 from hub_ext.service.courses import Courses
 
@@ -189,6 +190,12 @@ class ClasshubService(Application):
         job_backend = (job_settings.local_backend() if self.mode == "local"
                        else job_settings.kubernetes_backend(home_of=hub_api.home_volume))
         job_service = jobs.JobService.make(sessions, job_backend, job_settings)
+        assignment_settings = (getattr(self, "assignment_settings", None)
+                               or ClasshubAssignments(parent=self))
+        templates = getattr(self, "templates", None) or ClasshubTemplates(parent=self)
+        grading = Grading(sessions, job_service, assignment_settings.storage)
+        grading.templates = templates
+        registry.register(GradingCollector(sessions))
         routes = [(url_path_join(self.prefix, path), handler) for path, handler in ROUTES]
         routes += [
             (url_path_join(self.prefix, "oauth_callback"), OAuthCallbackHandler),
@@ -210,9 +217,9 @@ class ClasshubService(Application):
             mode=self.mode,
             grafana_url=self.grafana_url,
             prometheus=(self.prometheus_url, self.gpu_utilization_query, self.gpu_pod_label),
-            classhub_templates=getattr(self, "templates", None) or ClasshubTemplates(parent=self),
-            classhub_assignments=(getattr(self, "assignment_settings", None)
-                                  or ClasshubAssignments(parent=self)),
+            classhub_templates=templates,
+            classhub_assignments=assignment_settings,
+            grading=grading,
             **data_settings,
             prefix=self.prefix,
             cookie_secret=os.urandom(32),
@@ -237,6 +244,8 @@ class ClasshubService(Application):
         roles_task = asyncio.create_task(self._roles(app.settings["courses"]))
         jobs_task = (asyncio.create_task(app.settings["jobs"].loop.run_forever())
                      if app.settings["jobs"] else None)
+        grading_task = (asyncio.create_task(app.settings["grading"].run_forever())
+                        if app.settings.get("grading") else None)
         server = app.listen(self.port or url.port or 10101, self.bind_ip or url.hostname)
         self.log.info("classhub service %s listening on %s", __version__, self.service_url)
         stop = asyncio.Event()
@@ -249,6 +258,8 @@ class ClasshubService(Application):
         roles_task.cancel()
         if jobs_task is not None:
             jobs_task.cancel()
+        if grading_task is not None:
+            grading_task.cancel()
         server.stop()
 
     async def _reconcile(self, courses: Courses, attempts: int = 20) -> None:

@@ -1,5 +1,5 @@
 """Store models for assignments and their submissions (issue 34). Tables are created by
-migration 0009.
+migration 0009; autograding's columns by 0011.
 
 Why these shapes:
 - An assignment belongs to one course, has a name unique in it, and releases one template
@@ -18,10 +18,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, CheckConstraint, Float, ForeignKey, Index, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
 from hub_ext.core.assignments import LATE_POLICIES
+from hub_ext.core.grading import feedback
 from hub_ext.store.models import Base, Course
 from hub_ext.store.template_models import TemplateVersion
 from hub_ext.store.types import JSONType
@@ -53,6 +54,10 @@ class Assignment(Base):
     late_policy: Mapped[str] = mapped_column(String(16), default="refuse")
     created_at: Mapped[datetime]
     created_by: Mapped[str]
+    autograde: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
+    """None: not autograded. Else the grading settings (hub_ext.service.assignments.grading):
+    the notebooks, their graded cells and points, the profile, time and memory limits, and who
+    set it (the grading jobs' owner)."""
 
     course: Mapped[Course] = relationship()
     version: Mapped[TemplateVersion] = relationship()
@@ -77,6 +82,13 @@ class Submission(Base):
     bytes: Mapped[int] = mapped_column(BigInteger)
     skipped: Mapped[list[str]] = mapped_column(JSONType, default=list)
     """Entries of the folder not taken (symbolic links, devices): named so the student knows."""
+    grading: Mapped[dict[str, Any] | None] = mapped_column(JSONType, nullable=True)
+    """The last grading: its job, state (queued, done, failed), each notebook's cell scores and
+    the sentence about the run. None: never graded."""
+    overrides: Mapped[dict[str, float] | None] = mapped_column(JSONType, nullable=True)
+    """Staff scores per grade_id ("<notebook>:<grade_id>"), which replace the grader's."""
+    score: Mapped[float | None] = mapped_column(Float, nullable=True)
+    max_score: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     assignment: Mapped[Assignment] = relationship(back_populates="submissions")
 
@@ -96,6 +108,8 @@ def assignment_json(a: Assignment, course: str) -> dict[str, Any]:
         "late_policy": a.late_policy,
         "created_at": a.created_at.isoformat(),
         "created_by": a.created_by,
+        "autograded": bool(a.autograde),
+        "max_score": (a.autograde or {}).get("max_score"),
     }
 
 
@@ -109,4 +123,7 @@ def submission_json(s: Submission, *, latest: bool = False) -> dict[str, Any]:
         "bytes": s.bytes,
         "skipped": list(s.skipped or []),
         "latest": latest,
+        "score": s.score,
+        "max_score": s.max_score,
+        "feedback": feedback(s.grading, s.overrides),
     }

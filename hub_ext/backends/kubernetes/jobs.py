@@ -159,8 +159,11 @@ def replica_types(launch: Launch) -> list[tuple[str, str, int]]:
 
 
 def _labels(launch: Launch) -> dict[str, str]:
-    return {"app.kubernetes.io/managed-by": "classhub", JOB_LABEL: launch.job_id,
-            USER_LABEL: _label_value(launch.owner), COURSE_LABEL: _label_value(launch.course)}
+    found = {"app.kubernetes.io/managed-by": "classhub", JOB_LABEL: launch.job_id,
+             USER_LABEL: _label_value(launch.owner), COURSE_LABEL: _label_value(launch.course)}
+    if launch.sandbox:
+        found["classhub.io/grading"] = "true"  # helm-values' NetworkPolicy denies these pods all traffic
+    return found
 
 
 def _label_value(text: str) -> str:
@@ -208,7 +211,9 @@ def _template(launch: Launch, role: str, image: str, scheduler: str | None,
     }
     if pod.get("node_selector"):  # a profile's node selector (GPU model, MIG layout), as a notebook's
         spec["nodeSelector"] = dict(pod["node_selector"])
-    if home is not None:
+    if launch.sandbox.get("secret"):
+        _grading_pod(spec, launch.sandbox)
+    elif home is not None:
         _mount_home(spec, home, launch.workdir)
     if scheduler:
         spec["schedulerName"] = scheduler
@@ -216,6 +221,43 @@ def _template(launch: Launch, role: str, image: str, scheduler: str | None,
         spec["affinity"] = _affinity(nodes)
     labels = {**_labels(launch), **({POD_GROUP_LABEL: launch.job_id} if pod_group else {})}
     return {"metadata": {"labels": labels}, "spec": spec}
+
+
+#: Where a grading pod finds its one-time inputs (the Secret, root-only) and works (an emptyDir).
+GRADING_INPUTS, GRADING_WORK = "/grading/in", "/grading/work"
+#: The account the student's notebook runs under in a grading pod (the grader drops to it after
+#: reading its inputs as root): not a student's uid (those come from the hub), not the hub's.
+GRADER_UID = 65534
+GRADING_LABEL = "classhub.io/grading"
+
+
+def _grading_pod(spec: dict[str, Any], sandbox: Mapping[str, str]) -> None:
+    """A grading job's pod (docs/teachers/autograding.md, "Isolation"): no service-account token
+    and no service links (nothing to reach the API server or the hub with), no home, the inputs
+    from the job's Secret readable by root only, a scratch folder; the container starts as root
+    with only the capabilities to hand the scratch folder over and switch accounts
+    (hub_ext.backends.grader --drop-to), no privilege escalation."""
+    import json as _json
+
+    items = [{"key": key, "path": path, "mode": 0o400} for key, path in _json.loads(sandbox["items"])]
+    spec["automountServiceAccountToken"] = False
+    spec["enableServiceLinks"] = False
+    spec["volumes"] = [
+        {"name": "grading-inputs", "secret": {"secretName": sandbox["secret"], "defaultMode": 0o400,
+                                              "items": items}},
+        {"name": "grading-work", "emptyDir": {"sizeLimit": "2Gi"}},
+    ]
+    container = spec["containers"][0]
+    container["volumeMounts"] = [
+        {"name": "grading-inputs", "mountPath": GRADING_INPUTS, "readOnly": True},
+        {"name": "grading-work", "mountPath": GRADING_WORK},
+    ]
+    container["workingDir"] = GRADING_WORK
+    container["securityContext"] = {
+        "runAsUser": 0, "runAsGroup": 0, "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "SETUID", "SETGID"]},
+    }
+    container["env"] = [e for e in container["env"] if e["name"] == "CLASSHUB_JOB_ID"]
 
 
 def _mount_home(spec: dict[str, Any], home: Home, workdir: str) -> None:
@@ -259,7 +301,8 @@ def pytorch_job(launch: Launch, *, namespace: str, image: str, scheduler: str | 
         "spec": {
             "runPolicy": {
                 "suspend": True,
-                "cleanPodPolicy": "All",
+                # a grading job's pod stays until its result is read from its log (drop_sandbox)
+                "cleanPodPolicy": "None" if launch.sandbox else "All",
                 "backoffLimit": launch.max_restarts,
                 "activeDeadlineSeconds": max(1, int(launch.max_runtime)),
                 "schedulingPolicy": {"minAvailable": launch.world_size},
@@ -495,7 +538,7 @@ class KubernetesJobs:
     # -- running
     async def launch(self, launch: Launch) -> None:
         queue = self.kueue_queue.format(course=launch.course) if self.kueue_queue else None
-        home = await self.check_home(launch)
+        home = None if launch.sandbox else await self.check_home(launch)
         group, version, plural = JOB_KINDS[self.kind]
         if self.kind == "trainjob":
             def trainjob(nodes: Sequence[str] | None = None) -> dict[str, Any]:
@@ -639,6 +682,34 @@ class KubernetesJobs:
                 return
             await asyncio.sleep(0.2)
 
+    async def prepare_sandbox(self, files: Mapping[str, bytes]) -> dict[str, str]:
+        """A Secret holding a grading job's inputs (its graded notebooks, the teacher's sources,
+        the settings with the nonce) and the grader's own code (hub_ext.backends.grader and what
+        it imports), so any Jupyter image with nbclient grades; mounted root-only by the pod."""
+        import base64
+        import json as _json
+        import secrets as _secrets
+
+        bundle = {**files, **grader_bundle()}
+        name = f"classhub-grading-{_secrets.token_hex(8)}"
+        keys = [(f"f{i}", path) for i, path in enumerate(sorted(bundle))]
+        body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                "metadata": {"name": name, "namespace": self.namespace,
+                             "labels": {"app.kubernetes.io/managed-by": "classhub", GRADING_LABEL: "true"}},
+                "data": {key: base64.b64encode(bundle[path]).decode() for key, path in keys}}
+        await self.core.create_namespaced_secret(self.namespace, body)
+        return {"secret": name, "items": _json.dumps(keys)}
+
+    async def drop_sandbox(self, sandbox: Mapping[str, str]) -> None:
+        name = sandbox.get("secret")
+        if not name or not name.startswith("classhub-grading-"):
+            return
+        try:
+            await self.core.delete_namespaced_secret(name, self.namespace)
+        except ApiException as e:
+            if e.status != 404:
+                raise
+
     async def logs(self, launch: Launch, role: str, index: int, offset: int, limit: int) -> bytes:
         rank = next((r.rank for r in launch.replicas if (r.role, r.index) == (role, index)), 0)
         kind, number = ("master", 0) if rank == 0 else ("worker", rank - 1)
@@ -654,6 +725,18 @@ class KubernetesJobs:
         except ApiException:
             return b""
         return text.encode()[offset:offset + limit]
+
+
+def grader_bundle() -> dict[str, bytes]:
+    """The grader's code as files under ``lib/`` (the grading pod's image need not have classhub):
+    hub_ext.backends.grader, .autograde and hub_ext.core.grading, with empty package files."""
+    import hub_ext
+
+    root = __import__("pathlib").Path(hub_ext.__file__).resolve().parent
+    out = {f"lib/hub_ext/{p}": b"" for p in ("__init__.py", "core/__init__.py", "backends/__init__.py")}
+    for p in ("backends/grader.py", "backends/autograde.py", "core/grading.py"):
+        out[f"lib/hub_ext/{p}"] = (root / p).read_bytes()
+    return out
 
 
 def job_pod(pod: Mapping[str, Any], namespace: str) -> JobPod | None:

@@ -35,6 +35,7 @@ import json
 import os
 import pwd
 import re
+import secrets
 import shutil
 import signal
 import stat
@@ -129,8 +130,10 @@ class LocalJobs:
     def __init__(self, homes_dir: Path, inventory: Inventory, *, system_users: bool = False,
                  user_prefix: str = "jupyter-", node: str = "localhost",
                  python: str = sys.executable, state_dir: Path | None = None,
-                 hub_api_url: str | None = None) -> None:
+                 hub_api_url: str | None = None, grader_user: str = "nobody") -> None:
         self.homes_dir = Path(homes_dir)
+        #: with system users, the account grading jobs run under (neither a student's nor ours)
+        self.grader_user = grader_user
         #: the jobs' logs and bookkeeping (default: ``jobs`` beside the homes, in the data dir)
         self.state_dir = Path(state_dir) if state_dir else self.homes_dir.resolve().parent / "jobs"
         self.inventory = inventory
@@ -194,6 +197,55 @@ class LocalJobs:
             raise RuntimeError(f"job id {launch.job_id!r} is not a DNS-1123 name")
         return self.state_dir / launch.job_id
 
+    def sandbox_root(self) -> Path:
+        """Where grading jobs' private folders are: ``grading`` beside the jobs' state folder,
+        of the service's account, mode 0711 (a grader enters its own folder, whose random name
+        it is told, but lists nothing)."""
+        return self.state_dir.parent / "grading"
+
+    def _grader(self) -> accounts.Account:
+        if not self.system_users:
+            return accounts.current_account()
+        try:
+            entry = pwd.getpwnam(self.grader_user)
+        except KeyError:
+            raise RuntimeError(f"the grading account {self.grader_user} does not exist; create it "
+                               "or set c.ClasshubJobs.grader_user") from None
+        return accounts.Account(self.grader_user, entry.pw_uid, entry.pw_gid)
+
+    def _account_of(self, launch: Launch) -> accounts.Account:
+        return self._grader() if launch.sandbox else self._account(launch.owner)
+
+    async def prepare_sandbox(self, files: Mapping[str, bytes]) -> dict[str, str]:
+        return await asyncio.to_thread(self._prepare_sandbox, files)
+
+    def _prepare_sandbox(self, files: Mapping[str, bytes]) -> dict[str, str]:
+        root = self.sandbox_root()
+        with contextlib.suppress(FileExistsError):
+            root.mkdir(mode=0o711, parents=True)
+        info = os.lstat(root)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+            raise RuntimeError(f"{root} is not a folder of the classhub service's account; remove it")
+        os.chmod(root, 0o711)
+        folder = root / secrets.token_hex(16)
+        folder.mkdir(mode=0o700)
+        grader = self._grader()
+        for relative, data in files.items():
+            target = folder / relative
+            if ".." in Path(relative).parts or Path(relative).is_absolute():
+                raise RuntimeError(f"{relative!r} is not a relative path")
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _write_private(target, data)
+        if self.system_users:  # the grader deletes its inputs before running student code
+            for path in [folder, *folder.rglob("*")]:
+                os.chown(path, grader.uid, grader.gid, follow_symlinks=False)
+        return {"folder": str(folder)}
+
+    async def drop_sandbox(self, sandbox: Mapping[str, str]) -> None:
+        folder = sandbox.get("folder")
+        if folder and Path(folder).parent == self.sandbox_root():
+            await asyncio.to_thread(shutil.rmtree, folder, True)
+
     def _account(self, owner: str) -> accounts.Account:
         if not self.system_users:
             return accounts.current_account()
@@ -210,14 +262,18 @@ class LocalJobs:
         await asyncio.to_thread(self._launch, launch)
 
     def _launch(self, launch: Launch) -> None:
-        account = self._account(launch.owner)
-        home = self.home(launch.owner)
-        if not self.system_users:  # the hub's own account: its homes are its folders
-            home.mkdir(parents=True, exist_ok=True)
+        account = self._account_of(launch)
+        if launch.sandbox:  # a grading job: in its private folder, never in a home
+            home = Path(launch.sandbox["folder"])
+            workdir = str(home)
+        else:
+            home = self.home(launch.owner)
+            if not self.system_users:  # the hub's own account: its homes are its folders
+                home.mkdir(parents=True, exist_ok=True)
+            # The owner enters it after switching accounts (jobwrap): the kernel, not a check
+            # made here as root, decides whether the owner may work there.
+            workdir = os.path.join(home, launch.workdir) if launch.workdir else str(home)
         folder = self._private_dir(self.job_dir(launch))
-        # The owner enters it after switching accounts (jobwrap): the kernel, not a check made
-        # here as root, decides whether the owner may work there.
-        workdir = os.path.join(home, launch.workdir) if launch.workdir else str(home)
         switch = ["--uid", str(account.uid), "--gid", str(account.gid)] if self.system_users else []
         for replica in launch.replicas:
             name = replica_name(replica.role, replica.index)
@@ -317,7 +373,7 @@ class LocalJobs:
 
     def _owner_uid(self, launch: Launch) -> int | None:
         """Whose processes a job's sweep may kill: the owner's account (None: one account)."""
-        return self._account(launch.owner).uid if self.system_users else None
+        return self._account_of(launch).uid if self.system_users else None
 
     async def stop(self, launch: Launch, grace: float) -> None:
         wrappers = await asyncio.to_thread(self._wrappers, launch)

@@ -9,6 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from hub_ext.service.apidoc import ok, op
+from hub_ext.service.assignments.grading_handlers import (
+    AutogradeHandler,
+    GradesHandler,
+    RegradeHandler,
+    ScoresHandler,
+)
 from hub_ext.service.assignments.handlers import (
     AssignmentHandler,
     AssignmentListHandler,
@@ -32,6 +38,10 @@ ROUTES: list[tuple[str, type]] = [
     (rf"api/{_ASSIGNMENT}/submissions/([^/]+)", SubmissionHandler),
     (rf"api/{_ASSIGNMENT}/submissions/([^/]+)/files/(.+)", SubmissionFileHandler),
     (f"api/{_ASSIGNMENT}/download", DownloadHandler),
+    (f"api/{_ASSIGNMENT}/autograde", AutogradeHandler),
+    (rf"api/{_ASSIGNMENT}/submissions/([^/]+)/grade", RegradeHandler),
+    (rf"api/{_ASSIGNMENT}/submissions/([^/]+)/scores", ScoresHandler),
+    (f"api/{_ASSIGNMENT}/grades.csv", GradesHandler),
 ]
 
 OPENAPI_PARAMETERS: dict[str, Any] = {
@@ -53,7 +63,11 @@ def _openapi_paths() -> dict[str, Any]:
     submission = {"type": "object", "properties": {
         "id": {"type": "integer"}, "student": {"type": "string"}, "submitted_at": {"type": "string"},
         "late": {"type": "boolean"}, "files": {"type": "integer"}, "bytes": {"type": "integer"},
-        "skipped": {"type": "array", "items": {"type": "string"}}, "latest": {"type": "boolean"}}}
+        "skipped": {"type": "array", "items": {"type": "string"}}, "latest": {"type": "boolean"},
+        "score": {"type": ["number", "null"]}, "max_score": {"type": ["number", "null"]},
+        "feedback": {"type": ["object", "null"], "description": (
+            "the last grading: state (queued, done, failed), a sentence, and per notebook each "
+            "graded cell's status, score (a staff override where given) and message")}}}
     assignment = {"type": "object", "properties": {
         "course": {"type": "string"}, "name": {"type": "string"}, "title": {"type": "string"},
         "template": {"type": "string"}, "version": {"type": "integer"}, "folder": {"type": "string"},
@@ -61,7 +75,13 @@ def _openapi_paths() -> dict[str, Any]:
         "cutoff_at": {"type": ["string", "null"]}, "late_policy": {"type": "string"},
         "accepting": {"type": "boolean"}, "late_now": {"type": "boolean"},
         "my_submissions": {"type": "array", "items": submission},
-        "students_submitted": {"type": "integer"}}}
+        "students_submitted": {"type": "integer"}, "autograded": {"type": "boolean"},
+        "max_score": {"type": ["number", "null"]}}}
+    autograde = {"type": "object", "properties": {
+        "autograded": {"type": "boolean"}, "notebooks": {"type": "array", "items": {"type": "string"}},
+        "profile": {"type": "string"}, "time_limit": {"type": "integer"},
+        "memory_mib": {"type": ["integer", "null"]}, "max_score": {"type": "number"},
+        "owner": {"type": "string"}, "cells": {"type": "object"}}}
     one = ("course", "assignment")
     return {
         "/api/courses/{course}/assignments": {
@@ -104,6 +124,25 @@ def _openapi_paths() -> dict[str, Any]:
             {"200": {"description": "a zip, one folder per student", "content": {
                 "application/zip": {"schema": {"type": "string", "format": "binary"}}}}},
             errors=errs, params=(*one, "all"))},
+        "/api/courses/{course}/assignments/{assignment}/autograde": {
+            "get": op("The assignment's autograding settings (never the source notebooks)", staff,
+                      ok("The settings", autograde), errors=errs, params=one),
+            "put": op("Grade every new submission as a job, from the teacher's source notebooks in "
+                      "nbgrader's format (hidden tests stay with the service)", teacher,
+                      ok("The settings", autograde), errors=("400", *errs), params=one),
+        },
+        "/api/courses/{course}/assignments/{assignment}/submissions/{submission}/grade": {"post": op(
+            "Grade the submission (again) as a job; the last grading counts", staff,
+            ok("The submission, its grading queued", submission, "202"), errors=(*errs, "409"),
+            params=(*one, "submission"))},
+        "/api/courses/{course}/assignments/{assignment}/submissions/{submission}/scores": {"put": op(
+            "Set one graded cell's score by hand (kept over regrades; in the audit log)", staff,
+            ok("The submission", submission), errors=("400", *errs), params=(*one, "submission"))},
+        "/api/courses/{course}/assignments/{assignment}/grades.csv": {"get": op(
+            "Grades as CSV for an LMS gradebook: username,score,max,late, one row per student who "
+            "submitted (the last submission counts)", staff,
+            {"200": {"description": "the CSV", "content": {"text/csv": {"schema": {"type": "string"}}}}},
+            errors=errs, params=one)},
     }
 
 

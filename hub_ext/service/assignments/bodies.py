@@ -17,7 +17,7 @@ from hub_ext.core import templates as template_rules
 from hub_ext.service import body_models
 from hub_ext.service.body_models import Body
 
-__all__ = ["AssignmentBody", "AssignmentChange"]
+__all__ = ["AssignmentBody", "AssignmentChange", "AutogradeBody", "ScoreOverride"]
 
 MAX_TITLE = 255
 MAX_FOLDER = 255
@@ -91,3 +91,53 @@ class AssignmentChange(Body):
     due_at: Annotated[datetime | None, _instant("due_at", null_ok=True)] = None
     cutoff_at: Annotated[datetime | None, _instant("cutoff_at", null_ok=True)] = None
     late_policy: Annotated[Policy | None, _POLICY] = None
+
+
+MAX_NOTEBOOKS = 8
+
+
+def _notebooks(value: Any) -> Any:
+    if not isinstance(value, dict) or not 1 <= len(value) <= MAX_NOTEBOOKS:
+        raise ValueError(f"notebooks must map 1 to {MAX_NOTEBOOKS} notebook paths of the assignment's "
+                         'folder to the teacher\'s source notebooks, e.g. {"lab1.ipynb": {...}}.')
+    for path, nb in value.items():
+        if not isinstance(path, str) or not path.endswith(".ipynb"):
+            raise ValueError(f"{path!r} is not a notebook path (….ipynb) inside the assignment's folder.")
+        _folder(path)
+        if not isinstance(nb, dict):
+            raise ValueError(f"notebooks[{path!r}] must be the notebook itself (its JSON), with its "
+                             "hidden tests.")
+    return {p.strip("/"): nb for p, nb in value.items()}
+
+
+class AutogradeBody(Body):
+    """``PUT /api/courses/<course>/assignments/<name>/autograde``: grade each submission as a job,
+    from the teacher's source notebooks in nbgrader's format (hidden tests included; they stay
+    with the service)."""
+
+    example: ClassVar[str] = ('{"notebooks": {"lab1.ipynb": {"cells": [], "metadata": {}, '
+                              '"nbformat": 4, "nbformat_minor": 5}}, "profile": "cpu", '
+                              '"time_limit": 300, "memory_mib": 2048}')
+
+    notebooks: Annotated[dict[str, dict[str, Any]], BeforeValidator(_notebooks), Field(
+        description="path in the assignment's folder -> the teacher's source notebook (nbformat 4 "
+                    "JSON, nbgrader cell metadata, hidden tests between ### BEGIN HIDDEN TESTS "
+                    "and ### END HIDDEN TESTS)")]
+    profile: Annotated[str, Field(min_length=1, max_length=63, description=(
+        "the course profile the grading jobs run with (its CPU, memory and GPUs)"))]
+    time_limit: Annotated[int, Field(ge=10, le=86400, description=(
+        "seconds the grader may run the notebook; cells after it are not run"))] = 300
+    memory_mib: Annotated[int | None, Field(ge=64, le=4 * 1024 * 1024, description=(
+        "local mode: the grader's address-space limit in MiB (Kubernetes: the profile's memory "
+        "limit)"))] = None
+
+
+class ScoreOverride(Body):
+    """``PUT .../submissions/<id>/scores``: staff set one graded cell's score by hand."""
+
+    example: ClassVar[str] = '{"cell": "lab1.ipynb:q1", "score": 2, "reason": "partial credit"}'
+
+    cell: Annotated[str, Field(min_length=3, max_length=400, description=(
+        "the graded cell, as <notebook>:<grade_id> (the feedback's cell field)"))]
+    score: Annotated[float, Field(ge=0, le=10000)]
+    reason: Annotated[str, Field(max_length=500)] = ""

@@ -284,7 +284,17 @@ class SubmissionsHandler(AssignmentsBase):
         else:
             taken = await self._through_server(storage, folder, location)
         result = await self.db(self._record, course, name, assignment_id, now, verdict.late, location, taken)
+        grading = self.settings.get("grading")
+        if result.pop("autograded", False) and grading is not None:
+            # graded as a job (hub_ext.service.assignments.grading); a grading that cannot start
+            # says so in the submission's feedback, the submission is kept either way
+            await grading.submit(result["id"], self.caller.name)
+            result = await self.db(self._one_submission, result["id"])
         self.write_json(result, 201)
+
+    def _one_submission(self, submission_id: int) -> dict[str, Any]:
+        with self.settings["sessions"]() as session:
+            return submission_json(session.get(Submission, submission_id), latest=True)
 
     async def _through_server(self, storage: SubmissionStorage, folder: str, location: str) -> Snapshot:
         """Kubernetes: the home is a volume of the student's pod, which the service does not
@@ -337,7 +347,8 @@ class SubmissionsHandler(AssignmentsBase):
             session.flush()
             store.record(session, self.caller.name, SUBMITTED, at, course=course, assignment=name,
                          submission=row.id, late=late, files=taken.files, bytes=taken.bytes)
-            return submission_json(row, latest=True)
+            autograded = bool(session.get(Assignment, assignment_id).autograde)
+            return {**submission_json(row, latest=True), "autograded": autograded}
 
 
 class SubmissionHandler(AssignmentsBase):

@@ -567,6 +567,7 @@ def launch_of(record: JobRecord) -> Launch:
         max_restarts=int(spec["job"].get("max_restarts") or 0),
         pods={role: {k: kept[k] for k in ("limits", "node_selector", "tolerations") if k in kept}
               for role, kept in (spec.get("profiles") or {}).items()},
+        sandbox=dict(spec.get("sandbox") or {}),
     )
 
 

@@ -170,13 +170,17 @@ class JobStore:
 
     # ------------------------------------------------------------------ submit and cancel
     def submit(self, owner: str, course: str, submission: Submission, job: Job, now: datetime,
-               profiles: Mapping[str, Any] | None = None) -> tuple[JobRecord, bool]:
+               profiles: Mapping[str, Any] | None = None,
+               sandbox: Mapping[str, str] | None = None) -> tuple[JobRecord, bool]:
         """Record a queued job; (record, created). The same `client_id` again returns the job
         made the first time (created False) when it asks for the same, else JobConflict.
         `profiles`: role -> what the job keeps of the profile it named
-        (hub_ext.core.profiles.job_profile_record)."""
+        (hub_ext.core.profiles.job_profile_record). `sandbox`: a grading job's inputs
+        (hub_ext.backends.jobs.Launch.sandbox)."""
         spec = {"command": list(submission.command), "env": dict(submission.env),
                 "workdir": submission.workdir, "job": dict(submission.job_fields)}
+        if sandbox:
+            spec["sandbox"] = dict(sandbox)
         if profiles:
             spec["profiles"] = {role: dict(kept) for role, kept in profiles.items()}
         for _attempt in range(3):

@@ -69,6 +69,11 @@ class ClasshubJobs(Configurable):
     system_users = Bool(False, config=True, help="Local mode: run each job as its owner's Unix "
                         "account, as ClasshubLocalSpawner.system_users.").tag(
         env="CLASSHUB_SYSTEM_USERS")
+    grader_user = Unicode("nobody", config=True, help="Local mode with system_users: the Unix "
+                          "account grading jobs run under (issue 34: neither a student's nor the "
+                          "service's; a dedicated account such as classhub-grader is better than "
+                          "nobody when other services also run as nobody). Without system_users "
+                          'grading runs as the hub\'s account (docs/teachers/autograding.md, "Isolation").')
     system_user_prefix = Unicode("jupyter-", config=True, help="Local mode: prefix of the users' "
                                  "Unix accounts.").tag(
         env="CLASSHUB_SYSTEM_USER_PREFIX")
@@ -143,7 +148,7 @@ class ClasshubJobs(Configurable):
         homes = Path(self.homes_dir or "homes")
         return LocalJobs(homes, Inventory(devices), system_users=self.system_users,
                          user_prefix=self.system_user_prefix, state_dir=self.state_dir or None,
-                         hub_api_url=os.environ.get("JUPYTERHUB_API_URL"))
+                         hub_api_url=os.environ.get("JUPYTERHUB_API_URL"), grader_user=self.grader_user)
 
 
 @dataclass

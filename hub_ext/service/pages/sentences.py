@@ -116,6 +116,20 @@ _SENTENCES: dict[str, Callable[[str, Details], str]] = {
     "assignment_submitted": lambda a, d: (f"{a} submitted {d.get('assignment', 'an assignment')} "
                                           f"({d.get('files', '?')} files"
                                           + (", late)" if d.get("late") else ")")),
+    "autograde_set": lambda a, d: (f"{a} turned autograding on for {d.get('assignment', 'an assignment')} "
+                                   f"({', '.join(d.get('notebooks') or [])}, "
+                                   f"profile {d.get('profile', '?')}, "
+                                   f"{_points(d.get('max_score'))} points)"),
+    "submission_graded": lambda a, d: (f"submission {d.get('submission', '?')} of {d.get('student', '?')} "
+                                       f"to {d.get('assignment', 'an assignment')} was graded: "
+                                       f"{_points(d.get('score'))} / {_points(d.get('max_score'))} "
+                                       f"({d.get('outcome', '?')})"),
+    "regrade_asked": lambda a, d: (f"{a} asked to regrade submission {d.get('submission', '?')} of "
+                                   f"{d.get('student', '?')} to {d.get('assignment', 'an assignment')}"),
+    "score_overridden": lambda a, d: (f"{a} set {d.get('cell', 'a cell')} of {d.get('student', '?')}'s "
+                                      f"{d.get('assignment', 'assignment')} to {_points(d.get('score'))} "
+                                      f"(was {_points(d.get('before'))})"
+                                      + (f": {d['reason']}" if d.get("reason") else "")),
     "submissions_downloaded": lambda a, d: (f"{a} downloaded {d.get('submissions', '?')} submissions of "
                                             f"{d.get('assignment', 'an assignment')}"),
     "course_data_uploaded": lambda a, d: (f"{a} uploaded {d.get('path', 'a file')} "
@@ -136,6 +150,13 @@ _SENTENCES: dict[str, Callable[[str, Details], str]] = {
     "server_persistent": lambda a, d: f"{a} kept {d.get('user', 'a user')}'s server from being culled",
     "server_not_persistent": lambda a, d: f"{a} let {d.get('user', 'a user')}'s server be culled again",
 }
+
+
+def _points(value: object) -> str:
+    """A score as a person writes it: 5, 4.5, or "no score"."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return "no score"
+    return f"{value:g}"
 
 
 def _size(n: object) -> str:

@@ -1,0 +1,248 @@
+"""Autograding end to end through a real ``classhub local --system-users`` hub's proxy (one hub).
+
+What a teacher and students notice: the teacher releases an assignment and turns autograding on
+with the source notebook (hidden tests included) and a profile; two students submit (one late);
+each submission is graded as a job in the course's queue (named grade-<assignment>-<id>, owned by
+the teacher, run as neither student nor the service); each student reads their own scores and
+feedback, no one else's; a TA overrides a cell (audit entry); a regrade keeps the override; the
+teacher exports the grades as CSV. And what must never happen: a student reading the hidden
+tests through any endpoint (the file endpoint too), a grading notebook reading the service's
+token, its environment, its database or another assignment's hidden tests.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import zipfile
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import nbformat
+import pytest
+import requests
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+from hub_ext.backends import autograde
+from hub_ext.backends.local import accounts
+from hub_ext.core import grading as G
+from tests.hubproc import BUSY_MACHINE, HubSession, LocalHub, api, traits, wait_for
+from tests.system_accounts import system_users_hub
+
+pytestmark = pytest.mark.hub
+
+COURSE = "demo101"
+A = f"courses/{COURSE}/assignments"
+PREFIX = "jupyter-"
+HIDDEN = "assert double(21) == 42, 'hidden-check-7f3a'"
+OTHER_HIDDEN = "assert triple(5) == 15, 'other-hidden-9b2c'"
+CONFIG = """
+c.ClasshubLocalSpawner.profiles = [
+    {"slug": "cpu", "display_name": "CPU only", "kind": "cpu", "default": True},
+]
+"""
+JOBS = {"ClasshubJobs": {"gpu_discovery_command": ["true"], "use_nvml": False, "interval": 0.5,
+                         "grace": 2}}
+
+
+def nbg(grade_id: str, **meta) -> dict:
+    return {"nbgrader": {"grade_id": grade_id, "schema_version": 3, "grade": False, "solution": False,
+                         "locked": False, **meta}}
+
+
+def source(hidden: str = HIDDEN, fn: str = "double") -> nbformat.NotebookNode:
+    return new_notebook(cells=[
+        new_markdown_cell("# Lab", metadata=nbg("intro", locked=True)),
+        new_code_cell(f"def {fn}(x):\n    raise NotImplementedError()\n",
+                      metadata=nbg("answer", solution=True)),
+        new_code_cell(f"assert {fn}(0) == 0\n{G.BEGIN_HIDDEN}\n{hidden}\n{G.END_HIDDEN}\n",
+                      metadata=nbg("q1", grade=True, points=2)),
+        new_code_cell(f"assert {fn}(1) != 'x'\n", metadata=nbg("q2", grade=True, points=3)),
+        new_markdown_cell("Explain.", metadata=nbg("essay", grade=True, solution=True, points=1)),
+    ])
+
+
+def answered(answer: str) -> bytes:
+    nb = autograde.student_version(source())
+    nb.cells[1].source = answer
+    return nbformat.writes(nb).encode()
+
+
+#: Student 2's answer: looks for the service's secrets and another assignment's hidden tests, and
+#: makes the hidden test fail with what it found, so the feedback shows whatever leaked.
+PROBE = '''
+import glob, os
+found = {"uid": os.getuid()}
+for pid in os.listdir("/proc"):
+    try:
+        env = open(f"/proc/{pid}/environ", "rb").read()
+    except OSError:
+        continue
+    if b"JUPYTERHUB_API_TOKEN" in env or b"CLASSHUB_DB_URL" in env:
+        found["env"] = env[:3000].decode(errors="replace")
+for path in glob.glob(DATA + "/*.sqlite") + glob.glob(DATA + "/**/autograde/**/*.ipynb", recursive=True):
+    try:
+        found[path] = open(path, "rb").read()[:3000].decode(errors="replace")
+    except OSError as e:
+        found[path] = type(e).__name__
+try:
+    found["sandboxes"] = os.listdir(os.path.dirname(os.path.dirname(os.getcwd())))
+except OSError as e:
+    found["sandboxes"] = type(e).__name__
+found["inputs"] = sorted(os.listdir(os.path.dirname(os.getcwd())))
+
+class Spy(int):
+    def __eq__(self, other):
+        raise AssertionError("PROBE " + repr(found))
+    __hash__ = int.__hash__
+
+def double(x):
+    return Spy(2 * x)
+'''
+
+
+def _zip(members: dict[str, bytes]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def hub(hub_root: Path):
+    data = hub_root / "autograde"
+    data.mkdir()
+    (data / "jupyterhub_config.py").write_text(BUSY_MACHINE + CONFIG + traits(JOBS))
+    hub = LocalHub(data_dir=data, extra_args=["--system-users", "--create-system-users"])
+    with system_users_hub(hub, [PREFIX + accounts.safe_name(u) for u in ("student1", "student2")]) as started:
+        yield started
+
+
+def _hand_in(hub: LocalHub, user: str, token: str, data: bytes) -> dict:
+    """Put the notebook in the student's lab1 folder (their account's, as their server would
+    write it) and press Submit."""
+    homes = hub.data_dir / "homes"
+    home = homes / accounts.safe_name(user)
+    account = accounts.ensure_system_account(PREFIX + accounts.safe_name(user), home, create=True)
+    accounts.prepare_home(homes, accounts.safe_name(user), account, private=True)
+    work = home / "lab1"
+    work.mkdir(exist_ok=True)
+    (work / "lab1.ipynb").write_bytes(data)
+    for path in (work, work / "lab1.ipynb"):
+        os.chown(path, account.uid, account.gid)
+    r = api(hub, "POST", f"{A}/lab1/submissions", token)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def _graded(hub: LocalHub, token: str, submission: int, after: str | None = None) -> dict:
+    def done():
+        r = api(hub, "GET", f"{A}/lab1/submissions/{submission}", token)
+        fb = r.json().get("feedback") or {}
+        return (fb.get("state") in ("done", "failed") and fb.get("graded_at") != after) and r.json()
+    return wait_for(done, 240, f"submission {submission} to be graded")
+
+
+def test_autograded_assignment_graded_as_jobs_with_feedback_overrides_and_csv(hub: LocalHub):
+    t = {u: HubSession(hub, u).new_token() for u in ("admin", "teacher1", "ta1", "student1", "student2")}
+    teacher, ta, s1, s2 = t["teacher1"], t["ta1"], t["student1"], t["student2"]
+    released = nbformat.writes(autograde.student_version(source())).encode()
+    assert HIDDEN.encode() not in released
+    for name, nb in (("lab1", released), ("lab2", nbformat.writes(autograde.student_version(
+            source(OTHER_HIDDEN, "triple"))).encode())):
+        r = api(hub, "POST", f"courses/{COURSE}/templates/{name}/versions?home_folder={name}", teacher,
+                data=_zip({f"{name}.ipynb": nb}), headers={"Content-Type": "application/zip"})
+        assert r.status_code == 201, r.text
+        now = datetime.now(timezone.utc)
+        r = api(hub, "POST", A, teacher, json={"name": name, "template": name, "late_policy": "accept-late",
+                                               "due_at": (now + timedelta(hours=1)).isoformat()})
+        assert r.status_code == 201, r.text
+
+    # turning autograding on: the release must not hold hidden tests; the source keeps them
+    bad = api(hub, "PUT", f"{A}/lab1/autograde", teacher, json={
+        "notebooks": {"lab1.ipynb": json.loads(nbformat.writes(source()).replace("double(0)", "double(9)")
+                                               .replace('"q2"', '"q9"'))}, "profile": "cpu"})
+    assert bad.status_code == 400 and "lacks graded cells q9" in bad.json()["message"], bad.text
+    r = api(hub, "PUT", f"{A}/lab1/autograde", s1, json={
+        "notebooks": {"lab1.ipynb": json.loads(nbformat.writes(source()))}, "profile": "cpu"})
+    assert r.status_code == 403
+    for name, nb in (("lab1", source()), ("lab2", source(OTHER_HIDDEN, "triple"))):
+        r = api(hub, "PUT", f"{A}/{name}/autograde", teacher, json={
+            "notebooks": {f"{name}.ipynb": json.loads(nbformat.writes(nb))}, "profile": "cpu",
+            "time_limit": 60})
+        assert r.status_code == 200, r.text
+        assert (r.json()["max_score"], r.json()["owner"]) == (6, "teacher1")
+
+    # two submissions, graded as jobs: a right answer, and (late) an answer that probes for secrets
+    first = _hand_in(hub, "student1", s1, answered("def double(x):\n    return x + x\n"))
+    api(hub, "PUT", f"{A}/lab1", teacher, json={
+        "opens_at": (datetime.now(timezone.utc) - timedelta(days=2)).isoformat(),
+        "due_at": (datetime.now(timezone.utc) - timedelta(days=1)).isoformat()})
+    second = _hand_in(hub, "student2", s2, answered(f"DATA = {str(hub.data_dir)!r}\n" + PROBE))
+    assert second["late"] is True
+    one, two = _graded(hub, s1, first["id"]), _graded(hub, s2, second["id"])
+    assert (one["score"], one["max_score"]) == (5, 6), one["feedback"]
+    cells = {c["grade_id"]: (c["status"], c["score"]) for c in one["feedback"]["notebooks"][0]["cells"]}
+    assert cells == {"q1": ("passed", 2), "q2": ("passed", 3), "essay": ("manual", None)}
+    assert two["score"] == 3, two["feedback"]
+    (probe,) = [c["message"] for c in two["feedback"]["notebooks"][0]["cells"] if c["grade_id"] == "q1"]
+    assert "PROBE" in probe and "'uid': 65534" in probe, probe  # the grader ran as nobody
+    assert "'env'" not in probe and "token" not in probe.lower() and "sqlite format" not in probe.lower()
+    assert "other-hidden" not in probe and "hidden-check" not in probe, probe
+    # other gradings' folders cannot be listed; this one's inputs were gone before the code ran
+    assert "'sandboxes': 'PermissionError'" in probe and "'submission'" in probe, probe
+    assert "grading.json" not in probe and "'source'" not in probe, probe
+    for account in ("student1", "student2"):
+        assert f"'uid': {os.stat(hub.data_dir / 'homes' / account).st_uid}," not in probe
+
+    # the grading was a job of the course, by the teacher, with a clear name; students see none
+    jobs = api(hub, "GET", f"jobs?course={COURSE}", teacher).json()["jobs"]
+    names = {j["name"]: j for j in jobs}
+    assert {f"grade-lab1-{first['id']}", f"grade-lab1-{second['id']}"} <= set(names)
+    assert names[f"grade-lab1-{first['id']}"]["owner"] == "teacher1"
+    assert api(hub, "GET", "jobs", s1).json()["jobs"] == []
+
+    # hidden tests reach no student through any endpoint; another's feedback is not theirs
+    secret_bits = ("hidden-check-7f3a", "other-hidden-9b2c", G.BEGIN_HIDDEN)
+    paths = [A, f"{A}/lab1", f"{A}/lab1/submissions", f"{A}/lab1/submissions/{first['id']}",
+             f"{A}/lab1/autograde", f"{A}/lab1/grades.csv", f"{A}/lab1/download",
+             f"{A}/lab1/submissions/{first['id']}/files/lab1.ipynb",
+             f"{A}/lab1/submissions/{first['id']}/files/..%2F..%2F..%2Fautograde%2Fa1%2Flab1.ipynb",
+             f"{A}/lab1/submissions/{first['id']}/files/../../../autograde/a1/lab1.ipynb",
+             f"{A}/lab1/submissions/{second['id']}", f"courses/{COURSE}/templates"]
+    for path in paths:
+        r = api(hub, "GET", path, s1)
+        assert not any(bit in r.text for bit in secret_bits), (path, r.text[:300])
+        assert "PROBE" not in r.text and "student2" not in r.text, path  # another's feedback
+    page = HubSession(hub, "student1").get(f"/services/classhub/courses/{COURSE}").text
+    assert not any(bit in page for bit in secret_bits)
+    assert "Score 5 / 6" in page and "classhub-feedback" in page  # their own feedback, on the course page
+    assert api(hub, "GET", f"{A}/lab1/submissions/{second['id']}", s1).status_code == 404
+
+    # a TA overrides the written answer (audit entry); a regrade keeps it; the staff table scores
+    r = api(hub, "PUT", f"{A}/lab1/submissions/{first['id']}/scores", ta,
+            json={"cell": "lab1.ipynb:essay", "score": 1, "reason": "clear"})
+    assert r.status_code == 200 and r.json()["score"] == 6, r.text
+    r = api(hub, "PUT", f"{A}/lab1/submissions/{first['id']}/scores", ta,
+            json={"cell": "lab1.ipynb:essay", "score": 4})
+    assert r.status_code == 400 and "worth 1 points" in r.json()["message"]
+    assert api(hub, "PUT", f"{A}/lab1/submissions/{first['id']}/scores", s1,
+               json={"cell": "lab1.ipynb:essay", "score": 1}).status_code == 403
+    r = api(hub, "POST", f"{A}/lab1/submissions/{first['id']}/grade", teacher)
+    assert r.status_code == 202, r.text
+    again = _graded(hub, s1, first["id"], after=one["feedback"]["graded_at"])
+    assert again["score"] == 6
+    log = api(hub, "GET", f"courses/{COURSE}/audit?limit=50", teacher).json()["entries"]
+    said = [e["sentence"] for e in log]
+    assert "ta1 set lab1.ipynb:essay of student1's lab1 to 1 (was no score): clear" in said, said
+
+    # the gradebook: one row per student, username,score,max,late
+    r = api(hub, "GET", f"{A}/lab1/grades.csv", teacher)
+    assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/csv")
+    assert r.text.splitlines() == ["username,score,max,late", "student1,6,6,0", "student2,3,6,1"]
+    assert api(hub, "GET", f"{A}/lab1/grades.csv", s1).status_code == 403
+    metrics = requests.get(f"{hub.url}/services/classhub/metrics",
+                           headers={"Authorization": f"token {t['admin']}"}, timeout=30).text
+    assert 'classhub_grading_jobs_total{course="demo101",outcome="graded"} 3.0' in metrics
