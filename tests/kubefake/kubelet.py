@@ -705,6 +705,23 @@ class Kubelet:
             return None
         return self._env(rt, pod, spec), self._cwd(rt, spec, rooted=bool(self._binds(rt, pod, spec)))
 
+    def exec_prefix(self, uid: str, container: str, cwd: str) -> list[str]:
+        """What runs a ``pods/exec`` command inside the container's mount namespace (its volume
+        mounts, read-only ones included, and no right to remount), empty when it has none."""
+        rt = self.runtimes.get(uid)
+        cont = rt.containers.get(container) if rt else None
+        proc = cont.process if cont else None
+        pid = getattr(proc, "pid", None)
+        if rt is None or pid is None or not os.path.exists(f"/proc/{pid}/ns/mnt"):
+            return []
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt"):
+                return []  # the container has no mounts of its own
+        enter = ["nsenter", f"--target={pid}", "--mount", f"--wdns={cwd}"]  # setns resets the cwd
+        if os.geteuid() != 0:
+            enter[2:2] = ["--user", "--preserve-credentials"]
+        return [*enter, "--", "setpriv", "--bounding-set", "-sys_admin", "--"]
+
     def _cwd(self, rt: PodRuntime, container: dict[str, Any], rooted: bool) -> str:
         """The container's working directory: ``workingDir`` under the pod's root where the pod
         has mounts (a path of its own), else the host folder if it exists, else the work dir."""
