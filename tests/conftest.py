@@ -67,6 +67,7 @@ SLOWEST_FIRST = (  # seconds: the larger of two CI runs' reports (--durations, j
     "test_service_fuzz",  # 205 before issue 29 moved about 75 s of its CPU out; about 130 expected
     "test_browser_pages",  # 108
     "test_culler_local",  # 92
+    "test_browser_course_data",  # 85: both run modes' journeys (local 31, Kubernetes 50), 200 MB each
     "test_jobs_restart",  # 92
     "test_hub_versions",  # ~90: installs JupyterHub 5 beside the venv and starts a hub (estimate)
     "test_preemption_kube_hub",  # estimate
@@ -83,7 +84,6 @@ SLOWEST_FIRST = (  # seconds: the larger of two CI runs' reports (--durations, j
     "test_browser_cluster",  # ~40 with the home's live job count and the picker (estimate)
     "test_assignments_kube",  # ~50 (estimate)
     "test_browser_assignments",  # ~30 alone with its two gradings, more beside other workers (estimate)
-    "test_browser_course_data",  # ~50 on an idle machine: a 200 MB upload and JupyterLab (estimate)
     "test_service_courses",  # 42
     "test_coursedata_hub",  # ~30 (estimate)
     "test_autograde_hub",  # 13 alone: a system-users hub grading three submissions (estimate ~30 loaded)

@@ -1,4 +1,6 @@
-"""The course data journey in Chromium against a real ``classhub local`` hub (issue 35, local mode).
+"""The course data journey in Chromium, in both run modes (issue 35): against a real
+``classhub local`` hub, and against a Kubernetes-mode hub (tests/kubehub.py) whose servers are pods
+of the fake cluster (tests/kubefake) mounting the course's folder of an NFS export.
 
 A teacher uploads a 200 MB file on the course page's Data section and watches the progress bar
 climb (the file goes in 8 MiB chunks, each a Content-Range PUT); the file is listed with its
@@ -6,6 +8,11 @@ size. A student, whose server was running before the upload, opens ``~/data/demo
 JupyterLab, opens the course's README read-only, and trying to delete it from the file browser
 gets JupyterLab's error dialog with classhub's sentence; the file is still there. The teacher
 sees every member's home size; the student's course page has no Upload and no home sizes.
+
+On Kubernetes the student's folder is a ``readOnly`` mount (the fake kubelet makes it a
+read-only bind mount, tests/test_kubefake_volumes.py): the student's server sees the read-only
+mount and says why; the kernel refuses the write whatever the server says. Homes are volumes the
+hub cannot read there, so the teacher's page says so instead of showing sizes.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import pytest
 
 from tests.browser import Clicks, screenshot
 from tests.hubproc import HubSession, LocalHub, api, start_server
+from tests.kubehub import process_cluster, request_server, running_hub, wait_ready
 
 pytestmark = pytest.mark.browser
 
@@ -30,11 +38,38 @@ TEACHER_UPLOADS = 1
 STUDENT_TRIES_TO_DELETE = 3
 
 
-@pytest.fixture(scope="module")
-def hub(hub_root: Path):
-    hub = LocalHub(data_dir=hub_root / "course-data-browser").start()
-    yield hub
-    hub.stop()
+NFS_SERVER, NFS_PATH = "nfs.example.edu", "/exports/courses"
+KUBE_NODES = [{"name": "cpu-node", "allocatable": {"cpu": "16", "memory": "64Gi"}}]
+
+
+@pytest.fixture(scope="module", params=["local", "kubernetes"])
+def hub(request, hub_root: Path, tmp_path_factory):
+    """One hub per run mode; ``hub.course_data`` is the folder holding the courses' folders."""
+    if request.param == "local":
+        hub = LocalHub(data_dir=hub_root / "course-data-browser").start()
+        hub.course_data = hub.data_dir / "course-data"
+        yield hub
+        hub.stop()
+        return
+    export = tmp_path_factory.mktemp("nfs-export")
+    # the hub pod's mount of the export (helm-values/course-data-nfs.yaml) is the export itself here
+    extra = f"""
+c.ClasshubCourseData.root_dir = "{export}"
+c.ClasshubCourseData.volume = {{"nfs": {{"server": "{NFS_SERVER}", "path": "{NFS_PATH}"}}}}
+c.KubeSpawner.working_dir = "/home/jovyan"  # the image's WORKDIR: ~/data/<course> is data/<course>
+# what the images' classhub-singleuser.json enables (images/README.md)
+c.KubeSpawner.args = c.KubeSpawner.args + ["--ServerApp.jpserver_extensions=hub_ext.singleuser=True"]
+"""
+    for cluster in process_cluster(tmp_path_factory, KUBE_NODES):
+        cluster.export_nfs(NFS_SERVER, NFS_PATH, export)
+        for hub in running_hub(cluster, tmp_path_factory, "default", extra):
+            hub.course_data = export
+            admin = HubSession(hub, "admin").new_token()
+            assert api(hub, "POST", "courses", admin, json={"name": COURSE}).status_code == 201
+            r = api(hub, "PUT", f"courses/{COURSE}/members", admin, json={"add": [
+                {"username": "teacher1", "role": "teacher"}, {"username": "student1", "role": "student"}]})
+            assert r.status_code == 200, r.text
+            yield hub
 
 
 def logged_in_page(browser, hub: LocalHub, user: str, next_path: str):
@@ -51,8 +86,14 @@ def logged_in_page(browser, hub: LocalHub, user: str, next_path: str):
 
 
 def test_a_teacher_uploads_200_mb_and_a_student_reads_but_cannot_delete(hub, browser, tmp_path):
-    student_token = HubSession(hub, "student1").new_token()
-    start_server(hub, "student1", student_token)
+    kube = not isinstance(hub, LocalHub)
+    student = HubSession(hub, "student1")
+    if kube:
+        r = request_server(student)
+        assert r.status_code in (201, 202), r.text
+        wait_ready(student, 90)
+    else:
+        start_server(hub, "student1", student.new_token())
     teacher_token = HubSession(hub, "teacher1").new_token()
     r = api(hub, "PUT", f"courses/{COURSE}/data/files/README.md", teacher_token,
             data=b"# Cats\nOne image per file.\n", headers={"Content-Type": "application/octet-stream"})
@@ -79,8 +120,12 @@ def test_a_teacher_uploads_200_mb_and_a_student_reads_but_cannot_delete(hub, bro
     assert "200.0 MiB" in row.inner_text()
     homes = page.locator("#homes-table tr[data-user='student1']")
     homes.wait_for()
-    assert "B" in homes.inner_text()  # a size, not a dash
-    screenshot(page, "page-course-data")
+    if kube:  # the homes are volumes the hub cannot read: it says so, and shows no size (not 0 B)
+        assert "your storage's own metrics" in page.locator("#homes-note").inner_text()
+        assert "B" not in homes.locator("td").last.inner_text()
+    else:
+        assert "B" in homes.inner_text()  # a size, not a dash
+    screenshot(page, "page-course-data" + ("-kubernetes" if kube else ""))
     context.close()
 
     context, page = logged_in_page(browser, hub, "student1", f"/services/classhub/courses/{COURSE}")
@@ -101,9 +146,9 @@ def test_a_teacher_uploads_200_mb_and_a_student_reads_but_cannot_delete(hub, bro
     error.wait_for()
     assert "course's page" in error.inner_text()
     assert clicks.count == STUDENT_TRIES_TO_DELETE
-    screenshot(page, "lab-course-data-read-only")
+    screenshot(page, "lab-course-data-read-only" + ("-kubernetes" if kube else ""))
     error.get_by_role("button").last.click()
     error.wait_for(state="detached")
     assert page.locator(".jp-DirListing-item[title*='README.md']").count() == 1
     context.close()
-    assert (hub.data_dir / "course-data" / COURSE / "README.md").exists()
+    assert (hub.course_data / COURSE / "README.md").exists()

@@ -263,19 +263,30 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
         return True
 
     def _course_data_refusal(self, handler: Any, resource: str) -> str | None:
-        """The sentence refusing a change under a course's data folder (local mode), else None.
+        """The sentence refusing a change under a course's data folder, else None: in local mode
+        a path under $CLASSHUB_COURSE_DATA_DIR; on Kubernetes a path on a read-only mount (the
+        kubelet refuses the write whatever this says; the sentence tells the student why).
 
         Why here too: in the single-account local mode every server runs as the account that
         owns the folders (root, on a machine where the hub runs as root), so file modes alone
         cannot stop JupyterLab; the server refuses, and says where uploads go
         (docs/admins/course-data.md)."""
-        if resource != "contents" or not course_data_root():
+        if resource != "contents":
             return None
         try:
             path = sharing.request_path(resource, self._url_path(handler))
         except ValueError:
             return None
-        if path is None or not in_course_data(os.path.join(self.root_dir, path)):
+        if path is None:
+            return None
+        target = os.path.join(self.root_dir, path)
+        if not course_data_root():
+            if not on_read_only_mount(target):
+                return None
+            return ("This folder is mounted read-only in your server (a course's data folder): "
+                    "teachers and TAs upload and delete its files on the course's page in "
+                    "classhub (Data).")
+        if not in_course_data(target):
             return None
         return ("The course's data folder is read-only in your server: teachers and TAs upload "
                 "and delete its files on the course's page in classhub (Data).")
@@ -376,6 +387,23 @@ def course_data_root() -> str:
     """Where the courses' data folders are on this machine (local mode: the spawner sets
     $CLASSHUB_COURSE_DATA_DIR; empty on Kubernetes, where the mount is read-only itself)."""
     return os.environ.get("CLASSHUB_COURSE_DATA_DIR", "")
+
+
+def on_read_only_mount(path: str) -> bool:
+    """Whether ``path`` (or, when it does not exist yet, the folder it would be made in) is on a
+    file system mounted read-only, as a student's course data mount is on Kubernetes
+    (docs/admins/course-data.md)."""
+    path = os.path.abspath(path)
+    while True:
+        try:
+            return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+        except FileNotFoundError:
+            parent = os.path.dirname(path)
+            if parent == path:
+                return False
+            path = parent
+        except OSError:
+            return False
 
 
 def in_course_data(path: str) -> bool:

@@ -88,6 +88,11 @@ class FakeCluster:
         self.api: ApiServer
         self.kubeconfig_path: Path | None = None
 
+    def export_nfs(self, server: str, path: str, folder: str | Path) -> None:
+        """Stand ``folder`` in for the NFS export ``server:path``: process-mode pods with an
+        ``nfs`` volume of it get it mounted (read-only where the mount says so), see kubelet.py."""
+        self.kubelet.nfs_exports[f"{server}:{path}"] = str(folder)
+
     # ----- lifecycle ------------------------------------------------------------------------------
     @property
     def url(self) -> str:

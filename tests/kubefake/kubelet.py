@@ -24,6 +24,18 @@ sends SIGTERM, waits up to the grace period, then SIGKILL, then removes the pod.
 latencies (latency.py), an image not yet on the node is pulled first (``Pulling``/``Pulled``
 events), a container takes a while to start, and a stand-in takes a while to exit on SIGTERM.
 ``exec_context`` gives ``pods/exec`` (podexec.py) a running container's environment.
+
+Volumes (``process`` mode): an ``nfs`` volume whose export the test registered
+(``FakeCluster.export_nfs``) is mounted as a kubelet mounts it. The pod's file system root is its
+work directory (``mountPath`` ``/home/jovyan/data/x`` is ``<workdir>/home/jovyan/data/x``, and a
+``workingDir`` is taken there too), the container runs in its own mount namespace
+(``unshare --mount``) where each ``volumeMount`` is a bind mount of the export (its ``subPath``
+made when missing, as kubelet does), ``readOnly: true`` a read-only bind mount, the export's
+own folder is covered by an empty read-only tmpfs, and ``CAP_SYS_ADMIN`` is dropped from the
+bounding set before the command runs: a process in the pod gets ``EROFS`` for a write and
+cannot remount, as in a pod without privileges. Not isolated as a container is: the rest of
+the host's file system is visible (no chroot), and ``/proc/<pid>/root`` of a process outside
+reaches the export (no PID namespace).
 """
 
 from __future__ import annotations
@@ -35,6 +47,8 @@ import ipaddress
 import json
 import os
 import re
+import shlex
+import shutil
 import signal
 import tempfile
 from dataclasses import dataclass, field
@@ -118,6 +132,8 @@ class Kubelet:
         self._images: dict[str, set[str]] = {}  # node -> images already pulled there
         self._next_ip = int(ipaddress.IPv4Address(ip_base))
         self._workdir = tempfile.mkdtemp(prefix="kubefake-kubelet-")
+        #: ``"<server>:<path>"`` of an nfs volume -> the local folder that stands for the export
+        self.nfs_exports: dict[str, str] = {}
         store.listeners.append(self._on_event)
 
     # ----- reacting to the API ------------------------------------------------------------------
@@ -339,8 +355,10 @@ class Kubelet:
     ) -> None:
         env = self._env(rt, pod, container)
         argv = [expand(str(a), env) for a in (container.get("command") or []) + (container.get("args") or [])]
-        workdir = container.get("workingDir")
-        cwd = workdir if workdir and os.path.isdir(workdir) else rt.workdir
+        binds = self._binds(rt, pod, container)
+        cwd = self._cwd(rt, container, rooted=bool(binds))
+        if binds:
+            argv = mount_namespace_argv(binds, argv)
         proc = await asyncio.create_subprocess_exec(
             *argv,
             env=env,
@@ -685,13 +703,95 @@ class Kubelet:
         )
         if pod is None or spec is None:
             return None
-        workdir = spec.get("workingDir")
-        return self._env(rt, pod, spec), workdir if workdir and os.path.isdir(workdir) else rt.workdir
+        return self._env(rt, pod, spec), self._cwd(rt, spec, rooted=bool(self._binds(rt, pod, spec)))
+
+    def exec_prefix(self, uid: str, container: str, cwd: str) -> list[str]:
+        """What runs a ``pods/exec`` command inside the container's mount namespace (its volume
+        mounts, read-only ones included, and no right to remount), empty when it has none."""
+        rt = self.runtimes.get(uid)
+        cont = rt.containers.get(container) if rt else None
+        proc = cont.process if cont else None
+        pid = getattr(proc, "pid", None)
+        if rt is None or pid is None or not os.path.exists(f"/proc/{pid}/ns/mnt"):
+            return []
+        with contextlib.suppress(OSError):
+            if os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt"):
+                return []  # the container has no mounts of its own
+        enter = ["nsenter", f"--target={pid}", "--mount", f"--wdns={cwd}"]  # setns resets the cwd
+        if os.geteuid() != 0:
+            enter[2:2] = ["--user", "--preserve-credentials"]
+        return [*enter, "--", "setpriv", "--bounding-set", "-sys_admin", "--"]
+
+    def _cwd(self, rt: PodRuntime, container: dict[str, Any], rooted: bool) -> str:
+        """The container's working directory: ``workingDir`` under the pod's root where the pod
+        has mounts (a path of its own), else the host folder if it exists, else the work dir."""
+        workdir = container.get("workingDir")
+        if workdir and rooted:
+            inside = os.path.join(rt.workdir, workdir.lstrip("/"))
+            os.makedirs(inside, exist_ok=True)
+            return inside
+        return workdir if workdir and os.path.isdir(workdir) else rt.workdir
+
+    def _binds(self, rt: PodRuntime, pod: dict[str, Any], container: dict[str, Any]) -> list[Bind]:
+        """The container's mounts this kubelet can make (nfs volumes of registered exports)."""
+        volumes = {v.get("name"): v for v in pod["spec"].get("volumes") or []}
+        binds: list[Bind] = []
+        for mount in container.get("volumeMounts") or []:
+            nfs = (volumes.get(mount.get("name")) or {}).get("nfs")
+            if not isinstance(nfs, dict):
+                continue
+            export = self.nfs_exports.get(f"{nfs.get('server')}:{nfs.get('path')}")
+            if export is None:
+                continue
+            source = os.path.realpath(export)
+            sub = str(mount.get("subPath") or "")
+            if sub:
+                path = os.path.realpath(os.path.join(source, sub))
+                if os.path.isabs(sub) or ".." in sub.split("/") or not path.startswith(source + os.sep):
+                    raise OSError(f"subPath {sub!r} leaves the volume")
+                os.makedirs(path, 0o755, exist_ok=True)  # kubelet makes a missing subPath
+            else:
+                path = source
+            target = os.path.join(rt.workdir, str(mount["mountPath"]).lstrip("/"))
+            os.makedirs(target, exist_ok=True)
+            read_only = bool(mount.get("readOnly")) or bool(nfs.get("readOnly"))
+            binds.append(Bind(path, target, read_only, source))
+        return binds
 
     def pod_ip(self, uid: str) -> str | None:
         """The loopback address given to a pod."""
         rt = self.runtimes.get(uid)
         return rt.ip if rt else None
+
+
+@dataclass(frozen=True)
+class Bind:
+    """One volume mount of a container: ``source`` bound at ``target`` (``export``: the volume's
+    own folder, hidden from the pod)."""
+
+    source: str
+    target: str
+    read_only: bool
+    export: str
+
+
+def mount_namespace_argv(binds: list[Bind], argv: list[str]) -> list[str]:
+    """``argv`` run in a new mount namespace with ``binds`` mounted (read-only ones remounted
+    ``ro``), the exports covered, and ``CAP_SYS_ADMIN`` dropped so the pod cannot undo them.
+    As root: a plain mount namespace; otherwise a user namespace maps the caller to root."""
+    steps = []
+    for bind in binds:
+        source, target = shlex.quote(bind.source), shlex.quote(bind.target)
+        steps.append(f"mount --bind {source} {target}")
+        if bind.read_only:
+            steps.append(f"mount -o remount,bind,ro {target}")
+    for export in sorted({b.export for b in binds}):
+        steps.append(f"mount -t tmpfs -o ro,size=4k,mode=0 kubefake-hidden {shlex.quote(export)}")
+    script = " && ".join(steps) + ' && exec setpriv --bounding-set -sys_admin -- "$@"'
+    unshare = [shutil.which("unshare") or "unshare", "--mount", "--propagation", "private"]
+    if os.geteuid() != 0:
+        unshare[1:1] = ["--user", "--map-root-user"]
+    return [*unshare, "--", "/bin/sh", "-c", script, "kubefake-mounts", *argv]
 
 
 def singleuser_login(env: dict[str, str], path: str) -> str:

@@ -106,6 +106,7 @@ async def serve_exec(request: web.Request, store: Store, kubelet: Kubelet, t: Ta
     want_out, want_err = _truthy(q.get("stdout")), _truthy(q.get("stderr"))
     try:
         proc = await asyncio.create_subprocess_exec(
+            *kubelet.exec_prefix(pod["metadata"]["uid"], container, cwd),
             *command,
             env=env,
             cwd=cwd,
