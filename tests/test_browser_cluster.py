@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import sys
-import time
 
 import pytest
 import requests
@@ -88,10 +87,8 @@ def test_the_admin_sees_a_server_and_a_job_appear_on_the_cluster_page(hub, token
         try:
             wait_for(lambda: api(hub, "GET", f"jobs/{job_id}", tokens["student1"]).json()["state"]
                      == "running", 60, "the job to run")
-            started = time.monotonic()
             row = node.locator(f"tr.classhub-holding[data-kind='job'][data-name='{job_id}']")
             row.wait_for(timeout=FOLLOWS_WITHIN_MS)
-            assert time.monotonic() - started < FOLLOWS_WITHIN_MS / 1000
             assert "student1" in row.inner_text() and "1 nvidia.com/gpu" in row.inner_text()
             assert re.search(r"on GPU [0-2] \(NVIDIA H200\)", row.inner_text())  # its replica's GPU
             home.wait_for_function(  # the home asks every 10 s while visible: a deadline, not a sleep
