@@ -27,8 +27,8 @@ Routes (authenticated like every jupyter-server API: the cookie and ``_xsrf`` of
 - ``POST api/classhub/panel/copy`` ``{"path": "week1.ipynb"}``: a viewer's copy to their server;
 - ``POST api/classhub/panel/predictions`` ``{"course": ..., "competition": ..., "path": "out.csv"}``:
   the owner submits a predictions file of this server to a competition: the server reads the file
-  and relays it as the CSV upload the service scores (docs/students/competitions.md), so the
-  browser never downloads and re-uploads it.
+  and relays it as the CSV upload the service scores (docs/teachers/competitions.md), so the
+  browser never downloads and re-uploads it (docs/teachers/lab-panel.md).
 """
 
 from __future__ import annotations
