@@ -1,7 +1,8 @@
 """Competitions in Chromium against a real ``classhub local`` hub (docs/teachers/competitions.md).
 
 The journey of a challenge: the teacher creates a competition with the course page's form,
-picking the hidden labels file in the same form; three students submit predictions (the first
+picking the hidden labels file in the same form (a broken file first: its sentence, then the
+fixed one with the same Create); three students submit predictions (the first
 with the page's upload, the other two through the API, as a script or the JupyterLab panel
 would); the first student reads the public leaderboard with their rank and how many submissions
 they have left today; the teacher sees both splits; after the end (moved through the API, the
@@ -80,6 +81,14 @@ def test_create_with_labels_three_submissions_and_both_leaderboards(hub, browser
     page.fill("#cc-limit", "2")
     ends = datetime.now().astimezone() + timedelta(hours=2)  # the browser's local time
     page.fill("#cc-ends", ends.strftime("%Y-%m-%dT%H:%M"))
+    # a labels file with a repeated id: the sentence says which line to fix, the form keeps the
+    # fields, and Create with the fixed file uploads the labels of the competition already made
+    broken = tmp_path / "broken.csv"
+    broken.write_text("id,label\nimg000,dog\nimg000,cat\n")
+    _pick(clicks, "#cc-labels", broken)
+    clicks.click("#create-competition button[type=submit]")
+    page.wait_for_selector("#cc-status:has-text(\"repeats the id 'img000'\")")
+    clicks = Clicks(page)
     _pick(clicks, "#cc-labels", labels)
     clicks.click("#create-competition button[type=submit]")
     page.wait_for_selector("#page-status:has-text('Created digits with 20 hidden labels.')")
