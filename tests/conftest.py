@@ -84,6 +84,7 @@ SLOWEST_FIRST = (  # seconds: the larger of two CI runs' reports (--durations, j
     "test_browser_cluster",  # ~40 with the home's live job count and the picker (estimate)
     "test_assignments_kube",  # ~50 (estimate)
     "test_browser_assignments",  # ~30 alone with its two gradings, more beside other workers (estimate)
+    "test_browser_competitions",  # ~32 alone
     "test_service_courses",  # 42
     "test_coursedata_hub",  # ~30 (estimate)
     "test_autograde_hub",  # 13 alone: a system-users hub grading three submissions (estimate ~30 loaded)

@@ -43,6 +43,7 @@ NOTEBOOK = {
 }
 SCRIPT = 'import os\nprint("job output:", 6 * 7, "in", os.path.basename(os.getcwd()))\n'
 COURSE = "demo101"
+LABELS = "".join(f"img{i},{'cat' if i % 3 else 'dog'}\n" for i in range(12))
 LAB_READY = "#jp-main-dock-panel"
 PANEL_TAB = ".jp-SideBar .lm-TabBar-tab[data-id='classhub-panel']"
 
@@ -90,6 +91,15 @@ def course(hub: LocalHub, tokens: dict[str, str]) -> None:
             data=archive.getvalue(), headers={"Content-Type": "application/gzip"})
     assert r.status_code == 201, r.text
     r = api(hub, "PUT", f"courses/{COURSE}/sharing", tokens["teacher1"], json={"ta_server_access": False})
+    assert r.status_code == 200, r.text
+    # a competition with its hidden labels (docs/teachers/competitions.md): the panel's section
+    ends = (datetime.now(timezone.utc) + timedelta(days=1)).isoformat()
+    r = api(hub, "POST", f"courses/{COURSE}/competitions", tokens["teacher1"],
+            json={"name": "digits", "title": "Cats or dogs", "metric": "accuracy", "ends_at": ends,
+                  "daily_limit": 3})
+    assert r.status_code == 201, r.text
+    r = api(hub, "PUT", f"courses/{COURSE}/competitions/digits/labels", tokens["teacher1"],
+            data=f"id,label\n{LABELS}".encode(), headers={"Content-Type": "text/csv"})
     assert r.status_code == 200, r.text
 
 
@@ -312,6 +322,27 @@ def test_student_submits_a_script_as_a_job_and_reads_its_log(page, hub, tokens, 
     row.filter(has_text="succeeded").wait_for(timeout=30_000)
     assert row.get_by_role("button", name="Cancel job hello-job").count() == 0
     screenshot(page, "lab-job-log")
+
+    # a competition from the panel: select the predictions CSV in the file browser, Submit…;
+    # the score comes back as a notification, the panel shows the rank and what is left today
+    r = server_api(hub, "student1", "PUT", "api/contents/predictions.csv", tokens["student1"],
+                   json={"type": "file", "format": "text",
+                         "content": "id,prediction\n" + LABELS})
+    assert r.status_code in (200, 201), r.text
+    clicks = Clicks(page)
+    clicks.click(".jp-SideBar .lm-TabBar-tab[data-id='filebrowser']")
+    clicks.click_locator(page.locator(".jp-DirListing-item[title*='predictions.csv']"))
+    clicks.click(PANEL_TAB)
+    competition = page.locator("#classhub-panel .classhub-competitions li[data-competition=digits]")
+    assert "not submitted yet; 3 of 3 left today" in competition.inner_text()
+    clicks.click_locator(competition.get_by_role("button", name="Submit a predictions CSV to Cats or dogs",
+                                                 exact=False))
+    page.locator(".Toastify__toast", has_text="Scored Cats or dogs: public accuracy 1.0000.").wait_for()
+    competition.filter(has_text="best public accuracy 1.0000, rank 1 of 1; 2 of 3 left today").wait_for()
+    assert clicks.count == 4, clicks.count
+    mine = api(hub, "GET", f"courses/{COURSE}/competitions/digits/submissions", tokens["student1"]).json()
+    assert len(mine) == 1 and mine[0]["public_score"] == 1.0
+    screenshot(page, "lab-competition")
 
 
 @pytest.fixture(scope="module")

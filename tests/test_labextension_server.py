@@ -30,13 +30,16 @@ def test_the_owner_relay_passes_only_the_panel_s_calls() -> None:
     assert relayable("POST", "jobs") and relayable("GET", "jobs/j1/logs")  # "Submit as job…", "Logs"
     assert relayable("GET", "courses/demo101/assignments")  # the Assignments section and its Submit
     assert relayable("POST", "courses/demo101/assignments/lab1/submissions")
+    assert relayable("GET", "courses/demo101/competitions")  # the Competitions section
     for method, path in (("GET", "usage"), ("DELETE", "shares"), ("PUT", "courses/demo101/quota"),
                          ("POST", "courses/demo101/members"), ("GET", "shares/../usage"),
                          ("DELETE", "shares/7/x"), ("PATCH", "shares/7"),
                          ("GET", "courses/../templates"), ("DELETE", "jobs/j1"),
                          ("GET", "jobs/../logs"), ("POST", "courses/demo101/assignments"),
                          ("PUT", "courses/demo101/assignments/lab1"),
-                         ("GET", "courses/demo101/assignments/lab1/download")):
+                         ("GET", "courses/demo101/assignments/lab1/download"),
+                         ("POST", "courses/demo101/competitions"),
+                         ("PUT", "courses/demo101/competitions/digits/labels")):
         assert not relayable(method, path), (method, path)
 
 
@@ -84,7 +87,8 @@ def test_read_only_viewer_is_never_the_owner_through_the_panel(hub, tokens) -> N
     body = state.json()
     assert body["viewer"] == {"name": "ta1", "owner": False, "access": "read-only"}
     assert body["owner"] == "student1"
-    owners = {"usage", "shares", "shared_with_me", "templates", "culling", "me", "courses", "jobs"}
+    owners = {"usage", "shares", "shared_with_me", "templates", "culling", "me", "courses", "jobs",
+              "assignments", "competitions"}
     assert not owners & set(body)
     refused = {
         "list the owner's shares": server(hub, "student1", "GET", f"{RELAY}/shares", ta),
@@ -95,6 +99,9 @@ def test_read_only_viewer_is_never_the_owner_through_the_panel(hub, tokens) -> N
         "restart the owner's server": server(hub, "student1", "POST",
                                              f"{RELAY}/courses/demo101/templates/lab1/start", ta, json={}),
         "keep the owner's server": server(hub, "student1", "POST", "api/classhub/panel/keep", ta),
+        "submit predictions as the owner": server(
+            hub, "student1", "POST", "api/classhub/panel/predictions", ta,
+            json={"course": "demo101", "competition": "digits", "path": "week1.ipynb"}),
     }
     assert {k: r.status_code for k, r in refused.items()} == {k: 403 for k in refused}
     assert all(r.json().get("message") for r in refused.values())

@@ -24,7 +24,11 @@ Routes (authenticated like every jupyter-server API: the cookie and ``_xsrf`` of
   (the panel reads again what is new);
 - ``POST api/classhub/panel/keep``: "keep running" (the owner): tells the hub this server is in
   use now, which is what the idle culler reads;
-- ``POST api/classhub/panel/copy`` ``{"path": "week1.ipynb"}``: a viewer's copy to their server.
+- ``POST api/classhub/panel/copy`` ``{"path": "week1.ipynb"}``: a viewer's copy to their server;
+- ``POST api/classhub/panel/predictions`` ``{"course": ..., "competition": ..., "path": "out.csv"}``:
+  the owner submits a predictions file of this server to a competition: the server reads the file
+  and relays it as the CSV upload the service scores (docs/teachers/competitions.md), so the
+  browser never downloads and re-uploads it (docs/teachers/lab-panel.md).
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
 
 from jupyter_server.base.handlers import APIHandler
-from jupyter_server.utils import url_path_join
+from jupyter_server.utils import ensure_async, url_path_join
 from tornado import web
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError
 
@@ -52,7 +56,7 @@ RELAYED: dict[str, tuple[re.Pattern[str], ...]] = {
     "GET": tuple(re.compile(p) for p in (
         r"me", r"usage/me", r"shares", r"shares/with-me", r"culling/me", r"storage/me",
         r"courses/[^/]+/templates", r"courses/[^/]+/usage", r"jobs", r"jobs/[^/]+", r"jobs/[^/]+/logs",
-        r"courses/[^/]+/assignments",
+        r"courses/[^/]+/assignments", r"courses/[^/]+/competitions",
     )),
     "POST": tuple(re.compile(p) for p in (
         r"shares", r"courses/[^/]+/templates/[^/]+/start", r"courses/[^/]+/templates/[^/]+/versions",
@@ -127,15 +131,15 @@ class PanelHandler(APIHandler):
         code, raw, _ = await self.service_raw(method, path, body)
         return code, _payload(raw)
 
-    async def service_raw(self, method: str, path: str,
-                          body: bytes | None = None) -> tuple[int, bytes, str]:
+    async def service_raw(self, method: str, path: str, body: bytes | None = None,
+                          content_type: str = "application/json") -> tuple[int, bytes, str]:
         """Call the classhub service: status, the answer's bytes and its Content-Type."""
         if not self.service_api:
             raise web.HTTPError(503, "This server does not know the classhub service "
                                      "(CLASSHUB_SERVICE_API_URL is not set).")
         headers = {"Authorization": f"token {self.hub_auth.api_token}"}
         if body is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         try:
             answer = await AsyncHTTPClient().fetch(
                 f"{self.service_api}/{path}", method=method, headers=headers, request_timeout=60,
@@ -196,18 +200,23 @@ class StateHandler(PanelHandler):
         courses = (state.get("me") or {}).get("courses") or {}
         state["courses"] = courses
         listed = await asyncio.gather(*(self.service("GET", f"courses/{quote(c, safe='')}/{what}")
-                                        for what in ("templates", "assignments") for c in courses))
-        templates, assignments = [], []
+                                        for what in ("templates", "assignments", "competitions")
+                                        for c in courses))
+        templates, assignments, competitions = [], [], []
         for course, (code, payload) in zip(courses, listed[:len(courses)], strict=True):
             if code == 200:
                 items = payload.get("templates", payload) if isinstance(payload, dict) else payload
                 for t in items or []:
                     templates.append({"course": course, **t})
-        for code, payload in listed[len(courses):]:  # each assignment names its course
+        for code, payload in listed[len(courses):2 * len(courses)]:  # each assignment names its course
             if code == 200 and isinstance(payload, list):
                 assignments.extend(payload)
+        for code, payload in listed[2 * len(courses):]:  # so does each competition
+            if code == 200 and isinstance(payload, list):
+                competitions.extend(payload)
         state["templates"] = templates
         state["assignments"] = assignments
+        state["competitions"] = competitions
         state["errors"] = errors
         self.answer(200, state)
 
@@ -303,6 +312,35 @@ class CopyHandler(PanelHandler):
         self.answer(code, answer)
 
 
+class PredictionsHandler(PanelHandler):
+    """``POST api/classhub/panel/predictions``: the owner submits a CSV file of this server to a
+    competition; the answer is the service's (the scored submission, or its sentence)."""
+
+    @web.authenticated
+    async def post(self) -> None:
+        self.require_owner()
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError:
+            body = None
+        names = ("course", "competition", "path")
+        if not isinstance(body, dict) or not all(isinstance(body.get(k), str) and body[k].strip("/")
+                                                 for k in names):
+            raise web.HTTPError(400, 'Send {"course": "demo101", "competition": "digits", "path": '
+                                     '"predictions.csv"}: the competition and the CSV file to submit.')
+        path = body["path"].strip("/")
+        try:
+            model = await ensure_async(self.contents_manager.get(path, content=True, format="text",
+                                                                 type="file"))
+        except web.HTTPError as e:
+            raise web.HTTPError(400, f"{path} cannot be read as a text file of this server "
+                                     f"({e.log_message}); pick the CSV file of your predictions.") from None
+        target = (f"courses/{quote(body['course'], safe='')}/competitions/"
+                  f"{quote(body['competition'], safe='')}/submissions")
+        code, raw, _ = await self.service_raw("POST", target, model["content"].encode(), "text/csv")
+        self.answer(code, _payload(raw))
+
+
 def setup(serverapp: Any) -> None:
     """Register the panel's routes with the server."""
     base_url = serverapp.web_app.settings["base_url"]
@@ -312,4 +350,5 @@ def setup(serverapp: Any) -> None:
         (url_path_join(prefix, "service", "(.*)"), RelayHandler),
         (url_path_join(prefix, "keep"), KeepHandler),
         (url_path_join(prefix, "copy"), CopyHandler),
+        (url_path_join(prefix, "predictions"), PredictionsHandler),
     ])

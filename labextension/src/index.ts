@@ -30,6 +30,7 @@ import { ClasshubPanel } from './panel';
 import { ShareForm } from './shareform';
 import {
   IAssignment,
+  ICompetition,
   ICullWarning,
   IJob,
   IPanelState,
@@ -42,7 +43,9 @@ import {
   isActiveJob,
   isReadOnly,
   jobRequest,
+  predictionsPath,
   readOnlyRefusal,
+  scoredText,
   shareRequest
 } from './state';
 
@@ -167,6 +170,32 @@ const plugin: JupyterFrontEndPlugin<void> = {
             `Submitted ${a.title || a.name}: ${s.files} files${s.late ? ' (late)' : ''}.${left}`,
             { autoClose: 8000 }
           );
+        } catch (error) {
+          fail('Not submitted', error);
+        }
+        await refresh();
+      },
+      submitPredictions: async (c: ICompetition) => {
+        let path = predictionsPath(browserSelection());
+        if (!path) {
+          const asked = await InputDialog.getText({
+            title: `Submit predictions to ${c.title || c.name}`,
+            label: 'The CSV file (a path in this server), or select it in the file browser first',
+            placeholder: 'predictions.csv',
+            okLabel: 'Submit'
+          });
+          if (!asked.button.accept || !asked.value?.trim()) {
+            return;
+          }
+          path = asked.value.trim();
+        }
+        try {
+          const s = await panelRequest<{ public_score: number | null }>('predictions', {
+            method: 'POST',
+            body: JSON.stringify({ course: c.course, competition: c.name, path }),
+            headers: { 'Content-Type': 'application/json' }
+          });
+          Notification.success(scoredText(c, s.public_score), { autoClose: 8000 });
         } catch (error) {
           fail('Not submitted', error);
         }

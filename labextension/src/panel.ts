@@ -9,12 +9,14 @@ import { Widget } from '@lumino/widgets';
 import {
   ACTIVE_JOB_STATES,
   IAssignment,
+  ICompetition,
   IJob,
   IPanelState,
   IShare,
   ITemplate,
   cullMessage,
   describeAssignment,
+  describeCompetition,
   describeJob,
   describeShare,
   formatBytes,
@@ -32,6 +34,7 @@ export interface IPanelActions {
   startTemplate(template: ITemplate): Promise<void>;
   startAssignment(assignment: IAssignment): void;
   submitAssignment(assignment: IAssignment): Promise<void>;
+  submitPredictions(competition: ICompetition): Promise<void>;
   publishFolder(course: string): Promise<void>;
   copyToMyServer(): Promise<void>;
   cancelJob(job: IJob): Promise<void>;
@@ -117,7 +120,7 @@ export class ClasshubPanel extends Widget {
       root.append(this._visitor(state));
     } else if (state) {
       root.append(this._myServer(state), this._quota(state), this._templates(state),
-        this._assignments(state));
+        this._assignments(state), this._competitions(state));
       root.append(this._sharing(state), ...this._jobs(state), ...this._courses(state));
       for (const e of (state as any).errors || []) {
         root.append(el('p', { class: 'classhub-error' }, String(e)));
@@ -273,6 +276,31 @@ export class ClasshubPanel extends Widget {
           submit
         )
       );
+    }
+    s.append(list);
+    return s;
+  }
+
+  private _competitions(state: IPanelState): HTMLElement {
+    const s = section('Competitions', 'competitions');
+    const competitions = state.competitions || [];
+    if (!competitions.length) {
+      s.append(el('p', {}, 'No open competitions in your courses.'));
+    }
+    const when = (iso: string) => new Date(iso).toLocaleString();
+    const list = el('ul', { class: 'classhub-list classhub-competitions' });
+    for (const c of competitions) {
+      const submit = button(
+        'Submit…',
+        () => this.actions.submitPredictions(c),
+        `Submit a predictions CSV to ${c.title || c.name}: the file selected in the file browser, or a path`
+      );
+      if (!c.accepting || !c.left_today) {
+        submit.setAttribute('disabled', '');
+        submit.title = c.accepting ? 'No submissions left today (UTC)' : 'Not accepting submissions now';
+      }
+      const item = el('li', { 'data-competition': c.name }, el('span', {}, describeCompetition(c, when)), submit);
+      list.append(item);
     }
     s.append(list);
     return s;

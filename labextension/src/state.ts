@@ -87,6 +87,74 @@ export function describeAssignment(a: IAssignment, when: (iso: string) => string
   return `${a.title || a.name} (${a.course}), due ${when(a.due_at)}: ${mine}`;
 }
 
+/** A row of a competition's leaderboard (``me``: my own row). */
+export interface IBoardRow {
+  rank: number;
+  student: string;
+  score: number | null;
+  submitted_at: string;
+  submissions: number;
+  me: boolean;
+}
+
+/** A competition of one of my courses, as the competitions API shows it to me. */
+export interface ICompetition {
+  course: string;
+  name: string;
+  title: string;
+  metric: string;
+  ends_at: string;
+  ended: boolean;
+  accepting: boolean;
+  daily_limit: number;
+  left_today: number;
+  my_submissions: { id: number; submitted_at: string; public_score: number | null }[];
+  leaderboard: {
+    shown: 'public' | 'private';
+    public: IBoardRow[] | null;
+    private: IBoardRow[] | null;
+  };
+}
+
+/** A score as the course page writes it (four decimals), or a dash. */
+export function formatScore(score: number | null | undefined): string {
+  return score === null || score === undefined ? '–' : score.toFixed(4);
+}
+
+/**
+ * One line about a competition: when it ends, my best score and rank on the split that counts
+ * now (public during, private after the end), and how many submissions I have left today.
+ */
+export function describeCompetition(c: ICompetition, when: (iso: string) => string): string {
+  const board = c.leaderboard[c.leaderboard.shown] || [];
+  const mine = board.find(r => r.me);
+  const split = c.leaderboard.shown;
+  const standing = mine
+    ? `best ${split} ${c.metric} ${formatScore(mine.score)}, rank ${mine.rank} of ${board.length}`
+    : c.my_submissions.length
+      ? `${c.my_submissions.length} submitted`
+      : 'not submitted yet';
+  const left = c.ended
+    ? 'final'
+    : c.accepting
+      ? `${c.left_today} of ${c.daily_limit} left today`
+      : 'not open';
+  return `${c.title || c.name} (${c.course}), ${c.ended ? 'ended' : 'ends'} ${when(c.ends_at)}: ${standing}; ${left}`;
+}
+
+/** What the panel says after a predictions file was scored. */
+export function scoredText(
+  c: Pick<ICompetition, 'title' | 'name' | 'metric'>,
+  publicScore: number | null
+): string {
+  return `Scored ${c.title || c.name}: public ${c.metric} ${formatScore(publicScore)}.`;
+}
+
+/** The CSV file to submit: the file browser's selection, when it is one. */
+export function predictionsPath(selected: string | null): string | null {
+  return selected && /\.csv$/i.test(selected) ? selected : null;
+}
+
 export interface ITemplate {
   course: string;
   name: string;
@@ -235,6 +303,7 @@ export interface IPanelState {
   usage?: { usage: IUsage; courses: Record<string, ICourseUsage> };
   templates?: ITemplate[];
   assignments?: IAssignment[];
+  competitions?: ICompetition[];
   shares?: IShare[];
   shared_with_me?: IShare[];
   culling?: { warnings: ICullWarning[] };

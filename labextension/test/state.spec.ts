@@ -4,12 +4,14 @@
  */
 import {
   IAssignment,
+  ICompetition,
   ICourseUsage,
   IJob,
   bannerText,
   cancelledText,
   cullMessage,
   describeAssignment,
+  describeCompetition,
   describeJob,
   describeShare,
   formatBytes,
@@ -19,8 +21,10 @@ import {
   jobName,
   jobRequest,
   parseQuantity,
+  predictionsPath,
   quotaBars,
   readOnlyRefusal,
+  scoredText,
   secondsLeft,
   shareRequest,
   timesIn,
@@ -341,5 +345,63 @@ describe('formatBytes', () => {
     expect(formatBytes(3 * 1024 * 1024)).toBe('3.0 MiB');
     expect(formatBytes(9 * 1024 ** 3)).toBe('9.0 GiB');
     expect(formatBytes(null)).toBe('unknown');
+  });
+});
+
+describe('describeCompetition', () => {
+  const row = (rank: number, student: string, score: number, me = false) => ({
+    rank, student, score, me, submitted_at: '2026-12-04T10:00:00+00:00', submissions: 1
+  });
+  const c: ICompetition = {
+    course: 'demo101',
+    name: 'digits',
+    title: 'Cats or dogs',
+    metric: 'accuracy',
+    ends_at: '2026-12-14T17:00:00+00:00',
+    ended: false,
+    accepting: true,
+    daily_limit: 5,
+    left_today: 5,
+    my_submissions: [],
+    leaderboard: { shown: 'public', public: [row(1, 'student3', 1)], private: null }
+  };
+  const when = (iso: string) => iso.slice(0, 10);
+
+  it('says when it ends, that I have not submitted, and what I have left today', () => {
+    expect(describeCompetition(c, when)).toBe(
+      'Cats or dogs (demo101), ends 2026-12-14: not submitted yet; 5 of 5 left today'
+    );
+  });
+
+  it('gives my best public score and rank during the competition', () => {
+    const mine = {
+      ...c,
+      left_today: 3,
+      my_submissions: [{ id: 1, submitted_at: '2026-12-04T10:00:00+00:00', public_score: 0.9 }],
+      leaderboard: { shown: 'public' as const, public: [row(1, 'student3', 1), row(2, 'student1', 0.9, true)], private: null }
+    };
+    expect(describeCompetition(mine, when)).toBe(
+      'Cats or dogs (demo101), ends 2026-12-14: best public accuracy 0.9000, rank 2 of 2; 3 of 5 left today'
+    );
+  });
+
+  it('gives the private rank once it ended', () => {
+    const ended = {
+      ...c,
+      ended: true,
+      accepting: false,
+      leaderboard: { shown: 'private' as const, public: null, private: [row(1, 'student1', 0.85, true)] }
+    };
+    expect(describeCompetition(ended, when)).toBe(
+      'Cats or dogs (demo101), ended 2026-12-14: best private accuracy 0.8500, rank 1 of 1; final'
+    );
+  });
+
+  it('says what was scored, and takes only a CSV selection as the file', () => {
+    expect(scoredText(c, 0.75)).toBe('Scored Cats or dogs: public accuracy 0.7500.');
+    expect(scoredText(c, null)).toBe('Scored Cats or dogs: public accuracy –.');
+    expect(predictionsPath('out/preds.CSV')).toBe('out/preds.CSV');
+    expect(predictionsPath('lab1.ipynb')).toBeNull();
+    expect(predictionsPath(null)).toBeNull();
   });
 });
