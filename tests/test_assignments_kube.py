@@ -13,6 +13,7 @@ no inputs and the feedback says grading did not finish, the submission kept
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import sys
@@ -26,7 +27,7 @@ import pytest
 import requests
 
 from hub_ext.backends import autograde
-from tests.hubproc import wait_for
+from tests.hubproc import api, wait_for
 from tests.kubehub import KubeHub, process_cluster
 from tests.test_autograde_units import source_notebook as source
 
@@ -85,10 +86,8 @@ c.ClasshubJobs.interval = 0.5
     hub.stop()
 
 
-def service(hub: KubeHub, method: str, path: str, token: str, **kwargs) -> requests.Response:
-    headers = {"Authorization": f"token {token}", **kwargs.pop("headers", {})}
-    return requests.request(method, f"{hub.url}/services/classhub/api/{path}", timeout=120,
-                            headers=headers, **kwargs)
+#: the classhub API as tests.hubproc.api calls it, with the time a pod start may take on a busy machine
+service = functools.partial(api, timeout=120)
 
 
 def test_start_and_submit_through_the_students_pod(hub: KubeHub, folders):

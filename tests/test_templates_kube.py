@@ -13,6 +13,7 @@ pod, read-write in the teacher's.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -22,6 +23,7 @@ import kubernetes_validate
 import pytest
 import requests
 
+from tests.hubproc import api
 from tests.kubefake.waiting import wait_for
 from tests.kubehub import KubeHub, process_cluster, wait_ready
 
@@ -86,10 +88,8 @@ def v1_module(cluster):
     client.close()
 
 
-def service(hub: KubeHub, method: str, path: str, token: str, **kwargs) -> requests.Response:
-    headers = {"Authorization": f"token {token}", **kwargs.pop("headers", {})}
-    return requests.request(method, f"{hub.url}/services/classhub/api/{path}", timeout=120,
-                            headers=headers, **kwargs)
+#: the classhub API as tests.hubproc.api calls it, with the time a pod start may take on a busy machine
+service = functools.partial(api, timeout=120)
 
 
 def contents(hub: KubeHub, user: str, token: str, method: str, path: str, **kwargs) -> requests.Response:
