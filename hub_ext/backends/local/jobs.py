@@ -237,8 +237,11 @@ class LocalJobs:
             target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             _write_private(target, data)
         if self.system_users:  # the grader deletes its inputs before running student code
-            for path in [folder, *folder.rglob("*")]:
+            # deepest first, the folder last: until the folder is the grader's, no process of
+            # that account can reach inside it to swap a folder for a link under this walk
+            for path in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
                 os.chown(path, grader.uid, grader.gid, follow_symlinks=False)
+            os.chown(folder, grader.uid, grader.gid, follow_symlinks=False)
         return {"folder": str(folder)}
 
     async def drop_sandbox(self, sandbox: Mapping[str, str]) -> None:
