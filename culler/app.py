@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from traitlets import Bool, Dict, Enum, Float, Int, Unicode, default, validate
@@ -54,6 +54,7 @@ from hub_ext.core.culling import (
     decide,
 )
 from hub_ext.envtraits import ConfigError, check_sections, handed_config
+from hub_ext.gpu_use import ClasshubPrometheus
 from hub_ext.hubapi import HubAPI, HubAPIError
 from hub_ext.logs import route_module_logs
 from hub_ext.store import culler_models as cm
@@ -82,6 +83,8 @@ class ClasshubCuller(Application):
     name = "classhub-culler"
     version = __version__
     description = "classhub idle culler (a JupyterHub-managed service)"
+    #: The configurables whose sections the hub hands this process (``configure()``).
+    classes = [ClasshubPrometheus]
 
     interval = Float(
         300.0, config=True, help="Seconds between two cycles (the first runs at start).",
@@ -139,17 +142,6 @@ class ClasshubCuller(Application):
     server_timeout = Float(5.0, config=True, help="Seconds to wait for a server's activity report.")
     concurrency = Int(20, config=True, help="Servers asked, or stopped, at the same time.")
     page_size = Int(200, config=True, help="Users per page of the hub's user list.")
-    prometheus_url = Unicode(
-        "", config=True,
-        help="Prometheus base URL (e.g. http://prometheus-server.monitoring) for GPU utilisation "
-        "on Kubernetes, from NVIDIA's DCGM exporter; empty: not used.",
-    )
-    gpu_utilization_query = Unicode(
-        "max by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL)", config=True,
-        help="PromQL giving one GPU utilisation (percent) per pod; its label `gpu_pod_label` names "
-        "the pod (the DCGM exporter adds pod/namespace with its Kubernetes mapping on).",
-    )
-    gpu_pod_label = Unicode("pod", config=True, help="Label of the query's result naming the pod.")
     db_url = Unicode(config=True, help="The classhub store; configure(c, db_url=...) sets it.")
     hub_api_url = Unicode(config=True, help="The hub's API URL (default: $JUPYTERHUB_API_URL).")
     api_token = Unicode(config=True, help="The culler's hub token (default: $JUPYTERHUB_API_TOKEN).")
@@ -194,13 +186,14 @@ class ClasshubCuller(Application):
     def initialize(self, argv: list[str] | None = None) -> None:
         super().initialize(argv)
         handed = handed_config()  # the hub's c.ClasshubCuller, from configure()
-        check_sections(handed, [type(self)])
+        check_sections(handed, [type(self), *self.classes])
         self.update_config(handed)
         self.update_config(self.cli_config)  # the command line wins
-        check_sections(self.config, [type(self)])
+        check_sections(self.config, [type(self), *self.classes])
         self.sessions = store.connect(self.db_url)
         self.ledger = store.Ledger(self.sessions)
-        self.client = AsyncHTTPClient()  # servers' activity reports, Prometheus
+        self.client = AsyncHTTPClient()  # servers' activity reports
+        self.prometheus = ClasshubPrometheus(parent=self)  # GPU use per pod (Kubernetes)
         self.api = HubAPI(self.hub_api_url, self.api_token)
 
     def site_policies(self) -> dict[str, CullPolicy]:
@@ -256,26 +249,14 @@ class ClasshubCuller(Application):
             return None
 
     async def gpu_by_pod(self) -> dict[str, float]:
-        """GPU utilisation per pod name from Prometheus (empty when not configured or failing)."""
-        if not self.prometheus_url:
+        """GPU utilisation per pod name from Prometheus (c.ClasshubPrometheus; empty when not
+        configured or failing: the GPU is then unknown and other signals decide)."""
+        found = await self.prometheus.gpu_by_pod()
+        if found is None:
+            self.log.warning("Prometheus at %s did not answer; GPU utilisation unknown this cycle",
+                             self.prometheus.url)
             return {}
-        query = urlencode({"query": self.gpu_utilization_query})
-        url = f"{self.prometheus_url.rstrip('/')}/api/v1/query?{query}"
-        try:
-            body = json.loads((await self.client.fetch(url, request_timeout=10)).body)
-        except Exception as e:  # Prometheus down: the GPU is "unknown", other signals decide
-            self.log.warning("Prometheus query failed (%s); GPU utilisation unknown this cycle", e)
-            return {}
-        out: dict[str, float] = {}
-        for sample in (body.get("data") or {}).get("result") or []:
-            pod = (sample.get("metric") or {}).get(self.gpu_pod_label)
-            try:
-                value = float(sample["value"][1])
-            except (KeyError, IndexError, TypeError, ValueError):
-                continue
-            if pod and value == value:  # skip NaN
-                out[pod] = max(out.get(pod, 0.0), min(100.0, max(0.0, value)))
-        return out
+        return {pod: float(value) for pod, value in found.items()}
 
     async def stop(self, user: str, server_name: str) -> bool:
         path = f"users/{quote(user, safe='')}/server"

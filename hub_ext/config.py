@@ -31,8 +31,8 @@ MODES = ("local", "kubernetes")
 #: "Configuration: one channel, traits"); there is no list of single settings to forward.
 SERVICE_SECTIONS: dict[str, tuple[str, ...]] = {
     SERVICE_NAME: ("ClasshubService", "ClasshubTemplates", "ClasshubJobs", "ClasshubAssignments",
-                   "ClasshubCourseData"),
-    CULLER_NAME: ("ClasshubCuller",),
+                   "ClasshubCourseData", "ClasshubPrometheus"),
+    CULLER_NAME: ("ClasshubCuller", "ClasshubPrometheus"),
 }
 
 #: What a Kubernetes client in the service needs to find the API server: the pod's own

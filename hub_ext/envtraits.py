@@ -33,6 +33,26 @@ class ConfigError(ValueError):
     """A setting a process cannot start with; the message says which and what to change."""
 
 
+#: Settings that moved to another section, and where (``c.<Class>.<name>``): one fact has one
+#: setting (docs/configuration.md, "What changed for deployers"). A process (and the hub, when it
+#: hands the sections over) that finds an old one set stops with `moved_sentence`.
+MOVED_SETTINGS = {
+    f"{old}.{name}": f"ClasshubPrometheus.{new}"
+    for old in ("ClasshubCuller", "ClasshubService")
+    for name, new in (("prometheus_url", "url"), ("gpu_utilization_query", "gpu_utilization_query"),
+                      ("gpu_pod_label", "gpu_pod_label"))
+}
+
+
+def moved_sentence(old: str) -> str:
+    """What a process says when it finds the moved setting ``old`` (``Class.name``) set."""
+    new = MOVED_SETTINGS[old]
+    section, name = new.split(".", 1)
+    return (f"c.{old} has moved: set c.{new} in jupyterhub_config.py (hub.config.{section}.{name} "
+            f"on Zero to JupyterHub), one setting for every classhub process that uses it, and "
+            f"remove c.{old}.")
+
+
 #: The prefix of the retired variables (docs/configuration.md, "What changed for deployers").
 RETIRED_PREFIX = "CLASSHUB_"
 
@@ -104,6 +124,9 @@ def sections_json(config: Config, names: Iterable[str]) -> str:
     for name in names:
         if name not in config:
             continue
+        for key in config[name]:
+            if f"{name}.{key}" in MOVED_SETTINGS:
+                raise ConfigError(moved_sentence(f"{name}.{key}"))
         section = {k: v for k, v in config[name].items() if not isinstance(v, (Config, LazyConfigValue))}
         for key, value in section.items():
             if isinstance(value, DeferredConfig):  # from the hub's command line: the text as given
@@ -158,6 +181,8 @@ def check_sections(config: Config, classes: Iterable[type[HasTraits]]) -> None:
             if isinstance(value, (Config, LazyConfigValue)):
                 continue
             trait = traits.get(key)
+            if trait is None and f"{name}.{key}" in MOVED_SETTINGS:
+                raise ConfigError(moved_sentence(f"{name}.{key}"))
             if trait is None:
                 known = ", ".join(sorted(traits))
                 raise ConfigError(f"c.{name}.{key} is not a setting of {name}: remove it or use one "

@@ -54,7 +54,7 @@ def prometheus():
 
 @pytest.fixture(scope="module")
 def hub(cluster, prometheus, tmp_path_factory):
-    extra = EXTRA + f'c.ClasshubService.prometheus_url = "{prometheus.url}"\n'
+    extra = EXTRA + f'c.ClasshubPrometheus.url = "{prometheus.url}"\n'
     yield from running_hub(cluster, tmp_path_factory, NS, extra)
 
 

@@ -133,7 +133,7 @@ def test_gpu_use_per_pod_from_prometheus_and_where_it_comes_from():
     ]}}
     assert utilisation_by_pod(answer) == {"jupyter-ann": 87, "job-x-0": 100}
     assert utilisation_by_pod({"status": "error"}) == {} == utilisation_by_pod(None)
-    assert "set c.ClasshubService.prometheus_url" in utilisation_source("kubernetes", "")
+    assert "set c.ClasshubPrometheus.url" in utilisation_source("kubernetes", "")
     assert "from Prometheus at http://prom" in utilisation_source("kubernetes", "http://prom")
     assert "did not answer" in utilisation_source("kubernetes", "http://prom", failed=True)
     assert "NVML" in utilisation_source("local", "")

@@ -91,10 +91,11 @@ def hub(cluster, prometheus, tmp_path_factory):
     """Idle after 10 min, warned 5 min before, reclaimable after 5 min, a cycle every second."""
     data = tmp_path_factory.mktemp("kubeculler")
     culler = {"interval": 1, "warn_before": 300, "reclaim_after": 300, "pressure_check_interval": 1,
-              "prometheus_url": prometheus.url, "clock_file": str(data / "culler-clock"),
+              "clock_file": str(data / "culler-clock"),
               "idle_timeouts": {"gpu": 600, "mig": 600, "shared": 600, "cpu": 600}}
     # the culler's settings as a deployer writes them (z2jh: hub.config.ClasshubCuller)
     settings = "".join(f"c.ClasshubCuller.{key} = {value!r}\n" for key, value in culler.items())
+    settings += f"c.ClasshubPrometheus.url = {prometheus.url!r}\n"  # the culler's and the page's
     hub = KubeHub(data, cluster.kubeconfig_path, start_timeout=30, extra_config=CONFIG + settings)
     hub.clock = data / "culler-clock"
     hub.start()

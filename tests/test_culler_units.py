@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
 import pytest
+from traitlets.config import Config
 
 from culler import facts as F
 from culler.app import ClasshubCuller
@@ -112,9 +113,9 @@ class Prometheus:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
-def culler(tmp_path, **traits) -> ClasshubCuller:
+def culler(tmp_path, prometheus_url: str = "", **traits) -> ClasshubCuller:
     traits.setdefault("db_url", f"sqlite:///{tmp_path / 'c.sqlite'}")
-    app = ClasshubCuller(**traits)
+    app = ClasshubCuller(config=Config({"ClasshubPrometheus": {"url": prometheus_url}}), **traits)
     app.initialize([])
     return app
 
@@ -130,7 +131,7 @@ async def test_gpu_utilisation_per_pod_from_prometheus(tmp_path):
     ]}})
     try:
         assert await culler(tmp_path, prometheus_url=prom.url).gpu_by_pod() == {
-            "jupyter-ann": 87.5, "jupyter-cy": 100.0}
+            "jupyter-ann": 88.0, "jupyter-cy": 100.0}  # whole percents, as the Cluster page
     finally:
         prom.server.shutdown()
     # Prometheus down or not configured: nothing known, no exception

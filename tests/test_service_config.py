@@ -129,7 +129,8 @@ def test_every_section_a_service_loads_is_handed_to_it():
     """configure() hands each process the sections of the configurables it makes, whole."""
     assert SERVICE_SECTIONS[SERVICE_NAME] == tuple(
         cls.__name__ for cls in (ClasshubService, *ClasshubService.classes))
-    assert SERVICE_SECTIONS[CULLER_NAME] == (ClasshubCuller.__name__,)
+    assert SERVICE_SECTIONS[CULLER_NAME] == tuple(
+        cls.__name__ for cls in (ClasshubCuller, *ClasshubCuller.classes))
 
 
 def test_job_and_template_settings_of_the_hub_config_reach_the_service(tmp_path):
@@ -190,6 +191,26 @@ def test_a_value_that_cannot_leave_the_hub_is_refused_when_configured(tmp_path):
     c.ClasshubJobs.image = lambda: "x"
     with pytest.raises(ConfigError, match=r"c\.ClasshubJobs\.image = .* set it to a plain value"):
         handed_env(c)
+
+
+def test_one_prometheus_setting_reaches_the_culler_and_the_service(tmp_path):
+    """GPU use per pod is one fact with one setting: ``c.ClasshubPrometheus.url`` reaches both
+    processes that use it; an old per-process setting stops the hub with the one to set."""
+    c = hub_config(tmp_path)
+    c.ClasshubPrometheus.url = "http://prometheus.monitoring"
+    for name in (SERVICE_NAME, CULLER_NAME):
+        handed = json.loads(handed_env(c, name)[CONFIG_ENV])
+        assert handed["ClasshubPrometheus"] == {"url": "http://prometheus.monitoring"}
+    culler = ClasshubCuller(config=Config(json.loads(handed_env(c, CULLER_NAME)[CONFIG_ENV])),
+                            db_url=f"sqlite:///{tmp_path / 'c.sqlite'}")
+    culler.initialize([])
+    assert culler.prometheus.url == "http://prometheus.monitoring"
+    for old in ("ClasshubCuller", "ClasshubService"):
+        c = hub_config(tmp_path)
+        c[old].prometheus_url = "http://prometheus.monitoring"
+        with pytest.raises(ConfigError, match=rf"c\.{old}\.prometheus_url has moved: set "
+                                              r"c\.ClasshubPrometheus\.url in jupyterhub_config\.py"):
+            handed_env(c, CULLER_NAME if old == "ClasshubCuller" else SERVICE_NAME)
 
 
 def test_the_migration_table_names_every_retired_variable_and_its_trait():

@@ -242,8 +242,7 @@ def utilisation_source(mode: str, prometheus_url: str, failed: bool = False) -> 
                 "slices report none).")
     if not prometheus_url:
         return ("GPU use per pod comes from Prometheus (NVIDIA's DCGM exporter); none is "
-                "configured: set c.ClasshubService.prometheus_url (as c.ClasshubCuller.prometheus_url) "
-                "to show it here.")
+                "configured: set c.ClasshubPrometheus.url (the idle culler uses it too) to show it here.")
     if failed:
         return f"GPU use per pod: Prometheus at {prometheus_url} did not answer; retrying."
     return f"GPU use per pod from Prometheus at {prometheus_url} (NVIDIA's DCGM exporter)."

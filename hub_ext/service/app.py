@@ -29,6 +29,7 @@ from hub_ext.backends.coursedata import ClasshubCourseData
 from hub_ext.backends.submissions import ClasshubAssignments
 from hub_ext.backends.templates import ClasshubTemplates
 from hub_ext.envtraits import ConfigError, apply_env, check_sections, handed_config
+from hub_ext.gpu_use import ClasshubPrometheus
 from hub_ext.hubapi import HubAPI
 from hub_ext.logs import route_module_logs
 from hub_ext.service import (
@@ -126,20 +127,6 @@ class ClasshubService(Application):
         "Cluster page; empty: no link.",
     )
 
-    prometheus_url = Unicode(
-        "", config=True,
-        help="Prometheus base URL (e.g. http://prometheus-server.monitoring) whose NVIDIA DCGM "
-        "exporter metrics give the Cluster page each pod's GPU utilisation (Kubernetes mode; "
-        "usually the same as c.ClasshubCuller.prometheus_url); empty: the page says it has none.",
-    )
-    gpu_utilization_query = Unicode(
-        "max by (namespace, pod) (DCGM_FI_DEV_GPU_UTIL)", config=True,
-        help="PromQL giving one GPU utilisation (percent) per pod for the Cluster page; its label "
-        "c.ClasshubService.gpu_pod_label names the pod.",
-    )
-    gpu_pod_label = Unicode("pod", config=True,
-                            help="Label of gpu_utilization_query's result that names the pod.")
-
     @validate("reconcile_interval", "reconcile_grace", "share_interval")
     def _positive(self, proposal: Any) -> float:
         if not proposal.value > 0:
@@ -147,7 +134,8 @@ class ClasshubService(Application):
         return proposal.value
 
     #: The configurables whose sections the hub hands this process (``configure()``).
-    classes = [ClasshubTemplates, jobs.ClasshubJobs, ClasshubAssignments, ClasshubCourseData]
+    classes = [ClasshubTemplates, jobs.ClasshubJobs, ClasshubAssignments, ClasshubCourseData,
+               ClasshubPrometheus]
 
     def initialize(self, argv: list[str] | None = None) -> None:
         """The hub's sections, then the config file, then the command line (which wins); refuse
@@ -216,7 +204,7 @@ class ClasshubService(Application):
             authenticate_metrics=self.authenticate_metrics,
             mode=self.mode,
             grafana_url=self.grafana_url,
-            prometheus=(self.prometheus_url, self.gpu_utilization_query, self.gpu_pod_label),
+            prometheus=ClasshubPrometheus(parent=self),
             classhub_templates=templates,
             classhub_assignments=assignment_settings,
             grading=grading,

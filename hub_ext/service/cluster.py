@@ -18,13 +18,10 @@ redraws; the arithmetic is hub_ext.core.cluster's.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from typing import Any
-from urllib.parse import urlencode
 
 from pydantic import BaseModel
-from tornado.httpclient import AsyncHTTPClient
 
 from hub_ext.core import authz
 from hub_ext.core.cluster import (
@@ -33,7 +30,6 @@ from hub_ext.core.cluster import (
     cluster_view,
     node_of_holdings,
     resource_choices,
-    utilisation_by_pod,
     utilisation_source,
 )
 from hub_ext.core.profiles import Catalog, pod_settings
@@ -109,18 +105,13 @@ class ClusterSource:
     async def _gpu_by_pod(self) -> dict[str, int] | None:
         """GPU use per pod name from Prometheus (the DCGM exporter), asked at most every refresh;
         {} when no Prometheus is configured, None when it did not answer."""
-        url, query, label = self.settings.get("prometheus") or ("", "", "pod")
-        if not url:
+        prometheus = self.settings.get("prometheus")
+        if prometheus is None or not prometheus.url:
             return {}
         at, found = self._use
         if time.monotonic() - at < REFRESH_MS / 1000:
             return found
-        address = f"{url.rstrip('/')}/api/v1/query?{urlencode({'query': query})}"
-        try:
-            response = await AsyncHTTPClient().fetch(address, request_timeout=5)
-            found = utilisation_by_pod(json.loads(response.body), label)
-        except Exception:  # Prometheus down: the page says so, and shows the rest
-            found = None
+        found = await prometheus.gpu_by_pod()  # None: it did not answer; the page says so
         self._use = (time.monotonic(), found)
         return found
 
@@ -217,7 +208,7 @@ class ClusterSource:
                                  p.groups) for p in profiles]
             data = cluster_view((node,), held, devices=devices, profiles=rooms, courses=courses,
                                 mode=self.mode)
-        url = (self.settings.get("prometheus") or ("",))[0]
+        url = getattr(self.settings.get("prometheus"), "url", "")
         data["gpu_use_source"] = utilisation_source(self.mode, url, self._use[1] is None)
         data["grafana_url"] = self.settings.get("grafana_url") or None
         data["refresh_ms"] = REFRESH_MS
