@@ -41,6 +41,7 @@ from traitlets.config import Application
 
 from culler import facts as F
 from hub_ext import __version__, store
+from hub_ext.backends.gpu_use import ClasshubPrometheus
 from hub_ext.core.culling import (
     CULL,
     DEFAULT_POLICY,
@@ -54,7 +55,6 @@ from hub_ext.core.culling import (
     decide,
 )
 from hub_ext.envtraits import ConfigError, check_sections, handed_config
-from hub_ext.gpu_use import ClasshubPrometheus
 from hub_ext.hubapi import HubAPI, HubAPIError
 from hub_ext.logs import route_module_logs
 from hub_ext.store import culler_models as cm

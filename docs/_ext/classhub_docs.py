@@ -33,7 +33,7 @@ CONFIG_CLASSES = (
     "hub_ext.backends.submissions.ClasshubAssignments",
     "hub_ext.backends.coursedata.ClasshubCourseData",
     "culler.app.ClasshubCuller",
-    "hub_ext.gpu_use.ClasshubPrometheus",
+    "hub_ext.backends.gpu_use.ClasshubPrometheus",
     "spawner.local.ClasshubLocalSpawner",
     "spawner.kube.ClasshubKubeSpawner",
     "hub_ext.singleuser.authorizer.ClasshubAuthorizer",

@@ -26,10 +26,10 @@ from traitlets.config import Application
 
 from hub_ext import __version__, store
 from hub_ext.backends.coursedata import ClasshubCourseData
+from hub_ext.backends.gpu_use import ClasshubPrometheus
 from hub_ext.backends.submissions import ClasshubAssignments
 from hub_ext.backends.templates import ClasshubTemplates
 from hub_ext.envtraits import ConfigError, apply_env, check_sections, handed_config
-from hub_ext.gpu_use import ClasshubPrometheus
 from hub_ext.hubapi import HubAPI
 from hub_ext.logs import route_module_logs
 from hub_ext.service import (
