@@ -177,6 +177,13 @@ def test_autograded_assignment_graded_as_jobs_with_feedback_overrides_and_csv(hu
 
     # two submissions, graded as jobs: a right answer, and (late) an answer that probes for secrets
     first = _hand_in(hub, "student1", s1, answered("def double(x):\n    return x + x\n"))
+    # the gradebook lists the whole roster: student2 has not submitted yet (no score, submitted 0:
+    # "no grade" to an LMS import, not a zero); student1's row waits for its grading or has it
+    r = api(hub, "GET", f"{A}/lab1/grades.csv", teacher)
+    assert r.status_code == 200, r.text
+    header, row1, row2 = r.text.splitlines()
+    assert header == "username,score,max,late,submitted" and row2 == "student2,,6,0,0", r.text
+    assert row1 in ("student1,,6,0,1", "student1,5,6,0,1"), r.text
     api(hub, "PUT", f"{A}/lab1", teacher, json={
         "opens_at": (datetime.now(timezone.utc) - timedelta(days=2)).isoformat(),
         "due_at": (datetime.now(timezone.utc) - timedelta(days=1)).isoformat()})
@@ -238,10 +245,14 @@ def test_autograded_assignment_graded_as_jobs_with_feedback_overrides_and_csv(hu
     said = [e["sentence"] for e in log]
     assert "ta1 set lab1.ipynb:essay of student1's lab1 to 1 (was no score): clear" in said, said
 
-    # the gradebook: one row per student, username,score,max,late
+    # the gradebook: one row per student of the roster, username,score,max,late,submitted
     r = api(hub, "GET", f"{A}/lab1/grades.csv", teacher)
     assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/csv")
-    assert r.text.splitlines() == ["username,score,max,late", "student1,6,6,0", "student2,3,6,1"]
+    assert r.text.splitlines() == ["username,score,max,late,submitted", "student1,6,6,0,1",
+                                   "student2,3,6,1,1"]
+    r = api(hub, "GET", f"{A}/lab2/grades.csv", ta)  # nobody submitted lab2: every student, no score
+    assert r.text.splitlines() == ["username,score,max,late,submitted", "student1,,6,0,0",
+                                   "student2,,6,0,0"], r.text
     assert api(hub, "GET", f"{A}/lab1/grades.csv", s1).status_code == 403
     metrics = requests.get(f"{hub.url}/services/classhub/metrics",
                            headers={"Authorization": f"token {t['admin']}"}, timeout=30).text

@@ -207,8 +207,22 @@ def test_grades_csv_is_one_row_per_student_in_username_score_form() -> None:
     text = G.grades_csv([G.GradeRow("bob", 3, 5, late=True), G.GradeRow("=cmd", None, 5),
                          G.GradeRow("alice", 4.5, 5)])
     rows = list(csv.reader(io.StringIO(text)))
-    assert rows == [["username", "score", "max", "late"], ["'=cmd", "", "5", "0"],
-                    ["alice", "4.5", "5", "0"], ["bob", "3", "5", "1"]]
+    assert rows == [["username", "score", "max", "late", "submitted"], ["'=cmd", "", "5", "0", "1"],
+                    ["alice", "4.5", "5", "0", "1"], ["bob", "3", "5", "1", "1"]]
+
+
+def test_the_gradebook_lists_the_whole_roster_and_no_staff() -> None:
+    """Every student of the course has a row, with or without a submission (no score, submitted
+    0: the LMS reads "no grade", not a zero); a student removed after submitting keeps theirs; a
+    teacher who tried Submit is no student (an LMS import stops at a name it does not know)."""
+    last = {"bob": G.GradeRow("bob", 3, 5, late=True), "teacher1": G.GradeRow("teacher1", 5, 5),
+            "gone": G.GradeRow("gone", 2, 5)}
+    rows = G.gradebook(["carol", "bob", "alice"], last, staff=["teacher1", "ta1"], max_score=5)
+    assert [r.student for r in rows] == ["alice", "bob", "carol", "gone"]
+    text = list(csv.reader(io.StringIO(G.grades_csv(rows))))
+    assert text[1:] == [["alice", "", "5", "0", "0"], ["bob", "3", "5", "1", "1"],
+                        ["carol", "", "5", "0", "0"], ["gone", "2", "5", "0", "1"]]
+    assert G.gradebook([], {}) == []
 
 
 def test_the_grader_module_runs_as_a_command() -> None:

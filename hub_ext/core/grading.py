@@ -43,6 +43,7 @@ __all__ = [
     "GradingError",
     "cell_key",
     "feedback",
+    "gradebook",
     "grades_csv",
     "has_hidden",
     "hidden_lines",
@@ -100,12 +101,14 @@ class CellScore:
 
 @dataclass(frozen=True)
 class GradeRow:
-    """One student's line of the gradebook export."""
+    """One student's line of the gradebook export (``submitted`` False: no submission, so no
+    score and not late)."""
 
     student: str
     score: float | None
     max_score: float
     late: bool = False
+    submitted: bool = True
 
 
 @dataclass
@@ -233,16 +236,34 @@ def feedback(grading: Mapping[str, Any] | None,
             "notebooks": notebooks}
 
 
+def gradebook(students: Iterable[str], last: Mapping[str, GradeRow], staff: Iterable[str] = (),
+              max_score: float = 0.0) -> list[GradeRow]:
+    """The gradebook's rows, one per student, sorted by name: every student of the course's
+    roster, whether they submitted or not (no submission: no score, ``submitted`` False, the
+    assignment's ``max_score``), and whoever else submitted (``last``: each submitter's row from
+    their last submission) unless they are on the course's staff now (``staff``: a teacher or TA
+    who tried Submit is not a student; an LMS import refuses a name it does not know). A
+    student removed from the course after submitting keeps their row: their work was graded."""
+    staff_now = set(staff)
+    rows = {name: row for name, row in last.items() if name not in staff_now}
+    for name in students:
+        rows.setdefault(name, GradeRow(name, None, float(max_score), False, submitted=False))
+    return [rows[name] for name in sorted(rows)]
+
+
 def grades_csv(rows: Iterable[GradeRow]) -> str:
-    """The gradebook export: a header ``username,score,max,late`` then one row per student
-    (score empty when not graded, late ``1`` or ``0``); the first two columns are the
-    "username,score" form Canvas' and Moodle's grade imports map to a grade column."""
+    """The gradebook export: a header ``username,score,max,late,submitted`` then one row per
+    student (score empty when not graded or not submitted, late and submitted ``1`` or ``0``);
+    the first two columns are the "username,score" form Canvas' and Moodle's grade imports map
+    to a grade column, and an empty score is "no grade" to them (Moodle's CSV import reads an
+    empty cell or ``-`` as no grade), never a zero the teacher did not give
+    (docs/teachers/autograding.md, "Scores, overrides, regrading, export")."""
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["username", "score", "max", "late"])
+    writer.writerow(["username", "score", "max", "late", "submitted"])
     for row in sorted(rows, key=lambda r: r.student):
         writer.writerow([_cell(row.student), "" if row.score is None else _num(row.score),
-                         _num(row.max_score), "1" if row.late else "0"])
+                         _num(row.max_score), "1" if row.late else "0", "1" if row.submitted else "0"])
     return out.getvalue()
 
 

@@ -27,7 +27,7 @@ from hub_ext.store.models import Base, Course
 from hub_ext.store.template_models import TemplateVersion
 from hub_ext.store.types import JSONType
 
-__all__ = ["Assignment", "Submission", "assignment_json", "submission_json"]
+__all__ = ["Assignment", "Submission", "assignment_json", "autograde_json", "submission_json"]
 
 _POLICIES_SQL = "(" + ", ".join(f"'{p}'" for p in LATE_POLICIES) + ")"
 
@@ -111,6 +111,19 @@ def assignment_json(a: Assignment, course: str) -> dict[str, Any]:
         "autograded": bool(a.autograde),
         "max_score": (a.autograde or {}).get("max_score"),
     }
+
+
+def autograde_json(settings: dict[str, Any] | None) -> dict[str, Any]:
+    """An assignment's grading settings as staff see them (the API's GET .../autograde and the
+    course page): never the teacher's source notebooks, nor the job's resolved fields."""
+    if not settings:
+        return {"autograded": False}
+    return {"autograded": True, "notebooks": settings["notebooks"], "profile": settings["profile"],
+            "time_limit": settings["time_limit"],
+            "memory_mib": (settings.get("memory") or 0) // 2**20 or None,
+            "max_score": settings["max_score"], "owner": settings["owner"],
+            "cells": {path: [{"grade_id": g, "points": p, "auto": a} for g, p, a in cells]
+                      for path, cells in settings["cells"].items()}}
 
 
 def submission_json(s: Submission, *, latest: bool = False) -> dict[str, Any]:

@@ -14,6 +14,8 @@ import {
   IPanelState,
   IShare,
   ITemplate,
+  assignmentPageUrl,
+  assignmentScore,
   cullMessage,
   describeAssignment,
   describeCompetition,
@@ -267,15 +269,31 @@ export class ClasshubPanel extends Widget {
         submit.setAttribute('disabled', '');
         submit.title = 'Not accepting submissions now';
       }
-      list.append(
-        el(
-          'li',
-          {},
-          el('span', {}, describeAssignment(a, when)),
-          button('Start', () => this.actions.startAssignment(a), `Start ${name}: its files in ${a.folder}`),
-          submit
-        )
+      const item = el(
+        'li',
+        { 'data-assignment': `${a.course}/${a.name}` },
+        el('span', {}, describeAssignment(a, when)),
+        button('Start', () => this.actions.startAssignment(a), `Start ${name}: its files in ${a.folder}`),
+        submit
       );
+      const score = assignmentScore(a);
+      if (score) {
+        // my score here; each cell's result and message on the course page
+        item.append(
+          el(
+            'p',
+            { class: 'classhub-assignment-score' },
+            el('strong', {}, score),
+            ' · ',
+            el(
+              'a',
+              { href: assignmentPageUrl(state.hub_prefix, a), target: '_blank', rel: 'noopener' },
+              'Feedback'
+            )
+          )
+        );
+      }
+      list.append(item);
     }
     s.append(list);
     return s;

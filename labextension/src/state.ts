@@ -55,7 +55,7 @@ export interface IShare {
   open_url?: string;
 }
 
-/** A submission of mine, as the assignments API shows it. */
+/** A submission of mine, as the assignments API shows it (with its grading when autograded). */
 export interface ISubmission {
   id: number;
   submitted_at: string;
@@ -63,6 +63,10 @@ export interface ISubmission {
   files: number;
   skipped: string[];
   latest: boolean;
+  score?: number | null;
+  max_score?: number | null;
+  /** the last grading: its state (queued, done, failed) and sentence; the cells are on the page */
+  feedback?: { state?: string | null; message?: string } | null;
 }
 
 /** An open assignment of one of my courses, with my own submissions (the assignments API). */
@@ -76,6 +80,8 @@ export interface IAssignment {
   accepting: boolean;
   late_now: boolean;
   my_submissions: ISubmission[];
+  autograded?: boolean;
+  max_score?: number | null;
 }
 
 /** One line about an assignment: when it is due and my last submission. */
@@ -85,6 +91,37 @@ export function describeAssignment(a: IAssignment, when: (iso: string) => string
     ? `submitted ${when(last.submitted_at)}${last.late ? ' (late)' : ''}`
     : 'not submitted yet';
   return `${a.title || a.name} (${a.course}), due ${when(a.due_at)}: ${mine}`;
+}
+
+/** A number of points as the course page writes it: 5, 4.5, or a dash for none. */
+function points(value: number | null | undefined): string {
+  return value === null || value === undefined ? '–' : String(Number(value.toPrecision(6)));
+}
+
+/**
+ * My score on an autograded assignment, from my last submission: "Score 5 / 6", "Grading…"
+ * while its job waits or runs, and the grading's sentence after the score when grading did not
+ * finish ("Not graded." when nothing was scored); null when there is nothing to say (not
+ * autograded, or not submitted).
+ */
+export function assignmentScore(a: IAssignment): string | null {
+  const last = a.my_submissions.length ? a.my_submissions[a.my_submissions.length - 1] : null;
+  if (!a.autograded || !last) {
+    return null;
+  }
+  const feedback = last.feedback;
+  if (!feedback || feedback.state === 'queued') {
+    return 'Grading…';
+  }
+  const scored = last.score !== null && last.score !== undefined;
+  const score = scored ? `Score ${points(last.score)} / ${points(last.max_score ?? a.max_score)}` : 'Not graded yet';
+  return feedback.state === 'failed' ? `${scored ? score : 'Not graded'}. ${feedback.message || ''}`.trim() : score;
+}
+
+/** The assignment's card on its course page, where my feedback is (cell by cell). */
+export function assignmentPageUrl(hubPrefix: string | undefined, a: IAssignment): string {
+  const root = (hubPrefix || '/hub/').replace(/hub\/$/, '');
+  return `${root}services/classhub/courses/${encodeURIComponent(a.course)}#assignment-${encodeURIComponent(a.name)}`;
 }
 
 /** A row of a competition's leaderboard (``me``: my own row). */

@@ -4,6 +4,8 @@
  */
 import {
   IAssignment,
+  assignmentPageUrl,
+  assignmentScore,
   ICompetition,
   ICourseUsage,
   IJob,
@@ -336,6 +338,48 @@ describe('describeAssignment', () => {
     expect(describeAssignment({ ...a, my_submissions: [s, last] }, when)).toBe(
       'Lab 1 (demo101), due 2026-12-14: submitted 2026-12-15 (late)'
     );
+  });
+});
+
+describe('assignmentScore', () => {
+  const a: IAssignment = {
+    course: 'demo101',
+    name: 'lab1',
+    title: 'Lab 1',
+    folder: 'lab1',
+    due_at: '2026-12-14T17:00:00+00:00',
+    late_policy: 'refuse',
+    accepting: true,
+    late_now: false,
+    my_submissions: [],
+    autograded: true,
+    max_score: 6
+  };
+  const s = { id: 1, submitted_at: '2026-12-13T10:00:00+00:00', late: false, files: 2, skipped: [], latest: true };
+  it('says nothing when the assignment is not autograded or nothing was submitted', () => {
+    expect(assignmentScore(a)).toBeNull();
+    expect(assignmentScore({ ...a, autograded: false, my_submissions: [s] })).toBeNull();
+  });
+  it('says my last submission is being graded while its job waits', () => {
+    const queued = { ...s, feedback: { state: 'queued', message: 'Waiting for the grader.' } };
+    expect(assignmentScore({ ...a, my_submissions: [queued] })).toBe('Grading…');
+  });
+  it('gives the score of my last submission, as the course page writes it', () => {
+    const first = { ...s, score: 2, max_score: 6, latest: false, feedback: { state: 'done' } };
+    const last = { ...s, id: 2, score: 4.5, max_score: 6, feedback: { state: 'done', message: 'Graded.' } };
+    expect(assignmentScore({ ...a, my_submissions: [first, last] })).toBe('Score 4.5 / 6');
+  });
+  it('says why a grading did not finish', () => {
+    const failed = { ...s, score: null, feedback: { state: 'failed', message: 'Grading could not start: no profile.' } };
+    expect(assignmentScore({ ...a, my_submissions: [failed] })).toBe('Not graded. Grading could not start: no profile.');
+    const stopped = { ...s, score: 0, max_score: 6, feedback: { state: 'failed', message: 'Grading did not finish.' } };
+    expect(assignmentScore({ ...a, my_submissions: [stopped] })).toBe('Score 0 / 6. Grading did not finish.');
+  });
+  it('links to the assignment on its course page, where the feedback is', () => {
+    expect(assignmentPageUrl('/prefix/hub/', { ...a, course: 'dl 201' })).toBe(
+      '/prefix/services/classhub/courses/dl%20201#assignment-lab1'
+    );
+    expect(assignmentPageUrl(undefined, a)).toBe('/services/classhub/courses/demo101#assignment-lab1');
   });
 });
 

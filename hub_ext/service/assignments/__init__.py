@@ -139,8 +139,9 @@ def _openapi_paths() -> dict[str, Any]:
             "Set one graded cell's score by hand (kept over regrades; in the audit log)", staff,
             ok("The submission", submission), errors=("400", *errs), params=(*one, "submission"))},
         "/api/courses/{course}/assignments/{assignment}/grades.csv": {"get": op(
-            "Grades as CSV for an LMS gradebook: username,score,max,late, one row per student who "
-            "submitted (the last submission counts)", staff,
+            "Grades as CSV for an LMS gradebook: username,score,max,late,submitted, one row per "
+            "student of the course whether they submitted or not (the last submission counts; no "
+            "submission: an empty score and submitted 0)", staff,
             {"200": {"description": "the CSV", "content": {"text/csv": {"schema": {"type": "string"}}}}},
             errors=errs, params=one)},
     }

@@ -32,25 +32,13 @@ from hub_ext.service.assignments.grading import (
 from hub_ext.service.assignments.handlers import AssignmentsBase
 from hub_ext.service.declare import needs, refuses, takes
 from hub_ext.service.jobs.profiles import resolve_profiles
-from hub_ext.store.assignment_models import Submission, submission_json
+from hub_ext.store.assignment_models import Submission, autograde_json, submission_json
 
 __all__ = ["AutogradeHandler", "GradesHandler", "RegradeHandler", "ScoresHandler"]
 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
-
-
-def settings_json(settings: dict[str, Any] | None) -> dict[str, Any]:
-    """An assignment's grading settings as staff see them (no source, no job fields)."""
-    if not settings:
-        return {"autograded": False}
-    return {"autograded": True, "notebooks": settings["notebooks"], "profile": settings["profile"],
-            "time_limit": settings["time_limit"],
-            "memory_mib": (settings.get("memory") or 0) // 2**20 or None,
-            "max_score": settings["max_score"], "owner": settings["owner"],
-            "cells": {path: [{"grade_id": g, "points": p, "auto": a} for g, p, a in cells]
-                      for path, cells in settings["cells"].items()}}
 
 
 class _GradingBase(AssignmentsBase):
@@ -76,13 +64,17 @@ class _GradingBase(AssignmentsBase):
 class AutogradeHandler(_GradingBase):
     """``GET|PUT /api/courses/<course>/assignments/<name>/autograde``."""
 
+    #: up to 8 source notebooks, their outputs and pictures included (the course page's form
+    #: sends the files as the teacher saved them)
+    max_body_bytes = 8 * 1024 * 1024
+
     @needs(authz.READ_SUBMISSIONS, course="course")
     async def get(self, course: str, name: str) -> None:
         self.write_json(await self.db(self._settings, course, name))
 
     def _settings(self, course: str, name: str) -> dict[str, Any]:
         with self.settings["sessions"]() as session:
-            return settings_json(self._assignment(session, course, name, staff=True).autograde)
+            return autograde_json(self._assignment(session, course, name, staff=True).autograde)
 
     @refuses(G.GradingError, JobError)
     @needs(authz.EDIT_ASSIGNMENTS, course="course")
@@ -107,7 +99,7 @@ class AutogradeHandler(_GradingBase):
             store.record(session, self.caller.name, AUTOGRADE_SET, _now(), course=course, assignment=name,
                          notebooks=settings["notebooks"], profile=body.profile,
                          max_score=settings["max_score"])
-            return settings_json(settings)
+            return autograde_json(settings)
 
 
 class RegradeHandler(_GradingBase):
@@ -167,23 +159,27 @@ class ScoresHandler(_GradingBase):
 
 
 class GradesHandler(_GradingBase):
-    """``GET .../grades.csv``: one row per student who submitted (the last submission counts):
-    ``username,score,max,late`` (hub_ext.core.grading.grades_csv)."""
+    """``GET .../grades.csv``: one row per student of the course's roster, whether they submitted
+    or not (the last submission counts): ``username,score,max,late,submitted``
+    (hub_ext.core.grading.gradebook and grades_csv; docs/teachers/autograding.md)."""
 
     @needs(authz.READ_SUBMISSIONS, course="course")
     async def get(self, course: str, name: str) -> None:
-        text = await self.db(self._csv, course, name)
+        members = await self.courses.members(course)  # the roster: the course's one owner of it
+        students = [m["username"] for m in members if m["role"] == "student"]
+        staff = [m["username"] for m in members if m["role"] != "student"]
+        text = await self.db(self._csv, course, name, students, staff)
         self.set_header("Content-Type", "text/csv; charset=utf-8")
         self.set_header("Content-Disposition", f'attachment; filename="{course}-{name}-grades.csv"')
         self.finish(text)
 
-    def _csv(self, course: str, name: str) -> str:
+    def _csv(self, course: str, name: str, students: list[str], staff: list[str]) -> str:
         with self.settings["sessions"]() as session:
             a = self._assignment(session, course, name, staff=True)
             last: dict[str, Submission] = {}
             for s in a.submissions:
                 last[s.student] = s
             most = float((a.autograde or {}).get("max_score") or 0)
-            return G.grades_csv(G.GradeRow(student, s.score, s.max_score or most, s.late)
-                                for student, s in last.items())
-
+            rows = {student: G.GradeRow(student, s.score, s.max_score or most, s.late)
+                    for student, s in last.items()}
+            return G.grades_csv(G.gradebook(students, rows, staff, most))

@@ -46,7 +46,13 @@ from hub_ext.service.declare import needs, refuses, takes
 from hub_ext.service.templates.base import TemplatesBase
 from hub_ext.service.templates.publishing import ContentsReader
 from hub_ext.service.templates.starting import start_seeded
-from hub_ext.store.assignment_models import Assignment, Submission, assignment_json, submission_json
+from hub_ext.store.assignment_models import (
+    Assignment,
+    Submission,
+    assignment_json,
+    autograde_json,
+    submission_json,
+)
 from hub_ext.store.models import Course
 from hub_ext.store.template_models import find_version, version_json
 
@@ -130,6 +136,7 @@ def course_assignments(sessions: Any, storage: Any, course: str, caller: str, st
             if not (staff or shown["open"]):
                 continue
             if staff:
+                shown["autograde"] = autograde_json(a.autograde)  # the settings form shows them
                 last: dict[str, Submission] = {}
                 counts: dict[str, int] = {}
                 for s in a.submissions:

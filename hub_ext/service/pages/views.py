@@ -221,6 +221,9 @@ class CoursePage(_Pages):
         ns["competitions"] = await asyncio.to_thread(course_competitions, self.settings["sessions"], course,
                                                      self.caller.name, staff)
         ns["templates"] = (await self._templates([course]))[course] if teacher else []
+        # the autograding form's profile picker: the course's profiles, as the teacher may start them
+        ns["grading_profiles"] = ((await self._offered([course]))[course]
+                                  if teacher and ns["assignments"] else [])
         ns["sharing"] = await self.shares.course_settings(course)
         if teacher:  # how added people log in
             ns["login_sentence"] = await self._login_sentence()
