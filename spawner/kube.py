@@ -33,6 +33,7 @@ from hub_ext import store
 from hub_ext.backends.coursedata import ClasshubCourseData, pod_volumes
 from hub_ext.backends.kubernetes import servers
 from hub_ext.backends.kubernetes.informer import live_capacity, mark_failure_seen
+from hub_ext.backends.kubernetes.labels import HOME_VOLUME_ANNOTATION
 from hub_ext.backends.kubernetes.servers import ApiFailure
 from hub_ext.backends.kubernetes.templates import seed_pod_parts
 from hub_ext.backends.templates import ClasshubTemplates
@@ -362,6 +363,10 @@ class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
         return self._note(attempt, "pvc")
 
     async def _make_create_pod_request(self, pod: Any, request_timeout: float) -> bool:
+        home = (self._home_mount() or {}).get("name")
+        if home:  # which volume is the home: the course page's home sizes read it (homes.py)
+            pod.metadata.annotations = {**(pod.metadata.annotations or {}),
+                                        HOME_VOLUME_ANNOTATION: self._expand_user_properties(home)}
         attempt = await servers.create(self.api, "pod", self.namespace, pod, request_timeout)
         if attempt.done and not attempt.created:
             # 409: a pod of an earlier server is still in the way; remove it and try again.

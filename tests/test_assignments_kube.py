@@ -1,21 +1,27 @@
 """Assignments on Kubernetes: a real hub on the fake cluster (the second run mode).
 
-The fake kubelet runs each container's real command as a local process and mounts no volumes,
-so the home mount path points at a local folder per user (as tests/test_templates_kube.py does).
-What a student notices: starting the assignment gives their pod the assignment's files (seeded by
-the init container, as a template's), and Submit takes their folder, read through their own
-server with their own credentials; the teacher downloads it. Autograded, the submission becomes a
-grading job whose pod has no service-account token, no home, the profile's limits and a grader
-that becomes uid 65534 (not the student's); the fake kubelet mounts no Secret, so the grader finds
-no inputs and the feedback says grading did not finish, the submission kept
-(docs/teachers/autograding.md).
+The fake kubelet runs each container's real command as a local process; the home mount path
+points at a local folder per user (as tests/test_templates_kube.py does). What a student notices:
+starting the assignment gives their pod the assignment's files (seeded by the init container, as a
+template's), and Submit takes their folder, read through their own server with their own
+credentials; the teacher downloads it. Autograded, the submission becomes a grading job whose pod
+has no service-account token, no home, the profile's limits and a grader that becomes uid 65534
+(not the student's): the fake kubelet mounts the job's Secret root-only at /grading/in and an
+emptyDir at /grading/work, the grader runs the student's notebook there, and the service reads
+the result from the pod's log, as on a cluster: the student's score and feedback (a hidden test
+failed, with their code's own words: it ran as 65534 and could not read the inputs). The
+helm-values NetworkPolicy selects that pod. The teacher sees the student's home size, measured by
+the node's kubelet (its stats summary) while the student's server runs (docs/teachers/
+autograding.md, docs/admins/course-data.md).
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import io
 import json
+import os
 import sys
 import zipfile
 from datetime import datetime, timedelta, timezone
@@ -25,10 +31,13 @@ from urllib.parse import quote
 import nbformat
 import pytest
 import requests
+import yaml
 
 from hub_ext.backends import autograde
 from tests.hubproc import api, wait_for
+from tests.kubefake.netpol import selects
 from tests.kubehub import KubeHub, process_cluster
+from tests.test_autograde_units import HIDDEN
 from tests.test_autograde_units import source_notebook as source
 
 pytestmark = pytest.mark.cluster
@@ -42,6 +51,8 @@ def cluster(tmp_path_factory):
 
     for fake in process_cluster(tmp_path_factory, NODES):
         TrainingOperator(fake)  # grading jobs are PyTorchJobs
+        # the grading image's `python` (with nbclient): this test's own, as an image's ENV PATH
+        fake.kubelet.image_env["PATH"] = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
         yield fake
 
 
@@ -86,6 +97,16 @@ c.ClasshubJobs.interval = 0.5
     hub.stop()
 
 
+#: The student's answer (the notebook's "answer" cell).
+ANSWER = """import os
+
+def double(x):
+    if x > 10:
+        readable = os.access("/grading/in/grading.json", os.R_OK)
+        raise ValueError(f"uid={os.getuid()} inputs={readable}")
+    return 2 * x
+"""
+
 #: the classhub API as tests.hubproc.api calls it, with the time a pod start may take on a busy machine
 service = functools.partial(api, timeout=120)
 
@@ -123,10 +144,33 @@ def test_start_and_submit_through_the_students_pod(hub: KubeHub, folders):
                      json={"type": "file", "format": "text", "content": "y = 3\n"},
                      headers={"Authorization": f"token {student}"}, timeout=30)
     assert r.status_code == 201, r.text
+    # the student's answer: right for small numbers; for others it says who runs it and whether
+    # the grader's inputs are readable (the hidden test calls it with 21)
+    notebook = autograde.student_version(source())
+    notebook.cells[1].source = ANSWER
+    r = requests.put(f"{hub.url}/user/student1/api/contents/{quote('lab1/lab1.ipynb')}",
+                     json={"type": "notebook", "content": json.loads(nbformat.writes(notebook))},
+                     headers={"Authorization": f"token {student}"}, timeout=30)
+    assert r.status_code == 200, r.text
     r = service(hub, "POST", "courses/k101/assignments/lab1/submissions", student)
     assert r.status_code == 201, r.text
     assert (r.json()["files"], r.json()["late"]) == (3, False)
     submitted = r.json()["id"]
+
+    # the teacher sees the student's home size while the student's server runs (the node's
+    # kubelet measures the home volume); the teacher's own server is not running: no size
+    r = requests.put(f"{hub.url}/user/student1/api/contents/{quote('weights.bin')}",
+                     json={"type": "file", "format": "base64",
+                           "content": base64.b64encode(b"w" * 1024 * 1024).decode()},
+                     headers={"Authorization": f"token {student}"}, timeout=30)
+    assert r.status_code == 201, r.text
+    r = service(hub, "GET", "courses/k101/storage", teacher)
+    assert r.status_code == 200, r.text
+    homes = {h["user"]: h["bytes"] for h in r.json()["homes"]}
+    assert r.json()["homes_from"] == "kubelet" and homes["teacher1"] is None, r.json()
+    assert 1024 * 1024 <= homes["student1"] < 2 * 1024 * 1024, r.json()
+    mine = service(hub, "GET", "storage/me", student).json()
+    assert mine["bytes"] == homes["student1"], mine
 
     # the grading job's pod: no token, no home, the profile's limits, a grader that drops to 65534
     import kubernetes
@@ -149,15 +193,31 @@ def test_start_and_submit_through_the_students_pod(hub: KubeHub, folders):
     student_uid = ((student_pod["spec"]["security_context"] or {}).get("run_as_user")
                    or (student_pod["spec"]["containers"][0]["security_context"] or {}).get("run_as_user"))
     assert student_uid != 65534
+    # the NetworkPolicy of helm-values selects the grading pod as the cluster holds it
+    policy = yaml.safe_load((Path(__file__).parents[1] / "helm-values" / "grading-networkpolicy.yaml")
+                            .read_text())
+    policy["metadata"]["namespace"] = "default"
+    kubernetes.client.NetworkingV1Api(client).create_namespaced_network_policy("default", policy)
+    (stored,) = kubernetes.client.NetworkingV1Api(client).list_namespaced_network_policy("default").items
+    assert selects(client.sanitize_for_serialization(stored), pods[0].metadata.labels)
     client.close()
-    # without its inputs (no Secret volume in the fake kubelet) the grader gives no result: a
-    # sentence in the feedback, the submission kept
+
+    # the grader ran in the pod (the Secret's inputs, the notebook as 65534) and its result came
+    # back through the pod's log: the student's score and feedback
     def graded():
         got = service(hub, "GET", f"courses/k101/assignments/lab1/submissions/{submitted}", student).json()
         return (got.get("feedback") or {}).get("state") in ("done", "failed") and got
-    got = wait_for(graded, 120, "the grading to end")
-    assert got["feedback"]["state"] == "failed" and "Grading did not finish" in got["feedback"]["message"]
-    assert {c["status"] for c in got["feedback"]["notebooks"][0]["cells"]} <= {"not-run", "manual"}
+    got = wait_for(graded, 180, "the grading to end")
+    if os.geteuid() != 0:  # the fake kubelet maps only this account: the grader cannot become 65534
+        assert got["feedback"]["state"] == "failed" and "did not finish" in got["feedback"]["message"]
+    else:
+        assert got["feedback"]["state"] == "done", got["feedback"]
+        assert (got["score"], got["max_score"]) == (3, 6), got["feedback"]
+        cells = {c["grade_id"]: c for c in got["feedback"]["notebooks"][0]["cells"]}
+        assert {k: (c["status"], c["score"]) for k, c in cells.items()} == {
+            "q1": ("failed", 0), "q2": ("passed", 3), "essay": ("manual", None)}, cells
+        assert "uid=65534 inputs=False" in cells["q1"]["message"], cells["q1"]
+        assert HIDDEN not in json.dumps(got) and "hidden-secret-check" not in json.dumps(got)
 
     r = service(hub, "GET", "courses/k101/assignments/lab1/download", teacher)
     assert r.status_code == 200, r.text

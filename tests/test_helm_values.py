@@ -247,7 +247,8 @@ def test_the_rbac_manifests_are_valid_kubernetes_objects():
     import kubernetes_validate
 
     version = kubernetes_validate.latest_version()
-    for name in ("capacity-rbac.yaml", "jobs-rbac.yaml"):
+    for name in ("capacity-rbac.yaml", "jobs-rbac.yaml", "home-sizes-rbac.yaml",
+                 "grading-networkpolicy.yaml"):
         for doc in rbac_docs(name):
             kubernetes_validate.validate(doc, version, strict=True)
 
@@ -273,12 +274,50 @@ def test_the_jobs_rbac_grants_the_job_kinds_in_the_jobs_namespace_to_the_hub():
 
 
 def test_nothing_cluster_wide_beyond_reading_nodes_and_pods():
+    """And, in its own optional file, the kubelet's stats through nodes/proxy (home sizes on
+    Kubernetes: only `get`, docs/admins/course-data.md says what the grant allows)."""
     for name in ("capacity-rbac.yaml", "jobs-rbac.yaml"):
         for doc in rbac_docs(name):
             if doc["kind"] == "ClusterRole":
                 for rule in doc["rules"]:
                     assert rule["apiGroups"] == [""] and set(rule["resources"]) <= {"nodes", "pods"}
                     assert set(rule["verbs"]) <= {"get", "list", "watch"}, (name, rule)
+    role, binding = rbac_docs("home-sizes-rbac.yaml")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes/proxy"], "verbs": ["get"]}]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "hub", "namespace": "classhub"}]
+
+
+def test_the_grading_network_policy_takes_every_grading_pods_network():
+    """helm-values/grading-networkpolicy.yaml, object level: in the jobs' namespace (jobs.yaml), it
+    selects the pods of a grading job as the job backend writes them (and no notebook or ordinary
+    job pod), with both policy types and no rule: no ingress, no egress, not even DNS."""
+    import json
+
+    from hub_ext.backends.jobs import Launch, ReplicaLaunch
+    from hub_ext.backends.kubernetes import jobs as kube
+    from hub_ext.service.assignments.grading import grader_command
+    from tests.kubefake.netpol import check_network_policy, selects
+
+    (policy,) = rbac_docs("grading-networkpolicy.yaml")
+    assert policy["kind"] == "NetworkPolicy" and check_network_policy(policy) == []
+    assert policy["metadata"]["namespace"] == read_yaml(JOBS)["hub"]["config"]["ClasshubJobs"]["namespace"]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
+    assert "ingress" not in policy["spec"] and "egress" not in policy["spec"]
+
+    def pod_labels(sandbox: dict) -> dict:
+        job = Launch(job_id="grade-lab1-7-1a2b3c4d", owner="teacher1", course="cs101",
+                     command=grader_command("python", sandbox) if sandbox else ("python", "train.py"),
+                     env={}, workdir="", master_port=0, replicas=(ReplicaLaunch("grader", 0, 0, "n"),),
+                     max_runtime=600, requests={"grader": {"cpu": "1"}}, pods={}, sandbox=sandbox)
+        obj = kube.pytorch_job(job, namespace="classhub", image="quay.io/jupyter/base-notebook")
+        return obj["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["metadata"]["labels"]
+
+    grading = pod_labels({"secret": "classhub-grading-0123abcd",
+                          "items": json.dumps([["f0", "grading.json"]])})
+    assert selects(policy, grading)
+    assert not selects(policy, pod_labels({}))  # an ordinary job keeps the network the course allows
+    assert not selects(policy, {"component": "singleuser-server", "hub.jupyter.org/username": "sam"})
 
 
 def test_the_hub_pod_upgrades_classhubs_database_before_the_hub_starts():

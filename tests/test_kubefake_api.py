@@ -636,3 +636,48 @@ def test_rbac_validation_and_immutable_role_ref_as_kube_apiserver(api_client, ns
         "must supply at least one api group, rules[0].resources: Required value: resource rules must supply "
         "at least one resource]"
     )
+
+
+def test_network_policies_are_stored_and_validated_as_kube_apiserver_does(api_client, ns):
+    """networking.k8s.io/v1 NetworkPolicies (helm-values/grading-networkpolicy.yaml): create, get,
+    list, delete, and 422 with kube-apiserver's causes for a malformed spec (enforced by nothing:
+    the fake has no network plugin, docs/kubefake.md)."""
+    from tests.kubefake.netpol import selects
+
+    net = kubernetes.client.NetworkingV1Api(api_client)
+    groups = {g.name for g in kubernetes.client.ApisApi(api_client).get_api_versions().groups}
+    assert "networking.k8s.io" in groups
+    manifest = Path(__file__).parents[1] / "helm-values" / "grading-networkpolicy.yaml"
+    policy = yaml.safe_load(manifest.read_text())
+    policy["metadata"]["namespace"] = ns
+    net.create_namespaced_network_policy(ns, policy)
+    stored = net.read_namespaced_network_policy(policy["metadata"]["name"], ns)
+    assert stored.spec.policy_types == ["Ingress", "Egress"]
+    assert not stored.spec.ingress and not stored.spec.egress  # no rules: no traffic either way
+    listed = net.list_namespaced_network_policy(ns, label_selector="app.kubernetes.io/managed-by=classhub")
+    assert [p.metadata.name for p in listed.items] == ["classhub-grading-no-network"]
+    assert selects(policy, {"classhub.io/grading": "true", "classhub.io/job": "grade-lab1-1"})
+    assert not selects(policy, {"component": "singleuser-server"})
+    with pytest.raises(ApiException) as err:
+        net.create_namespaced_network_policy(ns, {"metadata": {"name": "bad"}, "spec": {
+            "podSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]},
+            "policyTypes": ["Sideways"],
+            "egress": [{"to": [{}], "ports": [{"port": 70000, "protocol": "ICMP"}]},
+                       {"to": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["192.168.0.0/16"]},
+                                "podSelector": {}}]}]}})
+    body = status_of(err.value)
+    assert (err.value.status, body["reason"]) == (422, "Invalid")
+    assert {c["field"]: c["message"] for c in body["details"]["causes"]} == {
+        "spec.podSelector.matchExpressions[0].values":
+            "Required value: must be specified when `operator` is 'In' or 'NotIn'",
+        "spec.egress[0].ports[0].protocol":
+            'Unsupported value: "ICMP": supported values: "SCTP", "TCP", "UDP"',
+        "spec.egress[0].ports[0].port": "Invalid value: 70000: must be between 1 and 65535, inclusive",
+        "spec.egress[0].to[0]": "Required value: must specify a peer",
+        "spec.egress[1].to[0]": "Forbidden: may not specify both ipBlock and another peer",
+        "spec.egress[1].to[0].ipBlock.except[0]":
+            'Invalid value: "192.168.0.0/16": must be a strict subset of `cidr`',
+        "spec.policyTypes[0]": 'Unsupported value: "Sideways": supported values: "Ingress", "Egress"',
+    }  # fmt: skip
+    net.delete_namespaced_network_policy(policy["metadata"]["name"], ns)
+    assert net.list_namespaced_network_policy(ns).items == []

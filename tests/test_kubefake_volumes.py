@@ -115,3 +115,102 @@ def test_pods_exec_runs_in_the_containers_mounts(tmp_path):
             api.close()
     assert out == "course data\n" and "Read-only file system" in err, (out, err)
     assert (export / "course" / "README.md").exists() and (export / "course" / "from-exec.txt").exists()
+
+
+# ---------------------------------------------------------------------------- Secret, ConfigMap, stats
+SECRET_PROBE = r"""
+import json, os, sys
+def attempt(fn):
+    try:
+        fn()
+        return "ok"
+    except OSError as e:
+        return os.strerror(e.errno)
+inputs = "/kubefake-test/in"
+with open("/kubefake-test/work/out.bin", "wb") as f:
+    f.write(b"x" * 300000)
+with open("notes.bin", "wb") as f:  # in the home (the working directory)
+    f.write(b"y" * 200000)
+print("RESULT " + json.dumps({
+    "listing": sorted(n for n in os.listdir(inputs) if not n.startswith("..")),
+    "hidden": sorted(n for n in os.listdir(inputs) if n.startswith(".."))[1:],
+    "nested": open(os.path.join(inputs, "source", "lab1.ipynb")).read(),
+    "plain": open(os.path.join(inputs, "grading.json")).read(),
+    "modes": {p: oct(os.stat(os.path.join(inputs, p)).st_mode & 0o777)
+              for p in ("grading.json", "source/lab1.ipynb")},
+    "link": os.readlink(os.path.join(inputs, "source")),
+    "write": attempt(lambda: open(os.path.join(inputs, "new"), "w")),
+    "config": open("etc/settings/app.conf").read(),
+    "cwd": os.getcwd(),
+}), flush=True)
+import time
+time.sleep(600)
+"""
+
+
+def test_secret_and_configmap_volumes_hold_their_keys_as_files_read_only(tmp_path):
+    """A Secret volume's ``items`` at their paths with their modes (and ``defaultMode``), as
+    kubelet's atomic writer lays them out (``..data``), always read-only; a mount at a path this
+    machine does not have (``/kubefake-test/...``) is at that very path in the pod; an emptyDir
+    is writable; the node's stats summary measures each volume's folder (what classhub's home
+    sizes read) and names a claim's volume by its pvcRef."""
+    import base64
+
+    with FakeCluster(nodes=[{"name": "n", "allocatable": {"cpu": "4", "memory": "8Gi"}}],
+                     kubelet_mode="process") as cluster:
+        cluster.write_kubeconfig(tmp_path / "kubeconfig")
+        b64 = lambda text: base64.b64encode(text.encode()).decode()  # noqa: E731
+        cluster.create("secrets", {"metadata": {"name": "inputs"}, "data": {
+            "f0": b64('{"nonce": "n"}'), "f1": b64("notebook"), "unused": b64("left out")}})
+        cluster.create("configmaps", {"metadata": {"name": "settings"}, "data": {"app.conf": "debug = 1\n"}})
+        cluster.create("persistentvolumeclaims", {"metadata": {"name": "claim-sam"}, "spec": {
+            "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+        name = f"secret-{uuid.uuid4().hex[:6]}"
+        cluster.create("pods", {"metadata": {"name": name}, "spec": {
+            "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+            "volumes": [
+                {"name": "inputs", "secret": {"secretName": "inputs", "defaultMode": 0o440, "items": [
+                    {"key": "f0", "path": "grading.json"},
+                    {"key": "f1", "path": "source/lab1.ipynb", "mode": 0o400}]}},
+                {"name": "settings", "configMap": {"name": "settings"}},
+                {"name": "work", "emptyDir": {}},
+                {"name": "home", "persistentVolumeClaim": {"claimName": "claim-sam"}}],
+            "containers": [{
+                "name": "probe", "image": "python:3.12-slim", "workingDir": "/home/jovyan",
+                "command": [sys.executable, "-c", SECRET_PROBE],
+                "volumeMounts": [
+                    {"name": "inputs", "mountPath": "/kubefake-test/in"},
+                    {"name": "work", "mountPath": "/kubefake-test/work"},
+                    {"name": "settings", "mountPath": "/home/jovyan/etc/settings"},
+                    {"name": "home", "mountPath": "/home/jovyan"}],
+            }]}})
+        uid = wait_for(lambda: (cluster.get("pods", name) or {}).get("metadata", {}).get("uid"), 30,
+                       what="the pod")
+        line = wait_for(lambda: next((x for x in cluster.kubelet.logs(uid, "probe").render(0, False)
+                                      .splitlines() if x.startswith("RESULT ")), None), 60,
+                        what="the probe's result")
+        seen = json.loads(line[len("RESULT "):])
+        api = kubernetes.config.new_client_from_config(config_file=str(tmp_path / "kubeconfig"))
+        try:
+            core = kubernetes.client.CoreV1Api(api)
+            raw = core.connect_get_node_proxy_with_path("n", "stats/summary", _preload_content=False)
+            summary = json.loads(raw.data)
+            with pytest.raises(kubernetes.client.ApiException) as missing:
+                core.connect_get_node_proxy_with_path("nowhere", "stats/summary")
+        finally:
+            api.close()
+    assert seen["listing"] == ["grading.json", "source"] and seen["hidden"] == ["..data"], seen
+    assert (seen["plain"], seen["nested"]) == ('{"nonce": "n"}', "notebook"), seen
+    assert seen["modes"] == {"grading.json": "0o440", "source/lab1.ipynb": "0o400"}, seen
+    assert seen["link"] == "..data/source" and seen["write"] == "Read-only file system", seen
+    assert seen["config"] == "debug = 1\n", seen
+    assert seen["cwd"].endswith("/home/jovyan"), seen
+    assert missing.value.status == 404
+    assert summary["node"]["nodeName"] == "n"
+    (pod,) = [p for p in summary["pods"] if p["podRef"]["name"] == name]
+    volumes = {v["name"]: v for v in pod["volume"]}
+    assert set(volumes) == {"inputs", "settings", "work", "home"}, volumes
+    assert 300000 <= volumes["work"]["usedBytes"] < 400000, volumes["work"]
+    assert 200000 <= volumes["home"]["usedBytes"] < 300000, volumes["home"]
+    assert volumes["home"]["pvcRef"] == {"name": "claim-sam", "namespace": "default"}
+    assert "pvcRef" not in volumes["work"] and volumes["work"]["capacityBytes"] > 0

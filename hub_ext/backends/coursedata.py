@@ -117,6 +117,13 @@ class ClasshubCourseData(Configurable):
         help="""Local mode: the folder of the users' homes, whose sizes the course page shows
         (``configure()`` sets ``<data-dir>/homes``). Empty: home sizes are not shown.""",
     )
+    kubelet_home_sizes = Bool(
+        True, config=True,
+        help="""Kubernetes: show the size of each running server's home, as each node's kubelet
+        measures it (its stats summary, read through the API server: the ``nodes/proxy``
+        permission of helm-values/home-sizes-rbac.yaml). A stopped server's home shows "-".
+        False: no home sizes on Kubernetes (and no need for that permission).""",
+    )
     system_groups = Bool(
         False, config=True,
         help="""Local mode with system users: each course folder belongs to a Unix group

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import time
 from collections.abc import Awaitable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -57,6 +59,7 @@ from hub_ext.service.declare import needs, refuses, takes
 from hub_ext.service.handlers import APIHandler
 
 _COURSE = r"courses/([^/]+)"
+log = logging.getLogger("classhub.coursedata")
 
 
 class DataFolderBody(body_models.Body):
@@ -266,16 +269,60 @@ class StorageHandler(DataBase):
     async def get(self, course: str) -> None:
         members = await self.courses.members(course)
         limit = self.data.home_limit_of(course)
-        sizes = await asyncio.to_thread(self._home_sizes, [m["username"] for m in members])
+        sizes, source = await home_sizes(self.settings, [m["username"] for m in members])
         homes = [{"user": m["username"], "role": m["role"], "bytes": sizes.get(m["username"]),
                   "level": home_level(sizes.get(m["username"]) or 0, limit)} for m in members]
         data_bytes = await asyncio.to_thread(self.folders.size, course) if self.data.root_dir else None
         self.write_json({"course": course, "homes": homes, "home_limit": limit,
-                         "homes_shown": bool(self.data.homes_dir), "data_bytes": data_bytes,
+                         "homes_shown": source is not None, "homes_from": source,
+                         "data_bytes": data_bytes,
                          "data_limit": self.data.limit_of(course)})
 
-    def _home_sizes(self, users: list[str]) -> dict[str, int | None]:
-        return {user: home_size(self.settings, user) for user in users}
+
+
+async def home_sizes(app_settings: dict[str, Any],
+                     users: list[str]) -> tuple[dict[str, int | None], str | None]:
+    """(user -> bytes of their home or None, where the sizes come from: ``"files"`` (local homes,
+    walked on worker threads), ``"kubelet"`` (Kubernetes: running servers' home volumes, from the
+    nodes' stats) or None (not shown)). Both cached for ``size_cache_seconds``."""
+    data = settings_of(app_settings)
+    if app_settings.get("mode") == "kubernetes":
+        if not data.kubelet_home_sizes:
+            return dict.fromkeys(users), None
+        found = await kube_home_sizes(app_settings)
+        if found is None:  # the cluster refused (the log says what to grant)
+            return dict.fromkeys(users), None
+        return {user: found.get(user) for user in users}, "kubelet"
+    if not data.homes_dir:
+        return dict.fromkeys(users), None
+    sizes = await asyncio.to_thread(lambda: {user: home_size(app_settings, user) for user in users})
+    return sizes, "files"
+
+
+async def kube_home_sizes(app_settings: dict[str, Any]) -> dict[str, int] | None:
+    """user -> bytes of the home of each running server (hub_ext.backends.kubernetes.homes), asked
+    of the cluster at most once per ``size_cache_seconds`` (one request at a time); None, logged,
+    when the cluster refused or did not answer, until the next try."""
+    data = settings_of(app_settings)
+    lock = app_settings.setdefault("kube_home_sizes_lock", asyncio.Lock())
+    async with lock:
+        at, found = app_settings.get("kube_home_sizes", (float("-inf"), None))
+        if time.monotonic() - at < data.size_cache_seconds:
+            return found
+        from hub_ext.backends.kubernetes import client, homes
+
+        jobs = app_settings.get("jobs")
+        api = getattr(getattr(jobs, "backend", None), "core", None) or client.core_v1()
+        try:
+            found = await homes.home_sizes(api)
+        except homes.HomeSizesUnavailable as e:
+            log.warning("home sizes: %s", e)
+            found = None
+        except Exception as e:  # the cluster did not answer: no sizes this time
+            log.warning("home sizes: the cluster did not answer (%s)", e)
+            found = None
+        app_settings["kube_home_sizes"] = (time.monotonic(), found)
+        return found
 
 
 def home_size(app_settings: dict[str, Any], user: str) -> int | None:
@@ -298,7 +345,8 @@ class MyStorageHandler(DataBase):
     @needs(authz.READ_OWN_USAGE)
     async def get(self) -> None:
         roles = await self.courses.roles_of(self.caller.name)
-        size = await asyncio.to_thread(home_size, self.settings, self.caller.name)
+        sizes, _ = await home_sizes(self.settings, [self.caller.name])
+        size = sizes[self.caller.name]
         limits = [v for v in (self.data.home_limit_of(c) for c in roles) if v]
         limit = min(limits) if limits else None
         level = home_level(size or 0, limit)

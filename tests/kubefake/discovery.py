@@ -25,6 +25,7 @@ SUBRESOURCE_VERBS = {
     "eviction": (["create"], "Eviction"),
     "finalize": (["update"], None),
     "exec": (["create", "get"], "PodExecOptions"),
+    "proxy": (["create", "delete", "get", "patch", "update"], "NodeProxyOptions"),
 }
 
 

@@ -52,6 +52,7 @@ import shutil
 import signal
 import tempfile
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import urlencode
 
@@ -92,6 +93,10 @@ class Container:
     servers: list[asyncio.AbstractServer] = field(default_factory=list)
     done: asyncio.Future | None = None
     restarts: int = 0
+    #: the container has a root of its own (a mount at a path absent on this machine), and its
+    #: working directory inside that root (``pods/exec`` enters both)
+    rooted: bool = False
+    pod_cwd: str = ""
 
 
 @dataclass
@@ -107,6 +112,9 @@ class PodRuntime:
     task: asyncio.Task | None = None
     stopping: bool = False
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
+    #: volume name -> the local folder holding its files, as the containers see them (stats)
+    volume_paths: dict[str, str] = field(default_factory=dict)
+    started_at: str = ""
 
 
 class Kubelet:
@@ -134,6 +142,9 @@ class Kubelet:
         self._workdir = tempfile.mkdtemp(prefix="kubefake-kubelet-")
         #: ``"<server>:<path>"`` of an nfs volume -> the local folder that stands for the export
         self.nfs_exports: dict[str, str] = {}
+        #: what the images' ``ENV`` lines set for every container (the container's env wins),
+        #: e.g. ``PATH`` with the Python a test's image would have
+        self.image_env: dict[str, str] = {}
         store.listeners.append(self._on_event)
 
     # ----- reacting to the API ------------------------------------------------------------------
@@ -357,8 +368,15 @@ class Kubelet:
         argv = [expand(str(a), env) for a in (container.get("command") or []) + (container.get("args") or [])]
         binds = self._binds(rt, pod, container)
         cwd = self._cwd(rt, container, rooted=bool(binds))
+        self._note_volumes(rt, pod, container, binds)
         if binds:
-            argv = mount_namespace_argv(binds, argv)
+            root = None
+            cont.rooted = any(b.absolute for b in binds)
+            if cont.rooted:
+                root = os.path.join(rt.workdir, ".kubefake-root")
+                os.makedirs(root, exist_ok=True)
+                cont.pod_cwd = pod_working_dir(container, rt.workdir)
+            argv = mount_namespace_argv(binds, argv, root, cont.pod_cwd)
         proc = await asyncio.create_subprocess_exec(
             *argv,
             env=env,
@@ -464,6 +482,7 @@ class Kubelet:
             ("KUBEFAKE_POD_IP", rt.ip),
         ):
             own.setdefault(key, value)
+        env.update(self.image_env)
         env.update(own)
         return env
 
@@ -717,7 +736,11 @@ class Kubelet:
         with contextlib.suppress(OSError):
             if os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt"):
                 return []  # the container has no mounts of its own
-        enter = ["nsenter", f"--target={pid}", "--mount", f"--wdns={cwd}"]  # setns resets the cwd
+        assert cont is not None
+        if cont.rooted:  # its own root: enter it too, and its working directory there
+            cwd = cont.pod_cwd
+        enter = ["nsenter", f"--target={pid}", "--mount", *(["--root"] if cont.rooted else []),
+                 f"--wdns={cwd}"]  # setns resets the cwd
         if os.geteuid() != 0:
             enter[2:2] = ["--user", "--preserve-credentials"]
         return [*enter, "--", "setpriv", "--bounding-set", "-sys_admin", "--"]
@@ -733,17 +756,21 @@ class Kubelet:
         return workdir if workdir and os.path.isdir(workdir) else rt.workdir
 
     def _binds(self, rt: PodRuntime, pod: dict[str, Any], container: dict[str, Any]) -> list[Bind]:
-        """The container's mounts this kubelet can make (nfs volumes of registered exports)."""
+        """The container's mounts this kubelet can make: nfs volumes of registered exports, Secret
+        and ConfigMap volumes (their keys as files, always read-only, as kubelet mounts them), and
+        emptyDir volumes at a path absent on this machine (elsewhere the pod's own folder at the
+        path stands for its emptyDir, as before). A mount at a path whose top folder this machine
+        does not have (``/grading/in``) is made at that very path in a root of the pod's own."""
         volumes = {v.get("name"): v for v in pod["spec"].get("volumes") or []}
         binds: list[Bind] = []
         for mount in container.get("volumeMounts") or []:
-            nfs = (volumes.get(mount.get("name")) or {}).get("nfs")
-            if not isinstance(nfs, dict):
+            volume = volumes.get(mount.get("name")) or {}
+            mount_path = str(mount["mountPath"])
+            absolute = not on_this_machine(mount_path)
+            made = self._volume_source(rt, pod, volume, absolute)
+            if made is None:
                 continue
-            export = self.nfs_exports.get(f"{nfs.get('server')}:{nfs.get('path')}")
-            if export is None:
-                continue
-            source = os.path.realpath(export)
+            source, export, forced_ro = made
             sub = str(mount.get("subPath") or "")
             if sub:
                 path = os.path.realpath(os.path.join(source, sub))
@@ -752,11 +779,121 @@ class Kubelet:
                 os.makedirs(path, 0o755, exist_ok=True)  # kubelet makes a missing subPath
             else:
                 path = source
-            target = os.path.join(rt.workdir, str(mount["mountPath"]).lstrip("/"))
-            os.makedirs(target, exist_ok=True)
-            read_only = bool(mount.get("readOnly")) or bool(nfs.get("readOnly"))
-            binds.append(Bind(path, target, read_only, source))
-        return binds
+            if absolute:
+                target = os.path.normpath(mount_path)
+            else:
+                target = os.path.join(rt.workdir, mount_path.lstrip("/"))
+                os.makedirs(target, exist_ok=True)
+            read_only = bool(mount.get("readOnly")) or forced_ro
+            binds.append(Bind(path, target, read_only, export, absolute, source))
+        return sorted(binds, key=lambda b: (b.absolute, b.target.count("/")))
+
+    def _volume_source(
+        self, rt: PodRuntime, pod: dict[str, Any], volume: dict[str, Any], absolute: bool
+    ) -> tuple[str, str | None, bool] | None:
+        """(the local folder of a volume, the export to hide from the pod or None, always
+        read-only) for a volume this kubelet mounts, else None (left as the pod's own folder)."""
+        nfs = volume.get("nfs")
+        if isinstance(nfs, dict):
+            export = self.nfs_exports.get(f"{nfs.get('server')}:{nfs.get('path')}")
+            if export is None:
+                return None
+            source = os.path.realpath(export)
+            return source, source, bool(nfs.get("readOnly"))
+        name = str(volume.get("name"))
+        folder = os.path.join(rt.workdir, ".kubefake-volumes", name)
+        if isinstance(volume.get("secret"), dict) or isinstance(volume.get("configMap"), dict):
+            if not os.path.isdir(folder):
+                project(folder, self._volume_files(pod, volume))
+            return folder, None, True
+        if isinstance(volume.get("emptyDir"), dict) and absolute:
+            os.makedirs(folder, 0o777, exist_ok=True)
+            os.chmod(folder, 0o777)  # kubelet makes emptyDir folders 0777
+            return folder, None, False
+        return None
+
+    def _volume_files(self, pod: dict[str, Any], volume: dict[str, Any]) -> dict[str, tuple[bytes, int]]:
+        """path -> (bytes, mode) of a Secret or ConfigMap volume, as kubelet projects them:
+        every key (or the ``items`` named, at their ``path``), ``mode`` or ``defaultMode``
+        (0644). A missing object or key fails the mount, unless the volume is ``optional``."""
+        secret = volume.get("secret")
+        source = secret if isinstance(secret, dict) else volume["configMap"]
+        kind, ref = ("secret", source.get("secretName")) if secret else ("configmap", source.get("name"))
+        plural = "secrets" if secret else "configmaps"
+        obj = self._lookup(plural, pod["metadata"]["namespace"], str(ref))
+        where = f'MountVolume.SetUp failed for volume "{volume.get("name")}" : '
+        if obj is None:
+            if source.get("optional"):
+                return {}
+            raise OSError(f'{where}{kind} "{ref}" not found')
+        data: dict[str, bytes] = {}
+        if secret:
+            data = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+        else:
+            data = {k: str(v).encode() for k, v in (obj.get("data") or {}).items()}
+            data.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
+        default = int(source.get("defaultMode", 0o644))
+        items = source.get("items")
+        if not items:
+            return {key: (value, default) for key, value in data.items()}
+        out = {}
+        for item in items:
+            if item.get("key") not in data:
+                if source.get("optional"):
+                    continue
+                raise OSError(f'{where}{kind} references non-existent {kind} key: {item.get("key")}')
+            out[str(item["path"])] = (data[item["key"]], int(item.get("mode", default)))
+        return out
+
+    def _note_volumes(
+        self, rt: PodRuntime, pod: dict[str, Any], container: dict[str, Any], binds: list[Bind]
+    ) -> None:
+        """Remember which local folder holds each volume's files as this container sees them
+        (the first container mounting a volume decides): what the stats summary measures."""
+        volumes = {v.get("name"): v for v in pod["spec"].get("volumes") or []}
+        rooted = bool(binds)
+        for mount in container.get("volumeMounts") or []:
+            name = mount.get("name")
+            volume = volumes.get(name) or {}
+            if name in rt.volume_paths or not volume:
+                continue
+            made = next((b for b in binds if b.mount_path(rt.workdir) == str(mount["mountPath"])), None)
+            if made is not None:
+                rt.volume_paths[name] = made.volume or made.source
+            elif rooted:
+                rt.volume_paths[name] = os.path.join(rt.workdir, str(mount["mountPath"]).lstrip("/"))
+            else:
+                rt.volume_paths[name] = str(mount["mountPath"])
+
+    def volume_stats(self, node: str) -> tuple[list[dict[str, Any]], list[tuple[int, str]]]:
+        """The pods running on ``node`` (podRef, startTime, containers) and, for each volume whose
+        files this kubelet knows, (pod index, name, pvcRef, local folder) to measure: the stats
+        summary's ``pods`` (the folders are measured off the loop by the API server)."""
+        pods: list[dict[str, Any]] = []
+        todo: list[tuple[int, str]] = []
+        for rt in list(self.runtimes.values()):
+            pod = self._pod(rt)
+            if pod is None or rt.stopping or pod["spec"].get("nodeName") != node:
+                continue
+            if (pod.get("status") or {}).get("phase") != "Running":
+                continue
+            volumes = {v.get("name"): v for v in pod["spec"].get("volumes") or []}
+            entry: dict[str, Any] = {
+                "podRef": {"name": rt.name, "namespace": rt.namespace, "uid": rt.uid},
+                "startTime": (pod.get("status") or {}).get("startTime"),
+                "containers": [{"name": c["name"], "startTime": (pod.get("status") or {}).get("startTime")}
+                               for c in pod["spec"]["containers"]],
+                "volume": [],
+            }
+            for name, path in rt.volume_paths.items():
+                claim = (volumes.get(name) or {}).get("persistentVolumeClaim")
+                stat = {"name": name, "path": path}
+                if isinstance(claim, dict):
+                    stat["pvcRef"] = {"name": claim.get("claimName"), "namespace": rt.namespace}
+                entry["volume"].append(stat)
+            todo.extend((len(pods), v["name"]) for v in entry["volume"])
+            pods.append(entry)
+        return pods, todo
 
     def pod_ip(self, uid: str) -> str | None:
         """The loopback address given to a pod."""
@@ -766,28 +903,139 @@ class Kubelet:
 
 @dataclass(frozen=True)
 class Bind:
-    """One volume mount of a container: ``source`` bound at ``target`` (``export``: the volume's
-    own folder, hidden from the pod)."""
+    """One volume mount of a container: ``source`` bound at ``target`` (``export``: the nfs
+    volume's own folder, hidden from the pod; ``absolute``: ``target`` is the mount path in a
+    root of the pod's own, else a folder under the pod's work directory)."""
 
     source: str
     target: str
     read_only: bool
-    export: str
+    export: str | None = None
+    absolute: bool = False
+    volume: str = ""  # the volume's own folder (``source`` is its subPath where one is given)
+
+    def mount_path(self, workdir: str) -> str:
+        """The mount path the pod spec gave."""
+        return self.target if self.absolute else "/" + os.path.relpath(self.target, workdir)
 
 
-def mount_namespace_argv(binds: list[Bind], argv: list[str]) -> list[str]:
+def on_this_machine(path: str) -> bool:
+    """True when the top folder of an absolute pod path exists here (``/home/...``, ``/tmp/...``):
+    such mounts keep the pod-root-is-work-folder scheme; others get a root of the pod's own."""
+    top = os.path.normpath(path).lstrip("/").split("/", 1)[0]
+    return not top or os.path.lexists("/" + top)
+
+
+def pod_working_dir(container: dict[str, Any], workdir: str) -> str:
+    """The working directory inside a pod that has a root of its own: ``workingDir`` where its
+    top folder is the pod's own, else that path under the pod's work folder (as without a root)."""
+    wanted = str(container.get("workingDir") or "")
+    if not wanted:
+        return workdir
+    if on_this_machine(wanted):
+        inside = os.path.join(workdir, wanted.lstrip("/"))
+        os.makedirs(inside, exist_ok=True)
+        return inside
+    return os.path.normpath(wanted)
+
+
+def project(folder: str, files: dict[str, tuple[bytes, int]]) -> None:
+    """Write a Secret's or ConfigMap's files as kubelet's atomic writer lays them out: the files
+    in a timestamped folder, ``..data`` a link to it, and each top-level name a link through
+    ``..data`` (what a container lists; an update swaps ``..data`` in one rename)."""
+    os.makedirs(folder, 0o755, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("..%Y_%m_%d_%H_%M_%S.%f")
+    data = os.path.join(folder, stamp)
+    os.makedirs(data, 0o755)
+    for path, (content, mode) in files.items():
+        clean = os.path.normpath(path)
+        if os.path.isabs(clean) or clean.split("/")[0] in ("..", ".") or clean.startswith(".."):
+            raise OSError(f"invalid item path {path!r}")
+        target = os.path.join(data, clean)
+        os.makedirs(os.path.dirname(target), 0o755, exist_ok=True)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, content)
+            os.fchmod(fd, mode & 0o7777)
+        finally:
+            os.close(fd)
+    os.symlink(stamp, os.path.join(folder, "..data"))
+    for top in sorted({os.path.normpath(p).split("/")[0] for p in files}):
+        os.symlink(os.path.join("..data", top), os.path.join(folder, top))
+
+
+def folder_usage(path: str) -> dict[str, int]:
+    """What kubelet's ``du``/``statfs`` metrics say of a volume folder: bytes of the blocks its
+    files use (each inode once, not crossing into other file systems), inodes used, and the file
+    system's capacity and free space."""
+    used, inodes, seen = 0, 0, set()
+    try:
+        top = os.lstat(path)
+    except OSError:
+        return {}
+    stack = [path]
+    while stack:
+        folder = stack.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if st.st_dev != top.st_dev or (st.st_ino in seen):
+                continue
+            seen.add(st.st_ino)
+            used += st.st_blocks * 512
+            inodes += 1
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+    used += top.st_blocks * 512
+    fs = os.statvfs(path)
+    return {"availableBytes": fs.f_bavail * fs.f_frsize, "capacityBytes": fs.f_blocks * fs.f_frsize,
+            "usedBytes": used, "inodesFree": fs.f_favail, "inodes": fs.f_files, "inodesUsed": inodes + 1}
+
+
+def mount_namespace_argv(
+    binds: list[Bind], argv: list[str], root: str | None = None, cwd: str = ""
+) -> list[str]:
     """``argv`` run in a new mount namespace with ``binds`` mounted (read-only ones remounted
     ``ro``), the exports covered, and ``CAP_SYS_ADMIN`` dropped so the pod cannot undo them.
-    As root: a plain mount namespace; otherwise a user namespace maps the caller to root."""
+    As root: a plain mount namespace; otherwise a user namespace maps the caller to root.
+    With ``root`` (a folder): the pod gets a root of its own there, a tmpfs holding every top-level
+    entry of this machine's ``/`` (recursive binds, links as links) and the absolute binds at their
+    mount paths; the command runs chrooted there, in ``cwd``."""
     steps = []
-    for bind in binds:
+    for bind in [b for b in binds if not b.absolute]:
         source, target = shlex.quote(bind.source), shlex.quote(bind.target)
         steps.append(f"mount --bind {source} {target}")
         if bind.read_only:
             steps.append(f"mount -o remount,bind,ro {target}")
-    for export in sorted({b.export for b in binds}):
+    for export in sorted({b.export for b in binds if b.export}):
         steps.append(f"mount -t tmpfs -o ro,size=4k,mode=0 kubefake-hidden {shlex.quote(export)}")
-    script = " && ".join(steps) + ' && exec setpriv --bounding-set -sys_admin -- "$@"'
+    run = 'exec setpriv --bounding-set -sys_admin -- "$@"'
+    if root is not None:
+        r = root.rstrip("/")
+        steps.append(f"mount -t tmpfs -o mode=0755 kubefake-root {shlex.quote(r)}")
+        for entry in sorted(os.listdir("/")):
+            here, there = "/" + entry, shlex.quote(f"{r}/{entry}")
+            if os.path.islink(here):
+                steps.append(f"ln -s {shlex.quote(os.readlink(here))} {there}")
+            elif os.path.isdir(here):
+                steps.append(f"mkdir {there} && mount --rbind {shlex.quote(here)} {there}")
+            elif os.path.isfile(here):
+                steps.append(f"touch {there} && mount --bind {shlex.quote(here)} {there}")
+        for bind in [b for b in binds if b.absolute]:
+            source, target = shlex.quote(bind.source), shlex.quote(r + bind.target)
+            steps.append(f"mkdir -p {target} && mount --bind {source} {target}")
+            if bind.read_only:
+                steps.append(f"mount -o remount,bind,ro {target}")
+        steps.append(f"cd {shlex.quote(r)}")
+        run = (f'exec chroot . /bin/sh -c \'cd "$0" && exec setpriv --bounding-set -sys_admin -- "$@"\' '
+               f'{shlex.quote(cwd or "/")} "$@"')
+    script = " && ".join([*steps, run])
     unshare = [shutil.which("unshare") or "unshare", "--mount", "--propagation", "private"]
     if os.geteuid() != 0:
         unshare[1:1] = ["--user", "--map-root-user"]

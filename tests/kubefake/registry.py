@@ -127,7 +127,7 @@ def default_registry() -> Registry:
     reg = Registry()
     core = [
         ResourceType("", "v1", "namespaces", "Namespace", False, ("status", "finalize"), ("ns",), "label"),
-        ResourceType("", "v1", "nodes", "Node", False, ("status",), ("no",)),
+        ResourceType("", "v1", "nodes", "Node", False, ("status", "proxy"), ("no",)),
         ResourceType(
             "",
             "v1",
@@ -174,6 +174,9 @@ def default_registry() -> Registry:
         ResourceType(rbac, "v1", "clusterroles", "ClusterRole", False, name_rule="path"),
         ResourceType(rbac, "v1", "clusterrolebindings", "ClusterRoleBinding", False, name_rule="path"),
     ]
+    # grading pods' NetworkPolicy (helm-values/grading-networkpolicy.yaml); stored, not enforced
+    core.append(ResourceType("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", True, (),
+                             ("netpol",)))
     for rtype in core:
         reg.add(rtype)
     reg.add_crd("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs")

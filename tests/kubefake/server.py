@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from . import discovery, patch, status
+from . import discovery, nodeproxy, patch, status
 from .admission import admit_create
 from .faults import Faults
 from .kubelet import Kubelet
@@ -127,6 +127,9 @@ class ApiServer:
         if fault is not None:
             body, headers = fault.body()
             return _json(body, fault.status, headers)
+        proxied = nodeproxy.PATH.match(path)
+        if proxied:  # a node's kubelet, through the API server (nodeproxy.py)
+            return await nodeproxy.serve(request, self.store, self.kubelet, proxied[1], proxied[2] or "/")
         if target is None:
             return self._unrouted(request, path)
         return await self._resource(request, target, verb)

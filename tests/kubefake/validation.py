@@ -376,6 +376,10 @@ def validate(obj: dict[str, Any], rtype: ResourceType, creating: bool) -> list[C
         causes += check_pod_spec(obj.get("spec"))
     elif rtype.key == ("", "persistentvolumeclaims"):
         causes += check_pvc_spec(obj.get("spec"))
+    elif rtype.key == ("networking.k8s.io", "networkpolicies"):
+        from .netpol import check_network_policy
+
+        causes += check_network_policy(obj)
     elif rtype.key in ((rbac.GROUP, "roles"), (rbac.GROUP, "clusterroles")):
         causes += rbac.check_rules(obj, rtype.namespaced)
     elif rtype.key in ((rbac.GROUP, "rolebindings"), (rbac.GROUP, "clusterrolebindings")):

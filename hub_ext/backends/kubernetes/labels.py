@@ -7,3 +7,8 @@ the names live below both instead of one importing the other in a circle.
 
 #: A job's objects and pods carry their job id under this label.
 JOB_LABEL = "classhub.io/job"
+
+#: A user server's pod names the volume that is its owner's home under this annotation
+#: (spawner.kube.ClasshubKubeSpawner sets it): the home sizes read that volume's size from the
+#: kubelet (hub_ext.backends.kubernetes.homes).
+HOME_VOLUME_ANNOTATION = "classhub.io/home-volume"
