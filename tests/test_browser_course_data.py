@@ -12,7 +12,8 @@ sees every member's home size; the student's course page has no Upload and no ho
 On Kubernetes the student's folder is a ``readOnly`` mount (the fake kubelet makes it a
 read-only bind mount, tests/test_kubefake_volumes.py): the student's server sees the read-only
 mount and says why; the kernel refuses the write whatever the server says. Homes are volumes the
-hub cannot read there, so the teacher's page says so instead of showing sizes.
+hub cannot read there: their sizes come from the node's kubelet (its stats summary, through the
+API server), so the running student's home has a size and the stopped teacher's shows a dash.
 """
 
 from __future__ import annotations
@@ -120,9 +121,11 @@ def test_a_teacher_uploads_200_mb_and_a_student_reads_but_cannot_delete(hub, bro
     assert "200.0 MiB" in row.inner_text()
     homes = page.locator("#homes-table tr[data-user='student1']")
     homes.wait_for()
-    if kube:  # the homes are volumes the hub cannot read: it says so, and shows no size (not 0 B)
-        assert "your storage's own metrics" in page.locator("#homes-note").inner_text()
-        assert "B" not in homes.locator("td").last.inner_text()
+    if kube:  # the node's kubelet measures the running server's home; a stopped one's shows a dash
+        assert "while its owner's server runs" in page.locator("#homes-note").inner_text()
+        assert "B" in homes.locator("td").last.inner_text()
+        teacher_home = page.locator("#homes-table tr[data-user='teacher1'] td").last
+        assert teacher_home.inner_text().strip() == "\u2013"  # an en dash, not a made-up 0 B
     else:
         assert "B" in homes.inner_text()  # a size, not a dash
     screenshot(page, "page-course-data" + ("-kubernetes" if kube else ""))

@@ -139,8 +139,8 @@ async def until(loop: JobLoop, predicate, timeout: float = 60.0) -> None:
 
 
 async def one_life(cluster: FakeCluster, store: JobStore, kind: str) -> set[Access]:
-    """A job run to its end with its logs read, and a job cancelled while it runs; what RBAC was
-    asked for on the way."""
+    """A job run to its end with its logs read, a job cancelled while it runs, and a grading's
+    inputs (a Secret) made and dropped; what RBAC was asked for on the way."""
     seen = len(cluster.requests)
     api = await kubernetes_asyncio.config.new_client_from_config(config_file=str(cluster.kubeconfig_path))
     client = kubernetes_asyncio.client
@@ -159,6 +159,8 @@ async def one_life(cluster: FakeCluster, store: JobStore, kind: str) -> set[Acce
             if end == J.CANCELLED:
                 store.request_stop(job_id, J.STOP_CANCEL, "ann", datetime.now(timezone.utc), "cancel")
             await until(loop, lambda job_id=job_id, end=end: store.get(job_id).state == end)
+        # what an autograded submission adds to a job's life: its inputs' Secret, made and dropped
+        await backend.drop_sandbox(await backend.prepare_sandbox({"grading.json": b"{}"}))
     return {access(method, path) for method, path in cluster.requests[seen:]}
 
 

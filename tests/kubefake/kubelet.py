@@ -26,16 +26,22 @@ events), a container takes a while to start, and a stand-in takes a while to exi
 ``exec_context`` gives ``pods/exec`` (podexec.py) a running container's environment.
 
 Volumes (``process`` mode): an ``nfs`` volume whose export the test registered
-(``FakeCluster.export_nfs``) is mounted as a kubelet mounts it. The pod's file system root is its
-work directory (``mountPath`` ``/home/jovyan/data/x`` is ``<workdir>/home/jovyan/data/x``, and a
-``workingDir`` is taken there too), the container runs in its own mount namespace
-(``unshare --mount``) where each ``volumeMount`` is a bind mount of the export (its ``subPath``
+(``FakeCluster.export_nfs``), a Secret or ConfigMap volume (its keys as files, in kubelet's
+``..data`` layout, always read-only) and an ``emptyDir`` at a path this machine lacks are mounted
+as a kubelet mounts them. A mount at a path whose top folder this machine lacks (``/grading/in``)
+is made at that very path: the container gets a root of its own (a tmpfs with the machine's
+top-level entries bound in) and runs chrooted there; the other mounts follow the scheme below.
+``volume_stats`` tells the stats summary (nodeproxy.py) which folder holds each volume's files.
+Otherwise the pod's file system root is its work directory (``mountPath``
+``/home/jovyan/data/x`` is ``<workdir>/home/jovyan/data/x``, and a ``workingDir`` is taken there
+too), the container runs in its own mount namespace (``unshare --mount``) where each
+``volumeMount`` is a bind mount of the export or volume folder (its ``subPath``
 made when missing, as kubelet does), ``readOnly: true`` a read-only bind mount, the export's
 own folder is covered by an empty read-only tmpfs, and ``CAP_SYS_ADMIN`` is dropped from the
 bounding set before the command runs: a process in the pod gets ``EROFS`` for a write and
 cannot remount, as in a pod without privileges. Not isolated as a container is: the rest of
-the host's file system is visible (no chroot), and ``/proc/<pid>/root`` of a process outside
-reaches the export (no PID namespace).
+the host's file system is visible (even in a root of its own, which binds it in), and
+``/proc/<pid>/root`` of a process outside reaches the export (no PID namespace).
 """
 
 from __future__ import annotations
