@@ -161,7 +161,7 @@ def test_start_and_submit_through_the_students_pod(hub: KubeHub, folders):
     # kubelet measures the home volume); the teacher's own server is not running: no size
     r = requests.put(f"{hub.url}/user/student1/api/contents/{quote('weights.bin')}",
                      json={"type": "file", "format": "base64",
-                           "content": base64.b64encode(b"w" * 1024 * 1024).decode()},
+                           "content": base64.b64encode(os.urandom(1024 * 1024)).decode()},
                      headers={"Authorization": f"token {student}"}, timeout=30)
     assert r.status_code == 201, r.text
     r = service(hub, "GET", "courses/k101/storage", teacher)

@@ -128,9 +128,9 @@ def attempt(fn):
         return os.strerror(e.errno)
 inputs = "/kubefake-test/in"
 with open("/kubefake-test/work/out.bin", "wb") as f:
-    f.write(b"x" * 300000)
+    f.write(os.urandom(300000))
 with open("notes.bin", "wb") as f:  # in the home (the working directory)
-    f.write(b"y" * 200000)
+    f.write(os.urandom(200000))
 print("RESULT " + json.dumps({
     "listing": sorted(n for n in os.listdir(inputs) if not n.startswith("..")),
     "hidden": sorted(n for n in os.listdir(inputs) if n.startswith(".."))[1:],
