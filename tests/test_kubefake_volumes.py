@@ -197,6 +197,12 @@ def test_secret_and_configmap_volumes_hold_their_keys_as_files_read_only(tmp_pat
             summary = json.loads(raw.data)
             with pytest.raises(kubernetes.client.ApiException) as missing:
                 core.connect_get_node_proxy_with_path("nowhere", "stats/summary")
+            # a terminal in the pod (pods/exec) is in its root, in its working directory
+            shell = stream(core.connect_get_namespaced_pod_exec, name, "default",
+                           command=["/bin/sh", "-c", "cat /kubefake-test/in/grading.json; pwd"],
+                           stderr=True, stdin=False, stdout=True, tty=False, _preload_content=False)
+            shell.run_forever(timeout=30)
+            exec_out = shell.read_stdout()
         finally:
             api.close()
     assert seen["listing"] == ["grading.json", "source"] and seen["hidden"] == ["..data"], seen
@@ -206,6 +212,7 @@ def test_secret_and_configmap_volumes_hold_their_keys_as_files_read_only(tmp_pat
     assert seen["config"] == "debug = 1\n", seen
     assert seen["cwd"].endswith("/home/jovyan"), seen
     assert missing.value.status == 404
+    assert exec_out == '{"nonce": "n"}' + seen["cwd"] + "\n", exec_out
     assert summary["node"]["nodeName"] == "n"
     (pod,) = [p for p in summary["pods"] if p["podRef"]["name"] == name]
     volumes = {v["name"]: v for v in pod["volume"]}
