@@ -1,4 +1,5 @@
-"""Competition files on a real file system: the hidden labels and the accepted predictions.
+"""Competition files on a real file system: the hidden labels, the accepted predictions, the
+notebooks students submit and the teacher's scoring script.
 
 Why here (docs/architecture.md, rule 2): keeping files is the backends' work. They live in the
 ``competitions`` folder of the submissions storage (``c.ClasshubAssignments.storage_dir``), a
@@ -56,6 +57,18 @@ class CompetitionStorage:
     def keep_predictions(self, competition_id: int, student_key: str, data: bytes) -> str:
         """Keep an accepted predictions file; its location."""
         location = f"c{int(competition_id)}/{student_key}/{secrets.token_hex(8)}.csv"
+        self._write(location, data)
+        return location
+
+    def keep_notebook(self, competition_id: int, student_key: str, data: bytes) -> str:
+        """Keep a submitted notebook (it runs as a job; kept so nothing is lost); its location."""
+        location = f"c{int(competition_id)}/{student_key}/{secrets.token_hex(8)}.ipynb"
+        self._write(location, data)
+        return location
+
+    def keep_scorer(self, competition_id: int, data: bytes) -> str:
+        """Keep a teacher's scoring script (run only in the jobs' sandbox); its location."""
+        location = f"c{int(competition_id)}/scorer-{secrets.token_hex(8)}.py"
         self._write(location, data)
         return location
 

@@ -115,8 +115,14 @@ class ClasshubAssignments(Configurable):
         200_000, config=True,
         help="Most rows of a competition CSV (default 200000).",
     )
+    competition_notebook_max_bytes = Integer(
+        32 * 1024 * 1024, config=True,
+        help="Largest notebook a student submits to a competition (it runs as a job and writes the "
+        "predictions file), in bytes (default 32 MiB); a larger one is refused with a sentence.",
+    )
 
-    @validate("max_bytes", "max_files", "max_depth", "competition_max_bytes", "competition_max_rows")
+    @validate("max_bytes", "max_files", "max_depth", "competition_max_bytes", "competition_max_rows",
+              "competition_notebook_max_bytes")
     def _at_least_one(self, proposal: Any) -> int:
         if proposal.value < 1:
             raise TraitError(f"{proposal.trait.name} must be at least 1")

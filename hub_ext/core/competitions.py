@@ -26,10 +26,15 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 __all__ = [
+    "FAILED",
     "METRICS",
+    "PENDING",
+    "SCORED",
     "CompetitionError",
     "Entry",
     "Limits",
+    "check_file_name",
+    "check_score",
     "check_window",
     "day_start",
     "higher_is_better",
@@ -50,6 +55,12 @@ METRICS = (ACCURACY, RMSE, MACRO_F1)
 _NUMERIC = frozenset({RMSE})
 
 
+#: A submission's state: waiting for its notebook or scoring job; scored (on the leaderboard);
+#: failed (a sentence says why; it neither ranks nor counts against the daily limit).
+PENDING, SCORED, FAILED = "pending", "scored", "failed"
+STATES = (PENDING, SCORED, FAILED)
+
+
 class CompetitionError(ValueError):
     """A competition or a predictions file the caller must change; the message says what."""
 
@@ -66,6 +77,33 @@ class Limits:
 def higher_is_better(metric: str) -> bool:
     """Whether a larger score ranks first (accuracy, macro F1) or a smaller one (RMSE)."""
     return metric not in _NUMERIC
+
+
+def check_score(value: object, what: str = "score()") -> float:
+    """A scoring script's answer, parsed strictly: an int or a float that is finite (not a bool,
+    not a string that looks like a number, not NaN); else a CompetitionError saying so. The
+    script is the teacher's code, but its answer crosses a sandbox's boundary and ranks a class."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise CompetitionError(f"The scoring script's {what} returned {shown} ({type(value).__name__}), "
+                               "not a number; make it return a float.")
+    number = float(value)
+    if not math.isfinite(number):
+        raise CompetitionError(f"The scoring script's {what} returned {number}, not a finite number; "
+                               "make it return a finite float.")
+    return number
+
+
+def check_file_name(name: str) -> str:
+    """The predictions file a submitted notebook writes: one plain file name in the notebook's
+    folder (letters, digits, ``.``, ``_``, ``-``; no folder, no leading dot)."""
+    ok = (0 < len(name) <= 64 and name[0].isalnum() and name.isascii()
+          and all(c.isalnum() or c in "._-" for c in name) and ".." not in name)
+    if not ok:
+        raise CompetitionError(f"predictions_file {name!r} is not a plain file name; give a name like "
+                               "predictions.csv (letters, digits, '.', '_', '-'; no folder).")
+    return name
 
 
 def _rows(data: bytes, what: str, header: tuple[str, str], limits: Limits) -> list[tuple[int, str, str]]:
@@ -230,11 +268,14 @@ class Entry:
     private: float | None
 
 
-def leaderboard(entries: Iterable[Entry], metric: str, which: str) -> list[tuple[int, Entry]]:
+def leaderboard(entries: Iterable[Entry], metric: str, which: str,
+                higher: bool | None = None) -> list[tuple[int, Entry]]:
     """(rank, each student's best submission) by the ``which`` score ("public" or "private"):
     best first, a tie broken by the earlier submission (then the smaller id); equal scores still
-    get distinct ranks. Submissions without that score (an empty split) rank last."""
-    sign = -1.0 if higher_is_better(metric) else 1.0
+    get distinct ranks. Submissions without that score (an empty split) rank last. ``higher``:
+    the direction of a teacher's scoring script (None: the built-in metric's)."""
+    better = higher_is_better(metric) if higher is None else higher
+    sign = -1.0 if better else 1.0
 
     def key(e: Entry) -> tuple[int, float, datetime, int]:
         value = getattr(e, which)

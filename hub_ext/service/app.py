@@ -29,6 +29,7 @@ from hub_ext.backends.coursedata import ClasshubCourseData
 from hub_ext.backends.gpu_use import ClasshubPrometheus
 from hub_ext.backends.submissions import ClasshubAssignments
 from hub_ext.backends.templates import ClasshubTemplates
+from hub_ext.core import competitions as rules
 from hub_ext.envtraits import ConfigError, apply_env, check_sections, handed_config
 from hub_ext.hubapi import HubAPI
 from hub_ext.logs import route_module_logs
@@ -47,7 +48,9 @@ from hub_ext.service import (
 )
 from hub_ext.service.assignments.grading import Grading
 from hub_ext.service.assignments.metrics import GradingCollector, SubmissionCollector
+from hub_ext.service.competitions.handlers import storage_of
 from hub_ext.service.competitions.metrics import CompetitionCollector
+from hub_ext.service.competitions.runs import CompetitionRuns
 from hub_ext.service.courses import Courses
 
 #: (path under the prefix, handler): the OpenAPI document's own route, then every other one.
@@ -183,6 +186,11 @@ class ClasshubService(Application):
         templates = getattr(self, "templates", None) or ClasshubTemplates(parent=self)
         grading = Grading(sessions, job_service, assignment_settings.storage)
         grading.templates = templates
+        competition_runs = CompetitionRuns(
+            sessions, job_service, lambda: storage_of({"classhub_assignments": assignment_settings}),
+            lambda: (rules.Limits(max_bytes=assignment_settings.competition_max_bytes,
+                            max_rows=assignment_settings.competition_max_rows),
+                     assignment_settings.competition_notebook_max_bytes))
         registry.register(GradingCollector(sessions))
         routes = [(url_path_join(self.prefix, path), handler) for path, handler in ROUTES]
         routes += [
@@ -208,6 +216,7 @@ class ClasshubService(Application):
             classhub_templates=templates,
             classhub_assignments=assignment_settings,
             grading=grading,
+            competition_runs=competition_runs,
             **data_settings,
             prefix=self.prefix,
             cookie_secret=os.urandom(32),
@@ -234,6 +243,8 @@ class ClasshubService(Application):
                      if app.settings["jobs"] else None)
         grading_task = (asyncio.create_task(app.settings["grading"].run_forever())
                         if app.settings.get("grading") else None)
+        runs_task = (asyncio.create_task(app.settings["competition_runs"].run_forever())
+                     if app.settings.get("competition_runs") else None)
         server = app.listen(self.port or url.port or 10101, self.bind_ip or url.hostname)
         self.log.info("classhub service %s listening on %s", __version__, self.service_url)
         stop = asyncio.Event()
@@ -248,6 +259,8 @@ class ClasshubService(Application):
             jobs_task.cancel()
         if grading_task is not None:
             grading_task.cancel()
+        if runs_task is not None:
+            runs_task.cancel()
         server.stop()
 
     async def _reconcile(self, courses: Courses, attempts: int = 20) -> None:

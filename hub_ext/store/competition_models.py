@@ -1,13 +1,18 @@
-"""Store models for competitions and their scored submissions (issue 34). Tables are created by
-migration 0010.
+"""Store models for competitions and their submissions (issue 34). Tables are created by
+migration 0010; notebook runs and scoring scripts by 0012.
 
 Why these shapes:
 - A competition belongs to one course and has a name unique in it. Its hidden labels are a file
   in the service's own storage (mode 0700; ``labels_location``, made of ids only), never a column
   a listing could leak. ``seed`` fixes which ids are public (hub_ext.core.competitions.split): a
   secret of the service, never shown to students.
-- An entry (a submission) row is written only for an accepted, scored file: public and private scores are
-  computed once, on the service's clock, so changing the end time later does not rescore.
+- An entry (a submission) row is written for an accepted file, or for a notebook (or a file a
+  teacher's scoring script scores) while its job runs (``state`` pending). Public and private
+  scores are computed once, so changing the end time later does not rescore; the submission's time
+  is the service's clock when it arrived (the tie-break), not when its job ended. A failed one keeps
+  its sentence (``message``) and its files; it neither ranks nor counts against the daily limit.
+- ``runner`` (notebook submissions) and ``scorer`` (a teacher's script) are settings documents,
+  as an assignment's ``autograde``: the job fields are resolved once, with the teacher's rights.
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from typing import Any
 from sqlalchemy import CheckConstraint, Float, ForeignKey, Index, String, Text, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from hub_ext.core.competitions import METRICS
+from hub_ext.core.competitions import METRICS, SCORED
 from hub_ext.store.models import Base, Course
+from hub_ext.store.types import JSONType
 
 __all__ = ["Competition", "CompetitionSubmission", "competition_json", "entry_json"]
 
@@ -51,6 +57,12 @@ class Competition(Base):
     ends_at: Mapped[datetime]
     created_at: Mapped[datetime]
     created_by: Mapped[str]
+    #: notebook submissions: {"profile", "time_limit", "memory", "predictions_file", "owner",
+    #: "fields", "profiles"}; None: only predictions files are taken
+    runner: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
+    #: a teacher's scoring script: {"location", "higher_is_better", "owner", "set_at"}; None: the
+    #: built-in metric scores
+    scorer: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
 
     course: Mapped[Course] = relationship()
     submissions: Mapped[list[CompetitionSubmission]] = relationship(
@@ -72,6 +84,14 @@ class CompetitionSubmission(Base):
     location: Mapped[str] = mapped_column(String(255))
     public_score: Mapped[float | None] = mapped_column(Float)
     private_score: Mapped[float | None] = mapped_column(Float)
+    #: "predictions" (a file sent) or "notebook" (a notebook run as a job writes the file)
+    kind: Mapped[str] = mapped_column(String(16), default="predictions", server_default="predictions")
+    state: Mapped[str] = mapped_column(String(16), default=SCORED, server_default=SCORED)
+    #: why it failed (shown to its student), or where it waits
+    message: Mapped[str] = mapped_column(Text, default="", server_default="")
+    #: the jobs' bookkeeping: stage, job id and name, nonce, sandbox, the notebook's location,
+    #: and a staff-only detail of a scoring script's failure
+    run: Mapped[dict[str, Any] | None] = mapped_column(JSONType, default=None)
 
     competition: Mapped[Competition] = relationship(back_populates="submissions")
 
@@ -95,12 +115,23 @@ def competition_json(c: Competition, course: str) -> dict[str, Any]:
     }
 
 
-def entry_json(s: CompetitionSubmission, *, private: bool) -> dict[str, Any]:
-    """A submission as its student (and staff) see it; the private score only when ``private``."""
-    return {
+def entry_json(s: CompetitionSubmission, *, private: bool, staff: bool = False) -> dict[str, Any]:
+    """A submission as its student (and staff) see it; the private score only when ``private``;
+    a scoring script's own error text only for ``staff`` (it may quote the hidden labels)."""
+    out = {
         "id": s.id,
         "student": s.student,
         "submitted_at": s.submitted_at.isoformat(),
+        "kind": s.kind,
+        "state": s.state,
+        "message": s.message,
+        "has_file": bool(s.location),
         "public_score": s.public_score,
         "private_score": s.private_score if private else None,
     }
+    run = s.run or {}
+    if staff and run.get("detail"):
+        out["detail"] = run["detail"]
+    if run.get("job_name"):
+        out["job"] = run["job_name"]
+    return out

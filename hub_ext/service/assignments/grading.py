@@ -344,10 +344,12 @@ class Grading:
         return out
 
 
-def grader_command(python: str, sandbox: Mapping[str, str]) -> tuple[str, ...]:
+def grader_command(python: str, sandbox: Mapping[str, str],
+                   module: str = "hub_ext.backends.grader") -> tuple[str, ...]:
     """The grading job's command: the grader of the very code tree this service runs (its
     folder first on the path, so an editable install or a second checkout grades with its own
-    code), in isolated mode (no user site, no PYTHON* variables)."""
+    code), in isolated mode (no user site, no PYTHON* variables). ``module``: another command of
+    the same sandbox (a competition's runner, hub_ext.backends.competition_runner)."""
     if sandbox.get("secret"):  # Kubernetes: the grader's code travels in the Secret (grader_bundle)
         from hub_ext.backends.kubernetes.jobs import GRADER_UID, GRADING_INPUTS, GRADING_WORK
 
@@ -356,7 +358,7 @@ def grader_command(python: str, sandbox: Mapping[str, str]) -> tuple[str, ...]:
     else:
         root, args = str(Path(hub_ext.__file__).resolve().parent.parent), (sandbox["folder"],)
     code = (f"import sys; sys.path.insert(0, {root!r}); "
-            "from hub_ext.backends.grader import main; sys.exit(main())")
+            f"from {module} import main; sys.exit(main())")
     return (python, "-I", "-c", code, *args)
 
 

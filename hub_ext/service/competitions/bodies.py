@@ -11,12 +11,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
+from hub_ext.core import competitions as rules
 from hub_ext.service.assignments.bodies import MAX_TITLE, _instant, _name
 from hub_ext.service.body_models import Body
 
-__all__ = ["CompetitionBody", "CompetitionChange"]
+__all__ = ["CompetitionBody", "CompetitionChange", "NotebookRunner", "ScorerBody"]
 
 #: Characters of a competition's description (shown on the course page as plain text).
 MAX_DESCRIPTION = 10_000
@@ -64,3 +65,58 @@ class CompetitionChange(Body):
     ends_at: Annotated[datetime | None, _instant("ends_at", null_ok=True)] = None
     daily_limit: Annotated[int | None, Field(ge=1, le=1000)] = None
     anonymous: bool | None = None
+
+
+#: Characters of a teacher's scoring script.
+MAX_SCORER = 200_000
+
+
+def _file_name(value: str) -> str:
+    try:
+        return rules.check_file_name(value)
+    except rules.CompetitionError as e:
+        raise ValueError(str(e)) from None
+
+
+_PROFILE = Field(min_length=1, max_length=63, description=(
+    "the course profile the jobs run with (its CPU, memory and GPUs), chosen with the teacher's rights"))
+_MEMORY = Field(ge=64, le=4 * 1024 * 1024, description=(
+    "local mode: the job's address-space limit in MiB (Kubernetes: the profile's memory limit)"))
+
+
+class NotebookRunner(Body):
+    """``PUT /api/courses/<course>/competitions/<name>/runner``: take notebooks too. A submitted
+    notebook runs as a job in the grading sandbox (the profile's resources, the time and memory
+    limits; not as the student, not as the service) and must write ``predictions_file`` in its
+    folder; that file is then scored like an uploaded one."""
+
+    example: ClassVar[str] = ('{"profile": "cpu", "time_limit": 600, "memory_mib": 4096, '
+                              '"predictions_file": "predictions.csv"}')
+
+    profile: Annotated[str, _PROFILE]
+    time_limit: Annotated[int, Field(ge=10, le=86400, description=(
+        "seconds a notebook may run; one still running then fails with a sentence"))] = 600
+    memory_mib: Annotated[int | None, _MEMORY] = None
+    predictions_file: Annotated[str, Field(max_length=64, description=(
+        "the file the notebook writes in its own folder, e.g. predictions.csv")),
+        AfterValidator(_file_name)] = "predictions.csv"
+
+
+class ScorerBody(Body):
+    """``PUT /api/courses/<course>/competitions/<name>/scorer``: score with a teacher's script
+    instead of the built-in metric. The script defines ``score(labels_path, predictions_path)``
+    returning a finite number; it runs as a job in the grading sandbox (never in the service),
+    once per split, with that split's hidden labels (``id,label`` CSV) and the predictions file
+    as the student sent it (docs/teachers/competitions.md, "Scoring scripts")."""
+
+    example: ClassVar[str] = ('{"source": "def score(labels_path, predictions_path):\\n    return 1.0\\n", '
+                              '"higher_is_better": true, "profile": "cpu", "time_limit": 120}')
+
+    source: Annotated[str, Field(min_length=1, max_length=MAX_SCORER, description=(
+        "the Python script (UTF-8 text) defining score(labels_path, predictions_path) -> float"))]
+    higher_is_better: Annotated[bool, Field(description=(
+        "whether a larger score ranks first (false: a smaller one, as for an error)"))] = True
+    profile: Annotated[str, _PROFILE]
+    time_limit: Annotated[int, Field(ge=10, le=86400, description=(
+        "seconds the script may run for one submission"))] = 300
+    memory_mib: Annotated[int | None, _MEMORY] = None

@@ -147,6 +147,28 @@ _SENTENCES: dict[str, Callable[[str, Details], str]] = {
                                            f"{d.get('competition', 'a competition')}"
                                            + (f" (public score {d['public_score']:.4g})"
                                               if isinstance(d.get("public_score"), (int, float)) else "")),
+    "notebook_submitted": lambda a, d: (f"{a} submitted a notebook to "
+                                        f"{d.get('competition', 'a competition')} (submission "
+                                        f"{d.get('submission', '?')}, runs as a job)"),
+    "competition_scored": lambda a, d: (f"{d.get('student', 'a student')}'s submission "
+                                        f"{d.get('submission', '?')} to "
+                                        f"{d.get('competition', 'a competition')} was scored"
+                                        + (f" (public score {d['public_score']:.4g})"
+                                           if isinstance(d.get("public_score"), (int, float)) else "")),
+    "competition_run_failed": lambda a, d: (f"{d.get('student', 'a student')}'s submission "
+                                            f"{d.get('submission', '?')} to "
+                                            f"{d.get('competition', 'a competition')} failed: "
+                                            f"{d.get('message', '')}"),
+    "competition_runner_set": lambda a, d: (f"{a} let the competition {d.get('competition', '')} take "
+                                            f"notebooks (profile {d['profile']}, writing "
+                                            f"{d.get('predictions_file', '?')})" if d.get("profile") else
+                                            f"{a} stopped the competition {d.get('competition', '')} "
+                                            "taking notebooks"),
+    "competition_scorer_set": lambda a, d: (f"{a} set the competition {d.get('competition', '')} to be "
+                                            + ("scored by a scoring script" if d.get("scored_by") == "script"
+                                               else f"scored by its metric {d.get('scored_by', '')}")),
+    "competition_rescore": lambda a, d: (f"{a} asked to run {d.get('student', 'a student')}'s submission "
+                                         f"{d.get('submission', '?')} to {d.get('competition', '')} again"),
     "server_persistent": lambda a, d: f"{a} kept {d.get('user', 'a user')}'s server from being culled",
     "server_not_persistent": lambda a, d: f"{a} let {d.get('user', 'a user')}'s server be culled again",
 }
