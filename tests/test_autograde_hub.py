@@ -257,3 +257,194 @@ def test_autograded_assignment_graded_as_jobs_with_feedback_overrides_and_csv(hu
     metrics = requests.get(f"{hub.url}/services/classhub/metrics",
                            headers={"Authorization": f"token {t['admin']}"}, timeout=30).text
     assert 'classhub_grading_jobs_total{course="demo101",outcome="graded"} 3.0' in metrics
+
+
+# ------------------------------------------------------------------ competitions: notebooks and scripts
+C = f"courses/{COURSE}/competitions"
+IDS = [f"h{i}" for i in range(12)]
+TRUTH = {k: ("cat" if i % 3 else "dog") for i, k in enumerate(IDS)}
+LABELS = "id,label\n" + "".join(f"{k},{v}\n" for k, v in TRUTH.items())
+LABEL_LINE = "h1,cat"  # a line of the hidden labels: in no answer to a student, in no probe's finding
+
+
+def _notebook(*sources: str) -> bytes:
+    return nbformat.writes(new_notebook(cells=[new_markdown_cell("# My model"),
+                                               *[new_code_cell(s) for s in sources]])).encode()
+
+
+#: A student's notebook that writes the right predictions (as a trained model would)
+RIGHT = ("rows = " + repr(sorted(TRUTH.items())) + "\n"
+         "with open('predictions.csv', 'w') as f:\n"
+         "    f.write('id,prediction\\n' + ''.join(f'{k},{v}\\n' for k, v in rows))\n")
+
+#: Looks for what a competition job must never reach, then fails with what it found, so the
+#: student's own view of the failure shows whatever leaked. TARGETS: files the test names.
+COMPETITION_PROBE = '''
+import os
+found = {"uid": os.getuid(), "environ": sorted(k for k in os.environ if "TOKEN" in k or "DB_URL" in k
+                                                  or "SECRET" in k)}
+for pid in os.listdir("/proc"):
+    if not pid.isdigit() or int(pid) == os.getpid():
+        continue
+    try:
+        env = open(f"/proc/{pid}/environ", "rb").read()
+    except OSError:
+        continue
+    if b"JUPYTERHUB_API_TOKEN" in env or b"CLASSHUB_DB_URL" in env:
+        found["env"] = env[:200].decode(errors="replace")
+for i, path in enumerate(TARGETS):
+    try:
+        found[i] = open(path, "rb").read()[:80].decode(errors="replace")
+    except OSError as e:
+        found[i] = type(e).__name__
+try:
+    found["sandboxes"] = os.listdir(os.path.dirname(os.path.dirname(os.getcwd())))
+except OSError as e:
+    found["sandboxes"] = type(e).__name__
+'''
+
+
+def _entry(hub: LocalHub, token: str, competition: str, entry: int) -> dict:
+    """A submission once its jobs are over (scored or failed), as its student sees it."""
+    def done():
+        mine = api(hub, "GET", f"{C}/{competition}/submissions", token).json()
+        found = next((s for s in mine if s["id"] == entry), None)
+        return found if found and found["state"] != "pending" else None
+    return wait_for(done, 240, f"submission {entry} of {competition} to be scored or to fail")
+
+
+def _send_notebook(hub: LocalHub, token: str, data: bytes) -> requests.Response:
+    return api(hub, "POST", f"{C}/house/notebooks", token, data=data,
+               headers={"Content-Type": "application/x-ipynb+json"})
+
+
+def test_competition_notebooks_and_scoring_scripts_run_as_jobs_in_the_grading_sandbox(hub: LocalHub):
+    t = {u: HubSession(hub, u).new_token() for u in ("teacher1", "ta1", "student1", "student2")}
+    teacher, s1, s2 = t["teacher1"], t["student1"], t["student2"]
+    ends = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
+    for name in ("house", "scripted"):
+        r = api(hub, "POST", C, teacher, json={"name": name, "metric": "accuracy", "daily_limit": 4,
+                                               "ends_at": ends})
+        assert r.status_code == 201, r.text
+        r = api(hub, "PUT", f"{C}/{name}/labels", teacher, data=LABELS.encode(),
+                headers={"Content-Type": "text/csv"})
+        assert r.status_code == 200, r.text
+
+    # notebooks only where the teacher lets them in, with a profile and the predictions file's name
+    assert _send_notebook(hub, s1, _notebook(RIGHT)).status_code == 409
+    runner = {"profile": "cpu", "time_limit": 120, "predictions_file": "predictions.csv"}
+    assert api(hub, "PUT", f"{C}/house/runner", s1, json=runner).status_code == 403
+    r = api(hub, "PUT", f"{C}/house/runner", teacher, json={**runner, "predictions_file": "../p.csv"})
+    assert r.status_code == 400 and "not a plain file name" in r.json()["message"], r.text
+    r = api(hub, "PUT", f"{C}/house/runner", teacher, json=runner)
+    assert r.status_code == 200 and r.json()["takes_notebooks"] is True, r.text
+    r = _send_notebook(hub, s1, b'{"cells": "no"}')
+    assert r.status_code == 400 and "not a valid notebook" in r.json()["message"], r.text
+
+    # a right notebook, then three that end badly, at once: each pending holds a daily place
+    r = _send_notebook(hub, s1, _notebook(RIGHT))
+    assert r.status_code == 202 and r.json()["state"] == "pending", r.text
+    good = r.json()
+    assert good["job"] == f"compete-house-{good['id']}"
+    bad = [_send_notebook(hub, s1, _notebook(src)).json() for src in (
+        "raise ValueError('boom-17')",
+        "x = 1  # writes nothing",
+        "open('predictions.csv', 'w').write('id,prediction\\nzzz,cat\\n')")]
+    assert all(b["state"] == "pending" for b in bad), bad
+    r = _send_notebook(hub, s1, _notebook(RIGHT))
+    assert r.status_code == 409 and "used all 4 submissions of today" in r.json()["message"]
+    scored = _entry(hub, s1, "house", good["id"])
+    assert (scored["state"], scored["public_score"], scored["has_file"]) == ("scored", 1.0, True), scored
+    crash, nothing, malformed = (_entry(hub, s1, "house", b["id"]) for b in bad)
+    assert crash["state"] == "failed" and "crashed in cell 2: ValueError: boom-17" in crash["message"], crash
+    assert "wrote no predictions.csv in its folder" in nothing["message"], nothing
+    assert "predictions were refused" in malformed["message"] and "'zzz'" in malformed["message"], malformed
+    one = api(hub, "GET", f"{C}/house", s1).json()
+    assert one["left_today"] == 3  # the failed ones gave their places back
+    board = api(hub, "GET", f"{C}/house/leaderboard", s1).json()["public"]
+    assert [(r["student"], r["score"], r["submissions"]) for r in board] == [("student1", 1.0, 1)]
+    # only a teacher runs a failed submission again
+    assert api(hub, "POST", f"{C}/house/submissions/{crash['id']}/rescore", s1).status_code == 403
+
+    # the runs were jobs of the course, by the teacher; a student's jobs list shows none of them
+    jobs = {j["name"]: j for j in api(hub, "GET", f"jobs?course={COURSE}", teacher).json()["jobs"]}
+    assert jobs[f"compete-house-{good['id']}"]["owner"] == "teacher1"
+    assert not [j for j in api(hub, "GET", "jobs", s2).json()["jobs"] if j["name"].startswith("compete-")]
+
+    # attack: student2's notebook looks for the service's token and database, the hidden labels and
+    # student1's notebook and predictions; whatever it finds is in its failure sentence
+    storage = hub.data_dir / "submissions" / "competitions"
+    labels_file = next(storage.glob("c*/labels-*.csv"))
+    theirs = sorted(p for p in storage.glob("c*/*/*") if p.suffix in (".ipynb", ".csv"))
+    targets = [*(str(p) for p in hub.data_dir.glob("*.sqlite")), str(labels_file), *map(str, theirs)]
+    assert len(targets) >= 4, targets
+    probe = _notebook(f"TARGETS = {targets!r}\n" + COMPETITION_PROBE,
+                      "raise AssertionError('PROBE ' + repr(found))")
+    r = _send_notebook(hub, s2, probe)
+    assert r.status_code == 202, r.text
+    seen = _entry(hub, s2, "house", r.json()["id"])["message"]
+    assert "PROBE" in seen and "'uid': 65534" in seen, seen  # the grader account, not student2
+    assert "'env'" not in seen and "'environ': []" in seen, seen
+    for i in range(len(targets)):
+        assert f"{i}: 'PermissionError'" in seen, (i, targets[i], seen)
+    assert "'sandboxes': 'PermissionError'" in seen
+    assert LABEL_LINE not in seen and "id,prediction" not in seen and "SQLite" not in seen
+    for account in ("student1", "student2"):
+        assert f"'uid': {os.stat(hub.data_dir / 'homes' / account).st_uid}," not in seen
+
+    # a teacher's scoring script: checked as Python, run in the sandbox (never in the service)
+    script = {"profile": "cpu", "time_limit": 60, "higher_is_better": True}
+    r = api(hub, "PUT", f"{C}/scripted/scorer", teacher, json={**script, "source": "def score(:\n"})
+    assert r.status_code == 400 and "not valid Python (line 1" in r.json()["message"], r.text
+    r = api(hub, "PUT", f"{C}/scripted/scorer", teacher, json={**script, "source": "x = 1\n"})
+    assert r.status_code == 400 and "defines no function score" in r.json()["message"]
+    assert api(hub, "PUT", f"{C}/scripted/scorer", s1, json={**script, "source": "x = 1"}).status_code == 403
+    probe_script = (f"TARGETS = {targets!r}\n" + COMPETITION_PROBE.replace("\n", "\n    ")
+                    .replace("\n    import os", "import os\ndef score(labels_path, predictions_path):", 1)
+                    + "\n    raise RuntimeError('PROBE ' + repr(found))\n")
+    r = api(hub, "PUT", f"{C}/scripted/scorer", teacher, json={**script, "source": probe_script})
+    assert r.status_code == 200 and r.json()["scored_by"] == "script", r.text
+    right = ("id,prediction\n" + "".join(f"{k},{v}\n" for k, v in TRUTH.items())).encode()
+    r = api(hub, "POST", f"{C}/scripted/submissions", s1, data=right, headers={"Content-Type": "text/csv"})
+    assert r.status_code == 202 and r.json()["state"] == "pending", r.text
+    entry = r.json()["id"]
+    failed = _entry(hub, s1, "scripted", entry)
+    assert failed["state"] == "failed" and "scoring script failed" in failed["message"], failed
+    assert "PROBE" not in json.dumps(failed) and "detail" not in failed  # the student: the sentence only
+    (staff,) = [s for s in api(hub, "GET", f"{C}/scripted/submissions", teacher).json() if s["id"] == entry]
+    detail = staff["detail"]
+    assert "PROBE" in detail and "'uid': 65534" in detail and "'env'" not in detail, detail
+    assert "'environ': []" in detail and "'sandboxes': 'PermissionError'" in detail, detail
+    for i in range(len(targets)):
+        assert f"{i}: 'PermissionError'" in detail, (i, targets[i], detail)
+
+    # a script that answers no number: a sentence, nothing lost; fixed, the kept file is scored
+    r = api(hub, "PUT", f"{C}/scripted/scorer", teacher, json={
+        **script, "source": "def score(labels_path, predictions_path):\n    return 'abc'\n"})
+    assert r.status_code == 200, r.text
+    assert api(hub, "POST", f"{C}/scripted/submissions/{entry}/rescore", teacher).status_code == 202
+    again = _entry(hub, s1, "scripted", entry)
+    assert again["state"] == "failed" and "not a finite number" in again["message"], again
+    accuracy = ("import csv\n"
+                "def score(labels_path, predictions_path):\n"
+                "    truth = {r['id']: r['label'] for r in csv.DictReader(open(labels_path))}\n"
+                "    said = {r['id']: r['prediction'] for r in csv.DictReader(open(predictions_path))}\n"
+                "    return sum(said.get(k) == v for k, v in truth.items()) / len(truth)\n")
+    r = api(hub, "PUT", f"{C}/scripted/scorer", teacher, json={**script, "source": accuracy})
+    assert r.status_code == 200, r.text
+    assert api(hub, "POST", f"{C}/scripted/submissions/{entry}/rescore", t["ta1"]).status_code == 403
+    assert api(hub, "POST", f"{C}/scripted/submissions/{entry}/rescore", teacher).status_code == 202
+    done = _entry(hub, s1, "scripted", entry)
+    assert (done["state"], done["public_score"]) == ("scored", 1.0), done
+    r = api(hub, "PUT", f"{C}/scripted/scorer", teacher, json={**script, "source": accuracy})
+    assert r.status_code == 409 and "can no longer change" in r.json()["message"]
+    assert api(hub, "GET", f"{C}/scripted/scorer", s1).status_code == 403  # the script is staff's
+
+    # the course page: Submit notebook beside the upload, each submission's state and sentence
+    page = HubSession(hub, "student1").get(f"/services/classhub/courses/{COURSE}").text
+    assert "classhub-competition-notebook" in page and "Submit notebook" in page
+    assert 'data-state="failed"' in page and "boom-17" in page and LABEL_LINE not in page
+    log = api(hub, "GET", f"courses/{COURSE}/audit?limit=100", teacher).json()["entries"]
+    said = [e["sentence"] for e in log]
+    assert f"student1 submitted a notebook to house (submission {good['id']}, runs as a job)" in said
+    assert any(s.startswith(f"student1's submission {good['id']} to house was scored") for s in said), said

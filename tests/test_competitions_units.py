@@ -9,9 +9,13 @@ submission; a member of another course is told the course is none of theirs.
 
 from __future__ import annotations
 
+import json
 import math
 import os
+import re
 import stat
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -19,9 +23,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hub_ext.backends import competition_runner as runner
 from hub_ext.backends.competitions import CompetitionStorage
 from hub_ext.core import authz
 from hub_ext.core import competitions as c
+from hub_ext.service.assignments.grading import grader_command
+from hub_ext.service.competitions.runs import split_labels
 
 pytestmark = pytest.mark.unit
 
@@ -198,3 +205,105 @@ def _caller(name: str, courses: dict[str, str]) -> authz.Caller:
 def test_competition_actions(who, action, status):
     verdict = authz.decide(who, action, course="demo101")
     assert (200 if verdict else verdict.status) == status, verdict
+
+
+# ---------------------------------------------------------------- scoring scripts and notebook runs
+@pytest.mark.parametrize(("value", "says"), [
+    ("0.5", "returned '0.5' (str), not a number"), (True, "(bool), not a number"),
+    (None, "(NoneType), not a number"), (math.nan, "not a finite number"),
+    (math.inf, "not a finite number"), ([1.0], "(list), not a number"),
+])
+def test_a_scoring_scripts_answer_is_a_finite_number_or_a_sentence(value, says):
+    with pytest.raises(c.CompetitionError, match=re.escape(says)):
+        c.check_score(value)
+    assert c.check_score(3) == 3.0 and c.check_score(0.25) == 0.25
+
+
+@pytest.mark.parametrize("name", ["../p.csv", "a/b.csv", ".hidden", "", "x" * 65, "p..csv", "é.csv"])
+def test_the_predictions_file_is_a_plain_name_in_the_notebooks_folder(name):
+    with pytest.raises(c.CompetitionError, match="not a plain file name"):
+        c.check_file_name(name)
+    assert c.check_file_name("predictions.csv") == "predictions.csv"
+
+
+def test_a_scoring_scripts_direction_ranks_the_board():
+    a = c.Entry(1, "ann", T0, 0.2, None)
+    b = c.Entry(2, "bob", T0 + timedelta(minutes=1), 0.7, None)
+    assert [e.student for _, e in c.leaderboard([a, b], "accuracy", "public")] == ["bob", "ann"]
+    assert [e.student for _, e in c.leaderboard([a, b], "accuracy", "public", higher=False)] == ["ann", "bob"]
+
+
+def test_a_script_gets_the_labels_of_each_split_and_no_others():
+    labels = "id,label\n" + "".join(f"r{i},{i % 2}\n" for i in range(50))
+    files = split_labels(labels.encode(), "accuracy", "seed", 0.3)
+    public, private = c.split([f"r{i}" for i in range(50)], "seed", 0.3)
+    for name, ids in (("public", public), ("private", private)):
+        rows = files[name].decode().splitlines()
+        assert rows[0] == "id,label" and [r.split(",")[0] for r in rows[1:]] == ids
+    assert set(split_labels(b"id,label\nx,1\n", "accuracy", "s", 0.999)) == {"public"}  # no empty file
+
+
+def _scorer(tmp_path: Path, source: str, splits=("public", "private")) -> dict:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "scorer.py").write_text(source)
+    (work / "predictions.csv").write_text("id,prediction\na,1\nb,0\n")
+    for split in splits:
+        row = "a,1" if split == "public" else "b,1"
+        (work / f"labels_{split}.csv").write_text(f"id,label\n{row}\n")
+    return runner._score(work)
+
+
+ACCURACY = """import csv
+def score(labels_path, predictions_path):
+    truth = {r["id"]: r["label"] for r in csv.DictReader(open(labels_path))}
+    said = {r["id"]: r["prediction"] for r in csv.DictReader(open(predictions_path))}
+    return sum(said.get(k) == v for k, v in truth.items()) / len(truth)
+"""
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    (ACCURACY, {"public": 1.0, "private": 0.0}),
+    ("def score(l, p):\n    return 'abc'\n", "not a finite number"),
+    ("def score(l, p):\n    return float('nan')\n", "not a finite number"),
+    ("def score(l, p):\n    raise KeyError('b')\n", "script failed on the public split (KeyError)"),
+    ("import sys\ndef score(l, p):\n    sys.exit(3)\n", "failed on the public split (SystemExit)"),
+    ("raise ImportError('no sklearn')\n", "could not be loaded (ImportError)"),
+    ("x = 1\n", "defines no function score"),
+    ("def score(l, p):\n    raise ValueError('line 3 has no id')\n",
+     "refused by the competition's scoring script: line 3 has no id"),
+])
+def test_a_scoring_script_gives_two_numbers_or_a_sentence(tmp_path: Path, source, expected):
+    result = _scorer(tmp_path, source)
+    if isinstance(expected, dict):
+        assert result == expected
+    else:
+        assert expected in result["error"], result
+        assert "PROBE" not in result["error"]
+
+
+def test_a_crashing_script_tells_the_teacher_where(tmp_path: Path):
+    result = _scorer(tmp_path, "def score(l, p):\n    return {}['x']\n")
+    assert "KeyError" in result["detail"] and "scorer.py" in result["detail"]
+    assert _scorer(tmp_path / "one", ACCURACY, splits=("public",)) == {"public": 1.0, "private": None}
+
+
+def test_the_runner_deletes_its_settings_and_marks_its_result_with_the_nonce(tmp_path: Path):
+    """The job's command, as the sandbox runs it: run.json is gone before the script runs (the
+    script finds no nonce), and only the line with the nonce is the result."""
+    folder = tmp_path / "in"
+    (folder / "work").mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({"kind": "score", "nonce": "n0nce", "time_limit": 10}))
+    (folder / "work" / "scorer.py").write_text(
+        "import os\n"
+        "print('CLASSHUB-COMPETITION-RESULT guess {\"public\": 9}')\n"
+        "def score(l, p):\n"
+        "    return float(os.path.exists('../run.json'))\n")
+    (folder / "work" / "predictions.csv").write_text("id,prediction\n")
+    (folder / "work" / "labels_public.csv").write_text("id,label\n")
+    command = grader_command(sys.executable, {"folder": str(folder)},
+                             module="hub_ext.backends.competition_runner")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
+    assert runner.parse_result(done.stdout, "n0nce") == {"public": 0.0, "private": None}
+    assert runner.parse_result(done.stdout, "other") is None and "guess" in done.stdout
+    assert not (folder / "run.json").exists()

@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         limit = int(config["memory"])
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     work = folder / "work"
+    os.chdir(work)  # the student's or the teacher's code runs in its folder, with relative paths
     result = _score(work) if config.get("kind") == "score" else _notebook(work, config)
     line = json.dumps(result, separators=(",", ":"))
     sys.stdout.flush()
