@@ -28,7 +28,8 @@ Routes (authenticated like every jupyter-server API: the cookie and ``_xsrf`` of
 - ``POST api/classhub/panel/predictions`` ``{"course": ..., "competition": ..., "path": "out.csv"}``:
   the owner submits a predictions file of this server to a competition: the server reads the file
   and relays it as the CSV upload the service scores (docs/teachers/competitions.md), so the
-  browser never downloads and re-uploads it (docs/teachers/lab-panel.md).
+  browser never downloads and re-uploads it (docs/teachers/lab-panel.md); a ``.ipynb`` path (the
+  open notebook) is relayed as a notebook submission, which runs as a job and writes the file.
 """
 
 from __future__ import annotations
@@ -314,7 +315,8 @@ class CopyHandler(PanelHandler):
 
 class PredictionsHandler(PanelHandler):
     """``POST api/classhub/panel/predictions``: the owner submits a CSV file of this server to a
-    competition; the answer is the service's (the scored submission, or its sentence)."""
+    competition, or a notebook (``.ipynb``: it runs as a job and writes the predictions file);
+    the answer is the service's (the scored or pending submission, or its sentence)."""
 
     @web.authenticated
     async def post(self) -> None:
@@ -335,9 +337,11 @@ class PredictionsHandler(PanelHandler):
         except web.HTTPError as e:
             raise web.HTTPError(400, f"{path} cannot be read as a text file of this server "
                                      f"({e.log_message}); pick the CSV file of your predictions.") from None
+        notebook = path.lower().endswith(".ipynb")
         target = (f"courses/{quote(body['course'], safe='')}/competitions/"
-                  f"{quote(body['competition'], safe='')}/submissions")
-        code, raw, _ = await self.service_raw("POST", target, model["content"].encode(), "text/csv")
+                  f"{quote(body['competition'], safe='')}/{'notebooks' if notebook else 'submissions'}")
+        code, raw, _ = await self.service_raw("POST", target, model["content"].encode(),
+                                              "application/x-ipynb+json" if notebook else "text/csv")
         self.answer(code, _payload(raw))
 
 

@@ -43,6 +43,8 @@ import {
   isActiveJob,
   isReadOnly,
   jobRequest,
+  notebookPath,
+  notebookSentText,
   predictionsPath,
   readOnlyRefusal,
   scoredText,
@@ -196,6 +198,36 @@ const plugin: JupyterFrontEndPlugin<void> = {
             headers: { 'Content-Type': 'application/json' }
           });
           Notification.success(scoredText(c, s.public_score), { autoClose: 8000 });
+        } catch (error) {
+          fail('Not submitted', error);
+        }
+        await refresh();
+      },
+      submitNotebook: async (c: ICompetition) => {
+        let path = notebookPath(currentDocumentPath(), browserSelection());
+        if (!path) {
+          const asked = await InputDialog.getText({
+            title: `Submit a notebook to ${c.title || c.name}`,
+            label: `The notebook (a path in this server) that writes ${c.predictions_file}; or open it first`,
+            placeholder: 'model.ipynb',
+            okLabel: 'Submit'
+          });
+          if (!asked.button.accept || !asked.value?.trim()) {
+            return;
+          }
+          path = asked.value.trim();
+        }
+        const open = app.shell.currentWidget;
+        if (open instanceof DocumentWidget && open.context.path === path && open.context.model.dirty) {
+          await open.context.save(); // what runs is what the student sees
+        }
+        try {
+          await panelRequest<{ state: string }>('predictions', {
+            method: 'POST',
+            body: JSON.stringify({ course: c.course, competition: c.name, path }),
+            headers: { 'Content-Type': 'application/json' }
+          });
+          Notification.success(notebookSentText(c, path), { autoClose: 8000 });
         } catch (error) {
           fail('Not submitted', error);
         }

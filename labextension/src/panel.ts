@@ -37,6 +37,7 @@ export interface IPanelActions {
   startAssignment(assignment: IAssignment): void;
   submitAssignment(assignment: IAssignment): Promise<void>;
   submitPredictions(competition: ICompetition): Promise<void>;
+  submitNotebook(competition: ICompetition): Promise<void>;
   publishFolder(course: string): Promise<void>;
   copyToMyServer(): Promise<void>;
   cancelJob(job: IJob): Promise<void>;
@@ -318,6 +319,18 @@ export class ClasshubPanel extends Widget {
         submit.title = c.accepting ? 'No submissions left today (UTC)' : 'Not accepting submissions now';
       }
       const item = el('li', { 'data-competition': c.name }, el('span', {}, describeCompetition(c, when)), submit);
+      if (c.takes_notebooks) {
+        const notebook = button(
+          'Submit notebook',
+          () => this.actions.submitNotebook(c),
+          `Run the open notebook as a job for ${c.title || c.name}: it must write ${c.predictions_file}`
+        );
+        if (submit.hasAttribute('disabled')) {
+          notebook.setAttribute('disabled', '');
+          notebook.title = submit.title;
+        }
+        item.append(notebook);
+      }
       list.append(item);
     }
     s.append(list);

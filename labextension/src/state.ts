@@ -145,7 +145,16 @@ export interface ICompetition {
   accepting: boolean;
   daily_limit: number;
   left_today: number;
-  my_submissions: { id: number; submitted_at: string; public_score: number | null }[];
+  /** whether it takes notebooks that run as jobs and write `predictions_file` */
+  takes_notebooks?: boolean;
+  predictions_file?: string | null;
+  my_submissions: {
+    id: number;
+    submitted_at: string;
+    public_score: number | null;
+    state?: 'pending' | 'scored' | 'failed';
+    message?: string;
+  }[];
   leaderboard: {
     shown: 'public' | 'private';
     public: IBoardRow[] | null;
@@ -176,7 +185,14 @@ export function describeCompetition(c: ICompetition, when: (iso: string) => stri
     : c.accepting
       ? `${c.left_today} of ${c.daily_limit} left today`
       : 'not open';
-  return `${c.title || c.name} (${c.course}), ${c.ended ? 'ended' : 'ends'} ${when(c.ends_at)}: ${standing}; ${left}`;
+  const pending = c.my_submissions.filter(s => s.state === 'pending').length;
+  const last = c.my_submissions[c.my_submissions.length - 1];
+  const news = pending
+    ? `; ${pending} pending`
+    : last?.state === 'failed'
+      ? `; last one failed: ${last.message}`
+      : '';
+  return `${c.title || c.name} (${c.course}), ${c.ended ? 'ended' : 'ends'} ${when(c.ends_at)}: ${standing}; ${left}${news}`;
 }
 
 /** What the panel says after a predictions file was scored. */
@@ -185,6 +201,21 @@ export function scoredText(
   publicScore: number | null
 ): string {
   return `Scored ${c.title || c.name}: public ${c.metric} ${formatScore(publicScore)}.`;
+}
+
+/** What the panel says after a notebook went to a competition (it runs as a job). */
+export function notebookSentText(c: Pick<ICompetition, 'title' | 'name'>, path: string): string {
+  return `Submitted ${path} to ${c.title || c.name}: it runs as a job; its score shows here when it is scored.`;
+}
+
+/** The notebook to submit: the open one, else the file browser's selection, when it is one. */
+export function notebookPath(current: string | null, selected: string | null): string | null {
+  for (const path of [current, selected]) {
+    if (path && /\.ipynb$/i.test(path)) {
+      return path;
+    }
+  }
+  return null;
 }
 
 /** The CSV file to submit: the file browser's selection, when it is one. */

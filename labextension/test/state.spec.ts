@@ -23,6 +23,8 @@ import {
   jobName,
   jobRequest,
   parseQuantity,
+  notebookPath,
+  notebookSentText,
   predictionsPath,
   quotaBars,
   readOnlyRefusal,
@@ -447,5 +449,31 @@ describe('describeCompetition', () => {
     expect(predictionsPath('out/preds.CSV')).toBe('out/preds.CSV');
     expect(predictionsPath('lab1.ipynb')).toBeNull();
     expect(predictionsPath(null)).toBeNull();
+  });
+
+  it('says a notebook is pending or why the last one failed, and submits the open notebook', () => {
+    const failed: ICompetition = {
+      ...c,
+      my_submissions: [
+        { id: 1, submitted_at: '2026-12-04T10:00:00+00:00', public_score: null, state: 'failed',
+          message: 'Your notebook crashed in cell 2: ValueError: boom' }
+      ]
+    };
+    expect(describeCompetition(failed, when)).toBe(
+      'Cats or dogs (demo101), ends 2026-12-14: 1 submitted; 5 of 5 left today; last one failed: ' +
+        'Your notebook crashed in cell 2: ValueError: boom'
+    );
+    const pending: ICompetition = {
+      ...failed,
+      my_submissions: [...failed.my_submissions,
+        { id: 2, submitted_at: '2026-12-04T10:05:00+00:00', public_score: null, state: 'pending' }]
+    };
+    expect(describeCompetition(pending, when)).toContain('; 1 pending');
+    expect(notebookPath('model.ipynb', 'preds.csv')).toBe('model.ipynb');
+    expect(notebookPath('notes.md', 'work/model.IPYNB')).toBe('work/model.IPYNB');
+    expect(notebookPath(null, 'preds.csv')).toBeNull();
+    expect(notebookSentText(c, 'model.ipynb')).toBe(
+      'Submitted model.ipynb to Cats or dogs: it runs as a job; its score shows here when it is scored.'
+    );
   });
 });
