@@ -352,47 +352,9 @@ def _scored(storage: CompetitionStorage, labels_location: str, data: bytes, metr
     return rules.score(metric, labels, predicted, public), rules.score(metric, labels, predicted, private)
 
 
-class SubmissionsHandler(CsvUploadBase):
-    """``GET|POST /api/courses/<course>/competitions/<name>/submissions``.
-
-    GET: staff see every submission with both scores, a student their own (the private score
-    after the end). POST: a predictions CSV (raw body or multipart field "file"), scored now."""
-
-
-    @needs(authz.READ_COMPETITIONS, course="course")
-    async def get(self, course: str, name: str) -> None:
-        self.write_json(await self.db(self._list, course, name, self._staff(course)))
-
-    def _list(self, course: str, name: str, staff: bool) -> list[dict[str, Any]]:
-        with self.settings["sessions"]() as session:
-            c = self._competition(session, course, name, staff=staff)
-            ended = _now() > c.ends_at
-            return [entry_json(s, private=staff or ended, staff=staff) for s in c.submissions
-                    if staff or s.student == self.caller.name]
-
-    @refuses(rules.CompetitionError)
-    @needs(authz.SUBMIT_PREDICTIONS, course="course")
-    async def post(self, course: str, name: str) -> None:
-        now = _now()  # the submission's time: the service's clock when the file reached it
-        data = _csv_upload(self, "predictions", "id,prediction")
-        storage = storage_of(self.settings)
-        cid, metric, seed, fraction, labels_location = await self.db(self._accepting, course, name, now)
-        if await self.db(self._has_scorer, cid):  # the teacher's script scores it, in the sandbox
-            limit = limits_of(self.settings).max_bytes
-            if len(data) > limit:
-                raise rules.CompetitionError(f"The predictions file has {len(data)} bytes, more than the "
-                                             f"{limit} this competition takes; send a smaller file.")
-            await self._run(course, name, cid, now, "predictions", data, SCORE)
-            return
-        public, private = await asyncio.to_thread(_scored, storage, labels_location, data, metric, seed,
-                                                  fraction, limits_of(self.settings))
-        location = await asyncio.to_thread(storage.keep_predictions, cid, student_key(self.caller.name), data)
-        try:
-            result = await self.db(self._record, course, name, cid, now, location, public, private)
-        except BaseException:
-            await asyncio.to_thread(storage.remove, location)
-            raise
-        self.write_json(result, 201)
+class _SubmittingBase(CsvUploadBase):
+    """What a submission of either kind checks and records: the window, the daily limit (under
+    the competition's lock), the pending row of a file or notebook that runs as a job."""
 
     def _has_scorer(self, cid: int) -> bool:
         with self.settings["sessions"]() as session:
@@ -475,6 +437,49 @@ class SubmissionsHandler(CsvUploadBase):
             return entry_json(row, private=False)
 
 
+class SubmissionsHandler(_SubmittingBase):
+    """``GET|POST /api/courses/<course>/competitions/<name>/submissions``.
+
+    GET: staff see every submission with both scores, a student their own (the private score
+    after the end). POST: a predictions CSV (raw body or multipart field "file"), scored now."""
+
+
+    @needs(authz.READ_COMPETITIONS, course="course")
+    async def get(self, course: str, name: str) -> None:
+        self.write_json(await self.db(self._list, course, name, self._staff(course)))
+
+    def _list(self, course: str, name: str, staff: bool) -> list[dict[str, Any]]:
+        with self.settings["sessions"]() as session:
+            c = self._competition(session, course, name, staff=staff)
+            ended = _now() > c.ends_at
+            return [entry_json(s, private=staff or ended, staff=staff) for s in c.submissions
+                    if staff or s.student == self.caller.name]
+
+    @refuses(rules.CompetitionError)
+    @needs(authz.SUBMIT_PREDICTIONS, course="course")
+    async def post(self, course: str, name: str) -> None:
+        now = _now()  # the submission's time: the service's clock when the file reached it
+        data = _csv_upload(self, "predictions", "id,prediction")
+        storage = storage_of(self.settings)
+        cid, metric, seed, fraction, labels_location = await self.db(self._accepting, course, name, now)
+        if await self.db(self._has_scorer, cid):  # the teacher's script scores it, in the sandbox
+            limit = limits_of(self.settings).max_bytes
+            if len(data) > limit:
+                raise rules.CompetitionError(f"The predictions file has {len(data)} bytes, more than the "
+                                             f"{limit} this competition takes; send a smaller file.")
+            await self._run(course, name, cid, now, "predictions", data, SCORE)
+            return
+        public, private = await asyncio.to_thread(_scored, storage, labels_location, data, metric, seed,
+                                                  fraction, limits_of(self.settings))
+        location = await asyncio.to_thread(storage.keep_predictions, cid, student_key(self.caller.name), data)
+        try:
+            result = await self.db(self._record, course, name, cid, now, location, public, private)
+        except BaseException:
+            await asyncio.to_thread(storage.remove, location)
+            raise
+        self.write_json(result, 201)
+
+
 class PredictionsFileHandler(CompetitionsBase):
     """``GET .../competitions/<name>/submissions/<id>/file``: a predictions file as it was sent,
     as plain text: to its student and the course's staff (anyone else: no such submission)."""
@@ -502,7 +507,7 @@ class PredictionsFileHandler(CompetitionsBase):
             return found.location
 
 
-class NotebookHandler(SubmissionsHandler):
+class NotebookHandler(_SubmittingBase):
     """``POST /api/courses/<course>/competitions/<name>/notebooks``: submit a notebook (the raw
     ``.ipynb`` as the body, or the multipart field "file"). It is checked to be a notebook, kept,
     and run as a job in the grading sandbox; the predictions file it writes is scored. Answered
@@ -512,10 +517,6 @@ class NotebookHandler(SubmissionsHandler):
         if self.request.method == "POST":
             return self.start_body(settings_of(self.settings).competition_notebook_max_bytes + 64 * 1024)
         return super().prepare()
-
-    @needs(authz.READ_COMPETITIONS, course="course")
-    async def get(self, course: str, name: str) -> None:
-        raise web.HTTPError(405, "GET .../submissions lists submissions; POST a notebook here.")
 
     @refuses(rules.CompetitionError, G.GradingError)
     @needs(authz.SUBMIT_PREDICTIONS, course="course")

@@ -3,7 +3,8 @@ from the store.
 
 Computed at each scrape from the submissions table (kept forever, so the count only grows, as a
 Prometheus counter must), like every classhub metric (hub_ext.service.metrics): it survives
-restarts and agrees between service replicas. A refused file is stored nowhere, so not counted.
+restarts and agrees between service replicas. A refused file is stored nowhere, so not counted;
+a notebook or a file a scoring script scores counts once scored (not while pending, nor failed).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from hub_ext.core.competitions import SCORED
 from hub_ext.store import Course, readers
 from hub_ext.store.competition_models import Competition, CompetitionSubmission
 
@@ -33,6 +35,7 @@ class CompetitionCollector(Collector):
                 select(Course.name, func.count())
                 .join(Competition, Competition.course_id == Course.id)
                 .join(CompetitionSubmission, CompetitionSubmission.competition_id == Competition.id)
+                .where(CompetitionSubmission.state == SCORED)
                 .group_by(Course.name).order_by(Course.name)
             ).all()
         for course, count in rows:

@@ -218,7 +218,8 @@ class CompetitionRuns:
             self._wake.clear()
             for entry_id, job_id in list(self._pending.items()):
                 try:
-                    if await self.collect(entry_id, job_id):
+                    # a scoring job that follows a notebook's is pending under the same entry
+                    if await self.collect(entry_id, job_id) and self._pending.get(entry_id) == job_id:
                         self._pending.pop(entry_id, None)
                 except Exception:
                     log.exception("collecting competition submission %s", entry_id)
