@@ -118,8 +118,12 @@ class CompetitionRuns:
     async def _submit(self, entry_id: int, stage: str) -> tuple[str, str]:
         files, settings, course, name, owner = await asyncio.to_thread(self._inputs, entry_id, stage)
         nonce = secrets.token_hex(16)
-        files["run.json"] = json.dumps({"kind": stage, "nonce": nonce, **settings["run"]}).encode()
         backend = self.jobs.backend
+        # locally without --system-users every job is the service's own account: nothing to hide
+        # from a neighbour, and the job service must read the processes' environment to stop them
+        private = bool(getattr(backend, "system_users", True))
+        files["run.json"] = json.dumps({"kind": stage, "nonce": nonce, "private": private,
+                                        **settings["run"]}).encode()
         sandbox = await backend.prepare_sandbox(files)
         command = grader_command(self.python, sandbox, module="hub_ext.backends.competition_runner")
         fields = {**settings["fields"], "max_runtime": float(settings["time_limit"]) * 2 + 120}
