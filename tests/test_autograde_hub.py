@@ -15,6 +15,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
+import tempfile
 import zipfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -341,22 +343,30 @@ def test_competition_notebooks_and_scoring_scripts_run_as_jobs_in_the_grading_sa
     r = _send_notebook(hub, s1, b'{"cells": "no"}')
     assert r.status_code == 400 and "not a valid notebook" in r.json()["message"], r.text
 
-    # a right notebook, then three that end badly, at once: each pending holds a daily place
+    # a right notebook, then three that end badly; these wait for the test's go, so all four are
+    # pending at once: each holds one of the day's places
     r = _send_notebook(hub, s1, _notebook(RIGHT))
     assert r.status_code == 202 and r.json()["state"] == "pending", r.text
     good = r.json()
     assert good["job"] == f"compete-house-{good['id']}"
-    bad = [_send_notebook(hub, s1, _notebook(src)).json() for src in (
-        "raise ValueError('boom-17')",
-        "x = 1  # writes nothing",
-        "open('predictions.csv', 'w').write('id,prediction\\nzzz,cat\\n')")]
-    assert all(b["state"] == "pending" for b in bad), bad
-    r = _send_notebook(hub, s1, _notebook(RIGHT))
-    assert r.status_code == 409 and "used all 4 submissions of today" in r.json()["message"]
-    scored = _entry(hub, s1, "house", good["id"])
+    gate = Path(tempfile.mkdtemp(prefix="classhub-gate-"))
+    os.chmod(gate, 0o755)
+    wait = f"import os, time\nwhile not os.path.exists({str(gate / 'go')!r}):\n    time.sleep(0.2)\n"
+    try:
+        bad = [_send_notebook(hub, s1, _notebook(wait, src)).json() for src in (
+            "raise ValueError('boom-17')",
+            "x = 1  # writes nothing",
+            "open('predictions.csv', 'w').write('id,prediction\\nzzz,cat\\n')")]
+        assert all(b["state"] == "pending" for b in bad), bad
+        r = _send_notebook(hub, s1, _notebook(RIGHT))
+        assert r.status_code == 409 and "used all 4 submissions of today" in r.json()["message"]
+        (gate / "go").touch()
+        scored = _entry(hub, s1, "house", good["id"])
+        crash, nothing, malformed = (_entry(hub, s1, "house", b["id"]) for b in bad)
+    finally:
+        shutil.rmtree(gate, ignore_errors=True)
     assert (scored["state"], scored["public_score"], scored["has_file"]) == ("scored", 1.0, True), scored
-    crash, nothing, malformed = (_entry(hub, s1, "house", b["id"]) for b in bad)
-    assert crash["state"] == "failed" and "crashed in cell 2: ValueError: boom-17" in crash["message"], crash
+    assert crash["state"] == "failed" and "crashed in cell 3: ValueError: boom-17" in crash["message"], crash
     assert "wrote no predictions.csv in its folder" in nothing["message"], nothing
     assert "predictions were refused" in malformed["message"] and "'zzz'" in malformed["message"], malformed
     one = api(hub, "GET", f"{C}/house", s1).json()
