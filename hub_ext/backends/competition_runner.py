@@ -32,6 +32,7 @@ import os
 import resource
 import runpy
 import shutil
+import signal
 import stat
 import sys
 import tempfile
@@ -80,11 +81,21 @@ def main(argv: list[str] | None = None) -> int:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     work = folder / "work"
     os.chdir(work)  # the student's or the teacher's code runs in its folder, with relative paths
-    result = _score(work) if config.get("kind") == "score" else _notebook(work, config, private)
+    if config.get("kind") == "score":
+        signal.signal(signal.SIGALRM, _out_of_time)  # the script's own time limit, then a sentence
+        signal.alarm(max(1, int(float(config.get("time_limit") or 300))))
+        result = _score(work)
+        signal.alarm(0)
+    else:
+        result = _notebook(work, config, private)
     line = json.dumps(result, separators=(",", ":"))
     sys.stdout.flush()
     os.write(1, f"\n{MARKER} {nonce} {line}\n".encode())
     return 0
+
+
+def _out_of_time(signum: int, frame: Any) -> None:
+    raise TimeoutError("the scoring script ran past its time limit")
 
 
 def _hand_over(inputs: Path, work: Path, uid: int) -> Path:
