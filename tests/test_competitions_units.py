@@ -16,6 +16,7 @@ import re
 import stat
 import subprocess
 import sys
+import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -307,3 +308,44 @@ def test_the_runner_deletes_its_settings_and_marks_its_result_with_the_nonce(tmp
     assert runner.parse_result(done.stdout, "n0nce") == {"public": 0.0, "private": None}
     assert runner.parse_result(done.stdout, "other") is None and "guess" in done.stdout
     assert not (folder / "run.json").exists()
+
+
+def test_a_competition_job_on_kubernetes_runs_the_runner_from_its_secret():
+    """A grading pod's command names the competition runner, whose code travels in the Secret
+    with the grader's (the image need not have classhub), and drops to the grader uid."""
+    from hub_ext.backends.kubernetes import jobs as kube
+
+    command = grader_command("python", {"secret": "classhub-grading-0123abcd", "items": "[]"},
+                             module="hub_ext.backends.competition_runner")
+    assert command[:2] == ("python", "-I")
+    assert "from hub_ext.backends.competition_runner import main" in command[3]
+    assert repr(f"{kube.GRADING_INPUTS}/lib") in command[3]
+    assert command[-4:] == ("--drop-to", str(kube.GRADER_UID), "--work", kube.GRADING_WORK)
+    assert "lib/hub_ext/backends/competition_runner.py" in kube.grader_bundle()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 and not os.environ.get("CI"),
+                    reason="dropping to another account needs root (CI runs as root: there it runs)")
+def test_a_scoring_script_started_as_root_runs_as_the_grader_uid_without_its_inputs():
+    """Kubernetes' path (the inputs are a root-only Secret): the teacher's script runs as the
+    grader uid, in a copy of its folder, and cannot read the settings with the nonce."""
+    with tempfile.TemporaryDirectory() as top:  # pytest's tmp_path is not traversable by others
+        top_path = Path(top)
+        inputs, work = top_path / "in", top_path / "work"
+        (inputs / "work").mkdir(parents=True)
+        work.mkdir()
+        os.chmod(top_path, 0o755)
+        (inputs / "run.json").write_text(json.dumps({"kind": "score", "nonce": "n", "time_limit": 30}))
+        (inputs / "work" / "scorer.py").write_text(
+            "import os\n"
+            "def score(labels_path, predictions_path):\n"
+            f"    try:\n        open({str(inputs / 'run.json')!r}).read()\n        return -1.0\n"
+            "    except OSError:\n        return float(os.getuid())\n")
+        (inputs / "work" / "predictions.csv").write_text("id,prediction\n")
+        (inputs / "work" / "labels_public.csv").write_text("id,label\n")
+        os.chmod(inputs, 0o700)
+        command = grader_command(sys.executable, {"folder": str(inputs)},
+                                 module="hub_ext.backends.competition_runner")
+        done = subprocess.run([*command, "--drop-to", "65534", "--work", str(work)], capture_output=True,
+                              text=True, timeout=60, env={"PATH": os.environ["PATH"], "HOME": str(work)})
+        assert runner.parse_result(done.stdout, "n") == {"public": 65534.0, "private": None}, done.stderr
