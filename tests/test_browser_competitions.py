@@ -7,16 +7,23 @@ with the page's upload, the other two through the API, as a script or the Jupyte
 would); the first student reads the public leaderboard with their rank and how many submissions
 they have left today; the teacher sees both splits; after the end (moved through the API, the
 way the other tests move dates) the student reads the final, private leaderboard. Each step
-counts its clicks, picking a file in the browser's file chooser being one.
+counts its clicks, picking a file in the browser's file chooser being one. In between, the
+teacher lets the competition take notebooks on its card, and the student's "Submit notebook"
+shows it pending until its job has run, then the page shows it scored.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import nbformat
 import pytest
 import requests
+from nbformat.v4 import new_code_cell, new_notebook
 
 from tests.browser import Clicks, hub_login, screenshot
 from tests.hubproc import HubSession, LocalHub, api
@@ -29,6 +36,15 @@ IDS = [f"img{i:03d}" for i in range(20)]
 TRUTH = {k: ("cat" if i % 3 else "dog") for i, k in enumerate(IDS)}
 TEACHER_CREATES = 2  # the labels file's chooser, then Create (the other fields are typed)
 STUDENT_SUBMITS = 2  # the predictions file's chooser, then Submit predictions
+TEACHER_TAKES_NOTEBOOKS = 2  # open "Notebooks and scoring script", then Take notebooks (profile typed)
+CONFIG = """
+c.ClasshubLocalSpawner.profiles = [
+    {"slug": "cpu", "display_name": "CPU only", "kind": "cpu", "default": True},
+]
+c.ClasshubJobs.gpu_discovery_command = ["true"]
+c.ClasshubJobs.use_nvml = False
+c.ClasshubJobs.interval = 0.5
+"""
 
 
 def _predictions(wrong: int) -> bytes:
@@ -40,7 +56,10 @@ def _predictions(wrong: int) -> bytes:
 
 @pytest.fixture(scope="module")
 def hub(hub_root: Path):
-    hub = LocalHub(data_dir=hub_root / "competitions-browser").start()
+    data = hub_root / "competitions-browser"
+    data.mkdir()
+    (data / "jupyterhub_config.py").write_text(CONFIG)  # a profile for the notebooks' jobs
+    hub = LocalHub(data_dir=data).start()
     yield hub
     hub.stop()
 
@@ -132,6 +151,40 @@ def test_create_with_labels_three_submissions_and_both_leaderboards(hub, browser
     assert spage.locator("table[data-split=private]").count() == 0  # private: after the end
     assert spage.locator(".classhub-leaderboard tr.table-primary").inner_text().split()[1] == "student1"
     screenshot(spage, "page-competition-student")
+
+    # notebooks: the teacher lets the competition take them on its card; the student's notebook
+    # (it waits for the test's go, so its pending state is seen) is scored when its job has run
+    _course_page(page, hub)
+    clicks = Clicks(page)
+    digits = ".classhub-competition[data-competition=digits]"
+    clicks.click(f"{digits} .classhub-competition-jobs summary")
+    page.fill("#cr-profile-digits", "cpu")
+    clicks.click(f"{digits} .classhub-competition-runner button[type=submit]")
+    page.wait_for_selector("#page-status:has-text('digits takes notebooks: they run on cpu and write "
+                           "predictions.csv')")
+    assert clicks.count == TEACHER_TAKES_NOTEBOOKS
+    gate = Path(tempfile.mkdtemp(prefix="classhub-gate-"))
+    os.chmod(gate, 0o755)
+    notebook = tmp_path / "model.ipynb"
+    notebook.write_text(nbformat.writes(new_notebook(cells=[new_code_cell(
+        f"import os, time\nwhile not os.path.exists({str(gate / 'go')!r}):\n    time.sleep(0.2)\n"
+        f"open('predictions.csv', 'w').write({mine.read_text()!r})\n")])))
+    try:
+        _course_page(spage, hub)
+        clicks = Clicks(spage)
+        _pick(clicks, "#cn-digits", notebook)
+        clicks.click(f"{digits} .classhub-competition-notebook button")
+        spage.wait_for_selector("#page-status:has-text('Submitted your notebook to digits')")
+        assert clicks.count == STUDENT_SUBMITS
+        spage.wait_for_selector('.classhub-my-predictions tr[data-state="pending"] '
+                                '.badge:has-text("pending")')
+        assert "0 left today" in scard.inner_text()  # the pending notebook holds the day's last place
+        (gate / "go").touch()
+        spage.wait_for_selector("#page-status:has-text('Your submission to digits was scored.')",
+                                timeout=180_000)
+    finally:
+        shutil.rmtree(gate, ignore_errors=True)
+    assert spage.locator('.classhub-my-predictions tr[data-state="scored"]').count() == 2
 
     # the teacher sees both splits, and how many took part
     _course_page(page, hub)
