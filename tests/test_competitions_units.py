@@ -246,7 +246,7 @@ def test_a_script_gets_the_labels_of_each_split_and_no_others():
 
 def _scorer(tmp_path: Path, source: str, splits=("public", "private")) -> dict:
     work = tmp_path / "work"
-    work.mkdir()
+    work.mkdir(parents=True)
     (work / "scorer.py").write_text(source)
     (work / "predictions.csv").write_text("id,prediction\na,1\nb,0\n")
     for split in splits:
