@@ -67,6 +67,7 @@ SLOWEST_FIRST = (  # seconds: the larger of two CI runs' reports (--durations, j
     "test_service_fuzz",  # 205 before issue 29 moved about 75 s of its CPU out; about 130 expected
     "test_browser_pages",  # 108
     "test_culler_local",  # 92
+    "test_autograde_hub",  # 87 alone: three gradings, then competition notebooks and scoring scripts
     "test_browser_course_data",  # 85: both run modes' journeys (local 31, Kubernetes 50), 200 MB each
     "test_jobs_restart",  # 92
     "test_hub_versions",  # ~90: installs JupyterHub 5 beside the venv and starts a hub (estimate)
@@ -77,6 +78,7 @@ SLOWEST_FIRST = (  # seconds: the larger of two CI runs' reports (--durations, j
     "test_sharing_hub",  # 65
     "test_templates_e2e",  # 63
     "test_templates_kube",  # 60
+    "test_browser_competitions",  # 54 alone, with a notebook's job
     "test_assignments_hub",  # ~55 on a loaded machine (estimate)
     "test_hubapi_pagination",  # 52
     "test_browser_jobs",  # ~50 with the waiting job's page (estimate: 32 s on a quiet machine)
@@ -84,10 +86,8 @@ SLOWEST_FIRST = (  # seconds: the larger of two CI runs' reports (--durations, j
     "test_browser_cluster",  # ~40 with the home's live job count and the picker (estimate)
     "test_assignments_kube",  # ~50 (estimate)
     "test_browser_assignments",  # ~30 alone with its two gradings, more beside other workers (estimate)
-    "test_browser_competitions",  # ~32 alone
     "test_service_courses",  # 42
     "test_coursedata_hub",  # ~30 (estimate)
-    "test_autograde_hub",  # 13 alone: a system-users hub grading three submissions (estimate ~30 loaded)
     "test_autograde_units",  # 15 alone: eight notebooks run by real kernels (estimate ~25 loaded)
     "test_jobs_hub",  # 35
     "test_shutdown",  # 35

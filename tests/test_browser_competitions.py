@@ -179,6 +179,7 @@ def test_create_with_labels_three_submissions_and_both_leaderboards(hub, browser
         spage.wait_for_selector('.classhub-my-predictions tr[data-state="pending"] '
                                 '.badge:has-text("pending")')
         assert "0 left today" in scard.inner_text()  # the pending notebook holds the day's last place
+        screenshot(spage, "page-competition-notebook-pending")
         (gate / "go").touch()
         spage.wait_for_selector("#page-status:has-text('Your submission to digits was scored.')",
                                 timeout=180_000)
