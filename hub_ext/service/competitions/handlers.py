@@ -514,9 +514,12 @@ class NotebookHandler(_SubmittingBase):
     202 with the pending submission; its state and sentence say how it ends."""
 
     def prepare(self) -> Any:
-        if self.request.method == "POST":
+        # a notebook comes as application/x-ipynb+json (or a multipart upload); a body declared
+        # application/json keeps the service's usual JSON limit, as on every other endpoint
+        kind = self.request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if self.request.method == "POST" and kind != "application/json":
             return self.start_body(settings_of(self.settings).competition_notebook_max_bytes + 64 * 1024)
-        return super().prepare()
+        return CompetitionsBase.prepare(self)
 
     @refuses(rules.CompetitionError, G.GradingError)
     @needs(authz.SUBMIT_PREDICTIONS, course="course")
