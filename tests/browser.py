@@ -95,9 +95,16 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
     module's first test drives it too. Within a module it stays open, as a module's own
     Chromium did. (Registered by tests/conftest.py, which imports it.)"""
     yield
-    if nextitem is None or (nextitem.module is not item.module
+    if nextitem is None or (getattr(nextitem, "module", None) is not getattr(item, "module", None)
                             and not _DRIVES_CHROMIUM & set(getattr(nextitem, "fixturenames", ()))):
         CHROMIUM.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _chromium_closed_at_the_end() -> Iterator[None]:
+    """Close Chromium when the session ends another way (``-x``, an interrupt)."""
+    yield
+    CHROMIUM.close()
 
 
 @pytest.fixture

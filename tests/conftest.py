@@ -203,7 +203,12 @@ def v1(cluster):
 
 # The browser tier's fixtures (Chromium via Playwright) and the hook that closes the worker's
 # Chromium after its last browser module of a run: tests/browser.py.
-from tests.browser import browser, page, pytest_runtest_teardown  # noqa: E402,F401
+from tests.browser import (  # noqa: E402,F401
+    _chromium_closed_at_the_end,
+    browser,
+    page,
+    pytest_runtest_teardown,
+)
 
 # The classhub service's app in the test's event loop (``service``): tests/inproc.py.
 from tests.inproc import service, service_sections  # noqa: E402,F401
