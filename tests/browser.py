@@ -15,6 +15,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,18 +42,69 @@ def chromium_path() -> str:
     raise AssertionError  # unreachable; pytest.fail raises
 
 
+class _Chromium:
+    """The test process's headless Chromium, kept open from one browser module to the next.
+
+    Why: starting Playwright's driver and Chromium costs about 3 s of CPU, once per module before;
+    consecutive browser modules of a worker now share one. It is closed before a test that does
+    not drive it (`pytest_runtest_teardown` below): Playwright's sync API keeps an event loop
+    marked running in the main thread while it is open, and other tests run their own loops
+    (``asyncio.run``)."""
+
+    def __init__(self) -> None:
+        self._playwright: Any = None
+        self._browser: Any = None
+
+    def get(self) -> Any:
+        """The open Chromium, launched first when there is none (or it went away)."""
+        if self._browser is not None and self._browser.is_connected():
+            return self._browser
+        self.close()
+        from playwright.sync_api import sync_playwright
+
+        executable = chromium_path()
+        self._playwright = sync_playwright().start()
+        self._browser = self._playwright.chromium.launch(executable_path=executable, headless=True,
+                                                         args=CHROMIUM_ARGS)
+        return self._browser
+
+    def close(self) -> None:
+        browser, playwright, self._browser, self._playwright = self._browser, self._playwright, None, None
+        try:
+            if browser is not None and browser.is_connected():
+                browser.close()
+        finally:
+            if playwright is not None:
+                playwright.stop()
+
+
+CHROMIUM = _Chromium()
+_DRIVES_CHROMIUM = frozenset({"browser", "page"})
+
+
 @pytest.fixture(scope="module")
 def browser() -> Iterator:
-    """One headless Chromium per module (each test gets its own context). Not per session:
-    Playwright's sync API keeps an event loop running in the main thread while it is open, and
-    the tests after a browser module run their own loops (``asyncio.run``)."""
-    from playwright.sync_api import sync_playwright
+    """The headless Chromium (each test gets its own context): one per run of consecutive
+    browser modules of a worker (`_Chromium`), not one per module."""
+    yield CHROMIUM.get()
 
-    executable = chromium_path()
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator:
+    """After a module's last test (its fixtures torn down): close Chromium unless the next
+    module's first test drives it too. Within a module it stays open, as a module's own
+    Chromium did. (Registered by tests/conftest.py, which imports it.)"""
+    yield
+    if nextitem is None or (getattr(nextitem, "module", None) is not getattr(item, "module", None)
+                            and not _DRIVES_CHROMIUM & set(getattr(nextitem, "fixturenames", ()))):
+        CHROMIUM.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _chromium_closed_at_the_end() -> Iterator[None]:
+    """Close Chromium when the session ends another way (``-x``, an interrupt)."""
+    yield
+    CHROMIUM.close()
 
 
 @pytest.fixture

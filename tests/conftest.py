@@ -60,9 +60,9 @@ def _tier_problems(items: list[pytest.Item]) -> list[str]:
 SLOWEST_FIRST = (  # seconds: the larger of two CI runs' reports (--durations, junit)
     "test_quota_spawns",  # 368
     "test_helm_chart_hub",  # ~250 since it restarts the hub mid-job for both job kinds (estimate)
-    "test_labextension_install",  # ~200: builds the panel, sdist and wheels of a clean clone (estimate)
+    "test_labextension_install",  # ~200: builds the panel, an sdist and a wheel of a clean clone (estimate)
     "test_local_gpu_profiles",  # 162
-    "test_browser_lab",  # ~160: 146, and the read-only journey watches the owner's log for 10 s
+    "test_browser_lab",  # ~150: one hub (was two); the read-only journey watches the owner's log 10 s
     "test_kube_spawner",  # 137
     "test_service_fuzz",  # 205 before issue 29 moved about 75 s of its CPU out; about 130 expected
     "test_browser_pages",  # 108
@@ -201,8 +201,14 @@ def v1(cluster):
     client.close()
 
 
-# The browser tier's fixtures (Chromium via Playwright): tests/browser.py.
-from tests.browser import browser, page  # noqa: E402,F401
+# The browser tier's fixtures (Chromium via Playwright) and the hook that closes the worker's
+# Chromium after its last browser module of a run: tests/browser.py.
+from tests.browser import (  # noqa: E402,F401
+    _chromium_closed_at_the_end,
+    browser,
+    page,
+    pytest_runtest_teardown,
+)
 
 # The classhub service's app in the test's event loop (``service``): tests/inproc.py.
 from tests.inproc import service, service_sections  # noqa: E402,F401

@@ -215,6 +215,31 @@ def traits(sections: dict[str, dict[str, Any]]) -> str:
 BUSY_MACHINE = "c.Spawner.http_timeout = 120\nc.Spawner.start_timeout = 180\n"
 
 
+#: A stand-in single-user server, for tests where a server only has to run in the hub's view (the
+#: hub's lists, the reservation, the culler's facts), never to serve a notebook: like
+#: jupyterhub-singleuser it first waits until the hub's API answers, then answers every GET. It
+#: imports no jupyter-server, JupyterLab or extension: a fraction of the real server's CPU.
+STANDIN_SERVER = """
+import http.server, os, time, urllib.parse, urllib.request
+while True:
+    try:
+        urllib.request.urlopen(os.environ["JUPYTERHUB_API_URL"], timeout=2)
+        break
+    except OSError:
+        time.sleep(0.1)
+url = urllib.parse.urlsplit(os.environ["JUPYTERHUB_SERVICE_URL"])
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer((url.hostname, url.port), Handler).serve_forever()
+"""
+#: ``jupyterhub_config.py`` lines making every server of a local hub a `STANDIN_SERVER`.
+STANDIN_SERVERS = f"c.ClasshubLocalSpawner.cmd = [{sys.executable!r}, '-c', {STANDIN_SERVER!r}]\n"
+
+
 def hub_with_config(root: Path, name: str, config: str, **kwargs: Any) -> LocalHub:
     """A started ``classhub local`` hub in ``root/name`` whose data-dir ``jupyterhub_config.py``
     (loaded last) is `config`: extra accounts, admins, services, hub settings (after

@@ -7,7 +7,7 @@
 - no classhub page scrolls sideways in a 1280 px window, and the course's audit log reads as
   sentences with the time and the details folded; Add says how added people log in.
 
-Clicks are counted (tests/browser.py); one hub serves the module.
+Clicks are counted (tests/browser.py); the session's demo hub serves the module.
 """
 
 from __future__ import annotations
@@ -15,13 +15,19 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+import requests
 from playwright.sync_api import Error as PlaywrightError
 
 from tests.browser import Clicks, hub_login, screenshot
-from tests.hubproc import HubSession, LocalHub, api, start_server
+from tests.hubproc import HubSession, LocalHub, api, start_server, wait_for
+
+if TYPE_CHECKING:
+    from tests.conftest import SharedHubs
 
 pytestmark = pytest.mark.browser
 
@@ -47,14 +53,22 @@ c.Spawner.env_keep = ["PATH", "PYTHONPATH", "CONDA_ROOT", "CONDA_DEFAULT_ENV", "
 
 
 @pytest.fixture(scope="module")
-def hub(hub_root: Path):
-    data_dir = hub_root / "class-day"
-    data_dir.mkdir()
-    if os.environ.get("JUPYTER_PATH"):
-        (data_dir / "jupyterhub_config.py").write_text(KEEP_JUPYTER_PATH)
-    hub = LocalHub(data_dir=data_dir).start()
+def hub(shared_hubs: SharedHubs) -> Iterator[LocalHub]:
+    """The session's demo hub (tests/conftest.py, SharedHubs), not a hub of its own: lab1 is the
+    only template of demo101 there (no other module of the demo hub publishes one). Afterwards
+    the servers started here are stopped and student2's limits lifted."""
+    hub = shared_hubs.get(KEEP_JUPYTER_PATH if os.environ.get("JUPYTER_PATH") else "")
     yield hub
-    hub.stop()
+    admin = HubSession(hub, "admin").new_token()
+    r = api(hub, "PUT", "courses/demo101/quota/users/student2", admin, json={})
+    assert r.status_code == 200, r.text
+    for user in ("teacher1", "student1"):
+        requests.delete(f"{hub.url}/hub/api/users/{user}/server",
+                        headers={"Authorization": f"token {admin}"}, timeout=60)
+    for user in ("teacher1", "student1"):
+        wait_for(lambda u=user: not requests.get(
+            f"{hub.url}/hub/api/users/{u}", headers={"Authorization": f"token {admin}"},
+            timeout=10).json()["servers"], 60, f"{user}'s server to stop")
 
 
 def home_of(hub: LocalHub, user: str) -> Path:

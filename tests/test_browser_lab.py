@@ -61,9 +61,12 @@ def context_menu_dialog(page, filename: str, label: str):
 
 @pytest.fixture(scope="module")
 def hub(hub_root: Path):
-    # the job service runs in every local hub; a cycle a second lets a short job end quickly
+    """The module's one hub. The job service runs in every local hub; a cycle a second lets a
+    short job end quickly. The culler cycles every second too, with the site's timeouts (hours)
+    until the culler's journey, last, gives the course short ones (`culling_policy`): one hub and
+    one server for every journey, not a second hub for the culler's."""
     hub = hub_with_config(hub_root, "lab-panel", "c.ClasshubService.share_interval = 0.5\n"
-                          "c.ClasshubJobs.interval = 1\n")
+                          "c.ClasshubJobs.interval = 1\n" + traits({"ClasshubCuller": {"interval": 1}}))
     yield hub
     hub.stop()
 
@@ -345,15 +348,15 @@ def test_student_submits_a_script_as_a_job_and_reads_its_log(page, hub, tokens, 
     screenshot(page, "lab-competition")
 
 
-@pytest.fixture(scope="module")
-def culling_hub(hub_root: Path):
-    """A hub whose culler warns after 10 s of idleness (a cycle every second) and would stop an
-    idle server after 4 minutes: long enough for the test, short enough to see a warning."""
-    culler = {"interval": 1, "warn_before": 230,
-              "idle_timeouts": {"gpu": 240, "mig": 240, "shared": 240, "cpu": 240}}
-    hub = hub_with_config(hub_root, "lab-culler", traits({"ClasshubCuller": culler}))
-    yield hub
-    hub.stop()
+def culling_policy(hub: LocalHub, admin_token: str) -> None:
+    """The course's servers are warned after 10 s of idleness and would be stopped after 4
+    minutes (an admin's course policy, docs/admins/culler.md): long enough for the test, short
+    enough to see a warning. The warning comes no earlier than 10 s after the server's last
+    activity, and the cull no earlier than 230 s after the warning."""
+    for kind in ("gpu", "mig", "shared", "cpu"):
+        r = api(hub, "PUT", f"culling/courses/{COURSE}/policy", admin_token,
+                json={"kind": kind, "idle_timeout": 240, "warn_before": 230})
+        assert r.status_code == 200, r.text
 
 
 def _last_activity(hub: LocalHub, token: str) -> datetime:
@@ -362,10 +365,11 @@ def _last_activity(hub: LocalHub, token: str) -> datetime:
     return datetime.fromisoformat(model["servers"][""]["last_activity"].replace("Z", "+00:00"))
 
 
-def test_culler_warning_is_a_notification_with_a_working_keep_running(page, culling_hub) -> None:
-    hub = culling_hub
-    token = HubSession(hub, "student1").new_token()
-    start_server(hub, "student1", token)
+def test_culler_warning_is_a_notification_with_a_working_keep_running(page, hub, tokens, servers) -> None:
+    """Last in the module: the course's short culling policy would stop its servers."""
+    culling_policy(hub, tokens["admin"])
+    token = tokens["student1"]
+    start_server(hub, "student1", token)  # running since the `servers` fixture
     open_lab(page, hub, "student1")
     toast = page.locator(".Toastify__toast", has_text="will be stopped in")
     toast.wait_for(timeout=90_000)

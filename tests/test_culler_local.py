@@ -161,7 +161,7 @@ def test_idle_gpu_server_is_warned_then_culled_and_persistent_server_is_kept(cul
     culler.kill()
     # The hub notices a dead service at its next poll (every 30 s, +10% jitter), then starts it.
     wait_for(lambda: [p for p in culler_processes(hub) if p.pid != culler.pid], 90,
-             "the hub to restart the culler")
+             "the hub to restart the culler", interval=1)  # a scan of the hub's processes a second
     again = api(hub, "GET", "culling/me", token).json()["warnings"]
     assert not again or again[0]["warned_at"] == warning["warned_at"]
 

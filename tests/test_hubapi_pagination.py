@@ -4,7 +4,8 @@ The hub caps a list page at ``api_page_max_limit``; a client that does not follo
 ``_pagination.next`` sees only the first page. Here the cap is 2, with 5 users, 4 of them running
 servers, and 5 course groups: the service's ledger reconcile keeps every reservation, the lists
 the service and the culler read hold every user and group, and the hub admins past the first page
-are known (they are never enrolled by a teacher).
+are known (they are never enrolled by a teacher). The servers are stand-ins (tests/hubproc.py,
+``STANDIN_SERVERS``): what is checked is that the hub runs them, not what they serve.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 from hub_ext import store
 from hub_ext.hubapi import HubAPI
 from hub_ext.service.reconcile import reconcile_once, running_server_keys
-from tests.hubproc import HubSession, api, hub_with_config, start_servers
+from tests.hubproc import STANDIN_SERVERS, HubSession, api, hub_with_config, start_servers
 
 pytestmark = pytest.mark.hub
 
@@ -34,7 +35,7 @@ c.DemoAuthenticator.admin_users = {{"admin", "p5"}}
 
 @pytest.fixture(scope="module")
 def hub(hub_root: Path):
-    hub = hub_with_config(hub_root, "paging", EXTRA_CONFIG)
+    hub = hub_with_config(hub_root, "paging", EXTRA_CONFIG + STANDIN_SERVERS)
     yield hub
     hub.stop()
 

@@ -68,7 +68,7 @@ def job(hub, token: str, job_id: str) -> dict:
 
 def ended(hub, token, job_id, timeout=90) -> dict:
     return wait_for(lambda: (j := job(hub, token, job_id))["state"] in ("succeeded", "failed", "cancelled")
-                    and j, timeout, f"job {job_id} to end")
+                    and j, timeout, f"job {job_id} to end", interval=0.25)
 
 
 def test_a_two_replica_job_meets_at_its_master_and_its_logs_show_the_ranks(hub, tokens):

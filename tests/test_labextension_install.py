@@ -1,11 +1,12 @@
 """The JupyterLab panel ships prebuilt: installing classhub needs no Node.js (issues 15 and 33).
 
-As a Python user would package it, from a clean clone (the checkout's tracked files only):
-``python -m build`` builds the panel (setup.py, hatch-jupyter-builder's npm_builder) and makes an
-sdist and a wheel that both carry it; a wheel built from that sdist with no Node.js on the PATH
-carries it too; the wheel installed into a fresh venv, with no Node.js, makes JupyterLab list the
-extension as enabled and OK. A clean clone built without Node.js stops with a sentence naming it.
-The jest tests of the panel's state logic run here too, so ``make test`` runs them.
+As a Python user would package it, from a clean clone (the checkout's tracked files only), in
+the two steps ``python -m build`` takes: an sdist built from the clone builds the panel (setup.py,
+hatch-jupyter-builder's npm_builder) and carries it; the wheel built from that sdist, here with no
+Node.js on the PATH, carries it too; that wheel installed into a fresh venv, with no Node.js, makes
+JupyterLab list the extension as enabled and OK. A clean clone built without Node.js stops with a
+sentence naming it. The jest tests of the panel's state logic run here too, so ``make test`` runs
+them.
 
 The clean clone gets the checkout's ``labextension/node_modules`` (copied, not linked: yarn
 rewrites it) so the build runs offline; building it with the network takes minutes more and
@@ -87,7 +88,10 @@ def _names(archive: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """An sdist and a wheel built from a clean clone, the panel built on the way."""
+    """An sdist built from a clean clone (the panel built on the way), and the wheel built from
+    that sdist with no Node.js on the PATH: the two steps of ``python -m build``, which builds its
+    wheel from its sdist. One wheel build serves every test here (a second one from the same sdist
+    would check nothing more)."""
     if shutil.which("node") is None or not (LABEXT / "node_modules").is_dir():
         pytest.fail("building the panel needs Node.js and labextension/node_modules: run 'make install'")
     clone = clean_clone(tmp_path_factory.mktemp("clone"))
@@ -97,10 +101,18 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                            check=True, timeout=600)
     out = tmp_path_factory.mktemp("dist")
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
-    done = build(clone, out, path=path)
+    done = build(clone, out, "--sdist", path=path)
     subprocess.run(["rm", "-rf", str(clone / "labextension" / "node_modules")], check=True, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     (sdist,) = out.glob("classhub-*.tar.gz")
+    unpacked = tmp_path_factory.mktemp("sdist")
+    with tarfile.open(sdist) as tar:
+        # the "data" filter where this Python has it (3.11.4+): our own archive, but no links out
+        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+        tar.extractall(unpacked, **safe)
+    (source,) = unpacked.iterdir()
+    done = build(source, out, "--wheel", path=no_node(unpacked))
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     (wheel,) = out.glob("classhub-*.whl")
     return {"sdist": sdist, "wheel": wheel}
 
@@ -118,16 +130,10 @@ def test_the_sdist_and_the_wheel_of_a_clean_clone_carry_the_panel(dist: dict[str
 
 
 @pytest.mark.timeout(BUILD_TIMEOUT)
-def test_a_wheel_built_from_the_sdist_needs_no_node(dist: dict[str, Path], tmp_path: Path) -> None:
-    with tarfile.open(dist["sdist"]) as tar:
-        # the "data" filter where this Python has it (3.11.4+): our own archive, but no links out
-        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-        tar.extractall(tmp_path / "sdist", **safe)
-    (source,) = (tmp_path / "sdist").iterdir()
-    done = build(source, tmp_path / "out", "--wheel", path=no_node(tmp_path))
-    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    (wheel,) = (tmp_path / "out").glob("classhub-*.whl")
-    assert any(f".data/data/{SHARED}/static/remoteEntry." in n for n in _names(wheel))
+def test_a_wheel_built_from_the_sdist_needs_no_node(dist: dict[str, Path]) -> None:
+    """The fixture built the wheel from the sdist with no Node.js on the PATH (`no_node`)."""
+    names = _names(dist["wheel"])
+    assert any(f".data/data/{SHARED}/static/remoteEntry." in n for n in names), names
 
 
 def test_a_clean_clone_without_node_stops_with_a_sentence(tmp_path: Path) -> None:

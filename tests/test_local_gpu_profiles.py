@@ -93,7 +93,7 @@ def test_exclusive_assignment_release_and_restart(gpu_hub):
 
     r = spawn(hub, "student1", tokens["student1"], {"profile": MIG})
     assert r.status_code in (201, 202), r.text
-    wait_for(lambda: server_state(hub, admin, "student1").get("pid"), 60, "student1's server")
+    wait_for(lambda: server_state(hub, admin, "student1").get("pid"), 60, "student1's server", interval=0.25)
     state1 = server_state(hub, admin, "student1")
     mig_uuid = state1["gpu_uuids"][0]
     assert mig_uuid.startswith("MIG-")
@@ -102,7 +102,7 @@ def test_exclusive_assignment_release_and_restart(gpu_hub):
 
     r = spawn(hub, "student2", tokens["student2"], {"profile": GPU})
     assert r.status_code in (201, 202), r.text
-    wait_for(lambda: server_state(hub, admin, "student2").get("pid"), 60, "student2's server")
+    wait_for(lambda: server_state(hub, admin, "student2").get("pid"), 60, "student2's server", interval=0.25)
     state2 = server_state(hub, admin, "student2")
     assert state2["gpu_uuids"] == [WHOLE_GPU]
     assert process_env(state2["pid"])["CUDA_VISIBLE_DEVICES"] == WHOLE_GPU
@@ -166,7 +166,7 @@ def test_switching_profile_keeps_the_home_and_rolls_back_a_refused_switch(gpu_hu
     headers = {"Authorization": f"token {token}"}
     r = spawn(hub, "student2", token, {"profile": "cpu"})
     assert r.status_code in (201, 202), r.text
-    wait_for(lambda: server_state(hub, admin, "student2").get("pid"), 60, "student2's server")
+    wait_for(lambda: server_state(hub, admin, "student2").get("pid"), 60, "student2's server", interval=0.25)
     contents = f"{hub.url}/user/student2/api/contents/notes.txt"
     wait_for(lambda: requests.put(contents, headers=headers, timeout=30,
                                   json={"type": "file", "format": "text", "content": "my notes"}

@@ -339,7 +339,7 @@ def test_link_expires_and_is_revocable(hub, tokens, student1) -> None:
                        allow_redirects=False, timeout=30)
     assert bad.status_code == 403
     wait_for(lambda: server(hub, "student1", "GET", "api/contents", tokens["student2"]).status_code == 403,
-             20, "the link's access to end when it expires")
+             20, "the link's access to end when it expires", interval=0.5)
     again = requests.get(f"{hub.url}{code_url}", headers=viewer, allow_redirects=False, timeout=30)
     assert again.status_code == 410
     # revoked before expiry: refused at once
@@ -407,7 +407,7 @@ def test_broadcast_to_sixty_expires(hub, tokens) -> None:
     made = share(hub, teacher, kind="read-only", group="lecture60", expires_in=15)
     assert all_read(member_tokens[:3]) == {200}
     wait_for(lambda: not api(hub, "GET", f"shares/{made['id']}", teacher).json()["active"], 40,
-             "the broadcast to expire")
+             "the broadcast to expire", interval=0.5)  # 15 s of asking: twice a second will do
     wait_for(lambda: reads(member_tokens[0]) == 403, 10, "the hub share to be revoked")
     assert all_read(member_tokens) == {403}
     assert api(hub, "GET", f"shares/{made['id']}", teacher).json()["end_reason"] == "expired"
