@@ -8,6 +8,8 @@ server", reads with the viewer's own rights and writes only into the viewer's se
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pytest
@@ -142,3 +144,16 @@ def test_copy_to_my_server_reads_as_the_viewer_and_writes_only_into_theirs(hub, 
     names = [f["name"] for f in server(hub, "student1", "GET", "api/contents", tokens["student1"]).json()
              ["content"]]
     assert "week1-from-student1.ipynb" not in names  # nothing was written into the owner's server
+
+
+def test_jupyterlab_pages_ask_for_no_build(hub, tokens) -> None:
+    """A student's JupyterLab page carries buildCheck/buildAvailable false: the page never asks the
+    server whether to rebuild (which starts Node.js and the package manager at every page load)
+    and offers no "Build" dialog (hub_ext.singleuser._no_build_check)."""
+    r = server(hub, "student1", "GET", "lab", tokens["student1"])
+    assert r.status_code == 200, r.text[:300]
+    found = re.search(r'<script id="jupyter-config-data" type="application/json">(.*?)</script>',
+                      r.text, re.S)
+    assert found, r.text[:500]
+    config = json.loads(found.group(1))
+    assert config["buildCheck"] is False and config["buildAvailable"] is False
