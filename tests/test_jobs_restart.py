@@ -6,13 +6,17 @@ start, an end: the moments between the ledger, the job record and the processes)
 again, `ROUNDS` times, while jobs are queued, admitted, launched and finished. At the end every
 job succeeded, every replica ran exactly once (each writes one line when it starts), and the
 ledger holds nothing: on sqlite and on PostgreSQL.
+
+Each loop process is forked from a server that imported the loop's modules once
+(multiprocessing's forkserver): about 20 restarts would otherwise each spend a second of CPU on
+the same imports. A forked process shares nothing with the killed one: its store, event loop and
+backend are made anew in `tests.jobs_loop_proc.run`, as in a process started from scratch.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
-import signal
-import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,6 +30,7 @@ from hub_ext.service.jobs.bodies import parse_submission
 from hub_ext.service.jobs.records import JobStore
 from hub_ext.store import Ledger, add_member, connect, ensure_course
 from hub_ext.store.job_models import JobEvent
+from tests import jobs_loop_proc
 from tests.hubproc import wait_for
 from tests.pg import database_url, postgres_server, postgres_url  # noqa: F401
 
@@ -63,7 +68,16 @@ def test_sigkill_at_any_moment_loses_no_job_and_starts_none_twice(database_url, 
                           submit_time=NOW.timestamp(), default_max_runtime=600)
         ids.append(store.submit("student1", "demo101", sub, job, datetime.now(timezone.utc))[0].job_id)
     homes = tmp_path / "homes"
-    command = [sys.executable, "-m", "tests.jobs_loop_proc", database_url, str(homes), str(INVENTORY)]
+    forkserver = multiprocessing.get_context("forkserver")
+    forkserver.set_forkserver_preload(["tests.jobs_loop_proc"])
+
+    def loop_process(env: dict[str, str]) -> multiprocessing.process.BaseProcess:
+        """``python -m tests.jobs_loop_proc DB HOMES INVENTORY`` in ROOT with ``env`` added."""
+        proc = forkserver.Process(target=jobs_loop_proc.run, args=(
+            database_url, str(homes), str(INVENTORY), str(ROOT), env))
+        proc.start()
+        return proc
+
     kills = 0
     try:
         for _ in range(ROUNDS):
@@ -72,20 +86,19 @@ def test_sigkill_at_any_moment_loses_no_job_and_starts_none_twice(database_url, 
             seen = events(store)
             # as under a hub: JupyterHub gives the service its hub's API URL (here a hub of its
             # own, so other tests' GPU notebooks on this machine are not this hub's holders)
-            proc = subprocess.Popen(command, cwd=ROOT, env={
-                **os.environ, "JUPYTERHUB_API_URL": f"http://{tmp_path.name}.invalid/hub/api/"})
+            proc = loop_process({"JUPYTERHUB_API_URL": f"http://{tmp_path.name}.invalid/hub/api/"})
             try:  # kill right after the loop recorded something: mid-admission, mid-launch, mid-end
-                wait_for(lambda seen=seen, proc=proc: events(store) > seen or proc.poll() is not None,
+                wait_for(lambda seen=seen, proc=proc: events(store) > seen or proc.exitcode is not None,
                          60, "progress")
             finally:
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
+                proc.kill()  # SIGKILL
+                proc.join()
                 kills += 1
-        proc = subprocess.Popen(command, cwd=ROOT)  # the last one runs until everything ended
+        proc = loop_process({})  # the last one runs until everything ended
         wait_for(lambda: all(store.get(i).state in J.FINAL for i in ids), 180, "every job to end")
     finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        proc.kill()
+        proc.join()
         for leftover in job_processes():
             if str(homes) in (leftover.environ().get("HOME") or ""):
                 leftover.kill()
