@@ -1,4 +1,10 @@
-"""`classhub local` refuses bad input with one clear line and starts nothing."""
+"""`classhub local` refuses bad input with one clear line and starts nothing.
+
+The refusals before anything starts run ``hub_ext.cli.main`` in the test's process
+(tests/cli_inproc.py: a ``classhub`` process costs 1.3 s of CPU in imports); the runs up to the
+hub's start, the refusal of a newer database and ``--version`` run the command as a process, as
+an admin does.
+"""
 
 from __future__ import annotations
 
@@ -15,23 +21,28 @@ import pytest
 
 from hub_ext import store
 from hub_ext.core.profiles import Catalog
+from tests.cli_inproc import call_cli
 from tests.hubproc import CLASSHUB
 from tests.ports import free_port
 
 pytestmark = pytest.mark.unit
 
 
-def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None):
-    """Run ``classhub`` and find what it left running: processes that inherited this run's
-    marker variable (the proxy) or name its data folder in their environment (the services,
-    which get only their own variables), so hubs of other tests running meanwhile never count."""
+def run_cli(*args: str, env: dict | None = None, in_process: bool = False):
+    """Run ``classhub`` (as a process, or ``in_process``: tests/cli_inproc.py) and find what it
+    left running: processes that inherited this run's marker variable (the proxy) or name its
+    data folder in their environment (the services, which get only their own variables), so
+    hubs of other tests running meanwhile never count."""
     marker = uuid.uuid4().hex
     env = {**(env if env is not None else os.environ), "CLASSHUB_TEST_RUN": marker}
     needles = [marker]
     if "--data-dir" in args:
         needles.append(str(Path(args[args.index("--data-dir") + 1]).resolve()))
-    result = subprocess.run([*CLASSHUB, *args], capture_output=True, text=True, timeout=60,
-                            env=env, cwd=cwd)
+    if in_process:
+        result = call_cli(*args, env=env)
+    else:
+        result = subprocess.run([*CLASSHUB, *args], capture_output=True, text=True, timeout=60,
+                                env=env)
     leftovers = []
     for p in psutil.process_iter():
         try:
@@ -50,7 +61,7 @@ def one_line(stderr: str) -> str:
 
 
 def test_unknown_flag(tmp_path):
-    result, leftovers = run_cli("local", "--gpus-please", "--data-dir", str(tmp_path))
+    result, leftovers = run_cli("local", "--gpus-please", "--data-dir", str(tmp_path), in_process=True)
     assert result.returncode != 0
     line = one_line(result.stderr)
     assert "unrecognized arguments: --gpus-please" in line
@@ -63,7 +74,8 @@ def test_port_in_use(tmp_path):
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        result, leftovers = run_cli("local", "--port", str(port), "--data-dir", str(tmp_path))
+        result, leftovers = run_cli("local", "--port", str(port), "--data-dir", str(tmp_path),
+                                     in_process=True)
     assert result.returncode != 0
     line = one_line(result.stderr)
     assert f"port {port} on 127.0.0.1 is in use" in line
@@ -75,7 +87,7 @@ def test_port_in_use(tmp_path):
 def test_unwritable_data_dir(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    result, leftovers = run_cli("local", "--data-dir", str(blocker / "var"))
+    result, leftovers = run_cli("local", "--data-dir", str(blocker / "var"), in_process=True)
     assert result.returncode != 0
     line = one_line(result.stderr)
     assert "cannot write to the data dir" in line
@@ -86,7 +98,7 @@ def test_unwritable_data_dir(tmp_path):
 def test_missing_node(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "CLASSHUB_PROXY_CMD"}
     env["PATH"] = str(tmp_path)  # no node, no configurable-http-proxy on PATH
-    result, leftovers = run_cli("local", "--data-dir", str(tmp_path / "var"), env=env)
+    result, leftovers = run_cli("local", "--data-dir", str(tmp_path / "var"), env=env, in_process=True)
     assert result.returncode != 0
     line = one_line(result.stderr)
     assert "Node.js is not installed" in line
@@ -95,20 +107,21 @@ def test_missing_node(tmp_path):
 
 
 def test_out_of_range_port(tmp_path):
-    result, _ = run_cli("local", "--port", "70000", "--data-dir", str(tmp_path))
+    result, _ = run_cli("local", "--port", "70000", "--data-dir", str(tmp_path), in_process=True)
     assert result.returncode != 0
     assert "is not a TCP port" in one_line(result.stderr)
 
 
 def test_create_system_users_needs_system_users(tmp_path):
-    result, _ = run_cli("local", "--create-system-users", "--data-dir", str(tmp_path))
+    result, _ = run_cli("local", "--create-system-users", "--data-dir", str(tmp_path),
+                        in_process=True)
     assert result.returncode != 0
     assert "--create-system-users needs --system-users" in one_line(result.stderr)
 
 
 def test_missing_extra_config(tmp_path):
     result, _ = run_cli("local", "--config", str(tmp_path / "nope.py"), "--data-dir",
-                        str(tmp_path))
+                        str(tmp_path), in_process=True)
     assert result.returncode != 0
     assert "no such file" in one_line(result.stderr)
 
@@ -174,8 +187,7 @@ def test_version():
 
 def test_propose_profiles_from_the_local_gpus():
     fixture = Path(__file__).parent / "data" / "nvidia-smi" / "h200-2gpu-7x1g.txt"
-    result = subprocess.run([*CLASSHUB, "propose-profiles", "--nvidia-smi", f"cat {fixture}"],
-                            capture_output=True, text=True, timeout=60)
+    result = call_cli("propose-profiles", "--nvidia-smi", f"cat {fixture}")
     assert result.returncode == 0, result.stderr
     catalog = Catalog.from_config(json.loads(result.stdout))
     assert [p.slug for p in catalog.profiles] == ["cpu", "nvidia-h200-gpu", "mig-1g-18gb"]
@@ -183,8 +195,7 @@ def test_propose_profiles_from_the_local_gpus():
 
 
 def test_propose_profiles_without_gpus_is_cpu_only(tmp_path):
-    result = subprocess.run([*CLASSHUB, "propose-profiles", "--nvidia-smi", str(tmp_path / "none")],
-                            capture_output=True, text=True, timeout=60)
+    result = call_cli("propose-profiles", "--nvidia-smi", str(tmp_path / "none"))
     assert result.returncode == 0, result.stderr
     assert '"slug": "cpu"' in result.stdout and '"kind": "gpu"' not in result.stdout
 
@@ -194,7 +205,8 @@ def test_a_retired_variable_stops_classhub_local_with_the_trait_to_set(tmp_path)
     the data dir's jupyterhub_config.py is the one place (docs/configuration.md), and a variable
     still set stops it in one line naming the trait, before anything starts."""
     env = {**os.environ, "CLASSHUB_JOB_INTERVAL": "0.5"}
-    result, leftovers = run_cli("local", "--data-dir", str(tmp_path / "var"), env=env)
+    result, leftovers = run_cli("local", "--data-dir", str(tmp_path / "var"), env=env,
+                                in_process=True)
     assert result.returncode == 1
     assert one_line(result.stderr) == (
         "classhub: CLASSHUB_JOB_INTERVAL is set, but classhub no longer reads it: set "

@@ -3,12 +3,19 @@
 The course may use 4 ``nvidia.com/gpu.shared``; the machine has 50. Whatever the timing, exactly
 4 servers start and 46 spawns are refused with the course's quota sentence, on sqlite and on
 PostgreSQL, round after round; the ledger always agrees with what runs.
+
+Both tests share one hub per database (``quota_hub``), and its user servers are stand-ins
+(``STANDIN``): what the tests check (the reservation, the refusal, the release at a stop, the
+restarted hub's cleanup) is the spawner's and the ledger's, decided before the server process
+runs and after it ends, whatever that process is. A hub start costs 3-4 s of CPU and
+``jupyterhub-singleuser`` 1.4 s per start; the stand-in a tenth of that.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import functools
 import os
 import signal
 import sys
@@ -22,7 +29,7 @@ import requests
 
 from hub_ext import store
 from hub_ext.core.quota import parse_limits
-from tests.hubproc import BUSY_MACHINE, HubSession, LocalHub, wait_for
+from tests.hubproc import HubSession, LocalHub, wait_for
 from tests.pg import postgres_server  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.hub
@@ -52,107 +59,15 @@ c.JupyterHub.concurrent_spawn_limit = 0
 """
 
 
-def seed(db_url: str) -> None:
-    now = datetime.now(timezone.utc)
-    sessions = store.connect(db_url)
-    with sessions.begin() as session:
-        course = store.ensure_course(session, COURSE, now)
-        for name in STUDENTS:
-            store.add_member(session, course, name, "student")
-        store.set_course_limits(session, course, parse_limits({"resources": {"nvidia.com/gpu.shared": 4}}),
-                                actor="test", now=now)
-
-
-def active(db_url: str) -> list[str]:
-    return sorted(r.key for r in store.Ledger(store.connect(db_url, migrate=False)).active())
-
-
-def database(request, data_dir: Path) -> str:
-    """A seeded classhub database of the fixture's kind: a sqlite file or a PostgreSQL database."""
-    if request.param == "sqlite":
-        db_url = f"sqlite:///{data_dir / 'classhub.sqlite'}"
-    else:
-        db_url = request.getfixturevalue("postgres_server").create_database()
-    seed(db_url)
-    return db_url
-
-
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
-def quota_hub(request, hub_root):
-    data_dir = hub_root / f"quota-{request.param}"
-    data_dir.mkdir()
-    db_url = database(request, data_dir)
-    # Real servers, four starting at once beside the other test workers: the time a busy machine
-    # needs (tests.hubproc.BUSY_MACHINE)
-    (data_dir / "jupyterhub_config.py").write_text(
-        BUSY_MACHINE + CONFIG
-        # reconcile the ledger quickly after the hub restarts
-        + "c.ClasshubService.reconcile_interval = 1\nc.ClasshubService.reconcile_grace = 2\n")
-    hub = LocalHub(data_dir=data_dir, extra_args=["--db-url", db_url]).start()
-    hub.db_url = db_url
-    yield hub
-    hub.stop()
-
-
-def user_server(hub, token, name):
-    model = requests.get(f"{hub.url}/hub/api/users/{name}", timeout=60,
-                         headers={"Authorization": f"token {token}"}).json()
-    return model["servers"].get("")
-
-
-@pytest.mark.timeout(300 + 60 * ROUNDS)
-def test_fifty_concurrent_spawns_admit_exactly_the_quota(quota_hub):
-    hub = quota_hub
-    token = HubSession(hub, "admin").new_token()
-    headers = {"Authorization": f"token {token}"}
-
-    def spawn(name):
-        r = requests.post(f"{hub.url}/hub/api/users/{name}/server", headers=headers, timeout=120)
-        return name, r.status_code, r.text
-
-    def outcome(name: str) -> str | None:
-        """"ready", "gone" (the spawn failed), or None while it is pending."""
-        server = user_server(hub, token, name)
-        return "gone" if server is None else ("ready" if server.get("ready") else None)
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=50) as pool:
-        for round_number in range(ROUNDS):
-            results = list(pool.map(spawn, STUDENTS))
-            refused = [(n, status, text) for n, status, text in results if status not in (201, 202)]
-            for _, status, text in refused:
-                assert status == 403, text
-                assert MESSAGE in text, text
-            # A spawn the hub answers 202 ("pending": it took longer than the hub's
-            # slow_spawn_timeout, 10 s, as 50 spawns at once on a busy machine may) is decided
-            # afterwards: it ends ready, or gone with the same refusal on the spawn page.
-            pending = [n for n, status, _ in results if status in (201, 202)]
-            ends = {n: wait_for(lambda n=n: outcome(n), 240, f"{n}'s spawn to end") for n in pending}
-            started = sorted(n for n, end in ends.items() if end == "ready")
-            assert len(started) == 4, (round_number, ends, refused[:3])
-            assert len(refused) + len(ends) - len(started) == 46
-            assert active(hub.db_url) == [f"server:{n}/" for n in started]
-            list(pool.map(lambda n: requests.delete(f"{hub.url}/hub/api/users/{n}/server",
-                                                    headers=headers, timeout=60), started))
-            for name in started:
-                wait_for(lambda n=name: user_server(hub, token, n) is None, 60, f"{name} to stop")
-            assert active(hub.db_url) == []
-
-
-# ---- a hub killed in the middle of spawns ---------------------------------------------------------
-
-#: 2 per database in the suite, the moments taking turns from a different first one on each
-#: (sqlite: reservation, process; PostgreSQL: ready server, reservation): every moment is hit in
-#: every run. 20: the full proof (docs/contributing/reliability.md).
-CRASH_ROUNDS = int(os.environ.get("CLASSHUB_CRASH_ROUNDS", "2"))
-CRASH_STUDENTS = STUDENTS[:6]  # 6 ask at once, the course holds 4
 MARK = "classhub-crash-test-server"
 
 #: A stand-in single-user server: like jupyterhub-singleuser it first waits until the hub's API
-#: answers (so a server started before the crash comes up only once the hub is back), then
-#: answers every request. It starts in a tenth of the time of the real server, which is what
-#: makes 20 crash rounds per database affordable; the 50-spawn test above runs the real one.
+#: answers (so a server started before a crash comes up only once the hub is back), then answers
+#: every request. It starts in a tenth of the time of the real server. It leaves a file named
+#: after its pid in its home (the spawner starts it there), where ``standins_of`` looks.
 STANDIN = f"""# {MARK}
 import http.server, os, time, urllib.parse, urllib.request
+open(".{MARK}." + str(os.getpid()), "w").close()
 while True:
     try:
         urllib.request.urlopen(os.environ["JUPYTERHUB_API_URL"], timeout=2)
@@ -170,13 +85,45 @@ http.server.ThreadingHTTPServer((url.hostname, url.port), Handler).serve_forever
 """
 
 
-@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
-def crash_hub(request, hub_root):
-    """A hub like ``quota_hub`` whose servers are stand-ins.
+def seed(db_url: str) -> None:
+    now = datetime.now(timezone.utc)
+    sessions = store.connect(db_url)
+    with sessions.begin() as session:
+        course = store.ensure_course(session, COURSE, now)
+        for name in STUDENTS:
+            store.add_member(session, course, name, "student")
+        store.set_course_limits(session, course, parse_limits({"resources": {"nvidia.com/gpu.shared": 4}}),
+                                actor="test", now=now)
 
-    The service's reconcile runs with its default period (60 s) and grace (120 s): everything the
-    test sees released is released by the restarted hub's own cleanup, well before that."""
-    data_dir = hub_root / f"crash-{request.param}"
+
+@functools.cache
+def _sessions(db_url: str):
+    """One engine per database for the module: the tests read the ledger many times a second."""
+    return store.connect(db_url, migrate=False)
+
+
+def active(db_url: str) -> list[str]:
+    return sorted(r.key for r in store.Ledger(_sessions(db_url)).active())
+
+
+def database(request, data_dir: Path) -> str:
+    """A seeded classhub database of the fixture's kind: a sqlite file or a PostgreSQL database."""
+    if request.param == "sqlite":
+        db_url = f"sqlite:///{data_dir / 'classhub.sqlite'}"
+    else:
+        db_url = request.getfixturevalue("postgres_server").create_database()
+    seed(db_url)
+    return db_url
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def quota_hub(request, hub_root):
+    """The module's hub on a seeded database of the param's kind, its servers stand-ins.
+
+    The service's reconcile runs with its default period (60 s) and grace (120 s): every release
+    the tests see is the spawner's own (a stop, a refused spawn) or the restarted hub's cleanup,
+    well before that."""
+    data_dir = hub_root / f"quota-{request.param}"
     data_dir.mkdir()
     db_url = database(request, data_dir)
     (data_dir / "jupyterhub_config.py").write_text(
@@ -187,30 +134,84 @@ def crash_hub(request, hub_root):
     hub.stop()
     for p in standins_of(hub):  # a failed round may leave its stand-ins behind
         p.kill()
+    _sessions(db_url).kw["bind"].dispose()
 
 
-def standins() -> list[psutil.Process]:
-    """Live stand-in server processes, whoever started them."""
-    found = []
-    for p in psutil.process_iter(["cmdline"]):
-        try:
-            if MARK in " ".join(p.info["cmdline"] or ()) and p.status() != psutil.STATUS_ZOMBIE:
-                found.append(p)
-        except psutil.Error:
-            continue
-    return found
+def servers(hub: LocalHub, headers: dict) -> dict[str, dict]:
+    """The default server model of every user who has one (starting or ready), by name: one
+    request (GET /hub/api/users?state=active) however many students are watched."""
+    r = requests.get(f"{hub.url}/hub/api/users", params={"state": "active", "limit": 200},
+                     headers=headers, timeout=60)
+    assert r.status_code == 200, r.text
+    return {u["name"]: u["servers"][""] for u in r.json() if "" in (u.get("servers") or {})}
+
+
+@pytest.mark.timeout(300 + 60 * ROUNDS)
+def test_fifty_concurrent_spawns_admit_exactly_the_quota(quota_hub):
+    hub = quota_hub
+    token = HubSession(hub, "admin").new_token()
+    headers = {"Authorization": f"token {token}"}
+
+    def spawn(name):
+        r = requests.post(f"{hub.url}/hub/api/users/{name}/server", headers=headers, timeout=120)
+        return name, r.status_code, r.text
+
+    def ends(pending: list[str]) -> dict[str, str] | None:
+        """Each pending spawn's end, "ready" or "gone" (the spawn failed); None while one is
+        still starting."""
+        listed = servers(hub, headers)
+        found = {n: "gone" if n not in listed else ("ready" if listed[n].get("ready") else None)
+                 for n in pending}
+        return found if all(found.values()) else None
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=50) as pool:
+        for round_number in range(ROUNDS):
+            results = list(pool.map(spawn, STUDENTS))
+            refused = [(n, status, text) for n, status, text in results if status not in (201, 202)]
+            for _, status, text in refused:
+                assert status == 403, text
+                assert MESSAGE in text, text
+            # A spawn the hub answers 202 ("pending": it took longer than the hub's
+            # slow_spawn_timeout, 10 s, as 50 spawns at once on a busy machine may) is decided
+            # afterwards: it ends ready, or gone with the same refusal on the spawn page.
+            pending = [n for n, status, _ in results if status in (201, 202)]
+            ended = (wait_for(lambda p=pending: ends(p), 240, "every pending spawn to end")
+                     if pending else {})
+            started = sorted(n for n, end in ended.items() if end == "ready")
+            assert len(started) == 4, (round_number, ended, refused[:3])
+            assert len(refused) + len(ended) - len(started) == 46
+            assert active(hub.db_url) == [f"server:{n}/" for n in started]
+            assert running_users(hub) == set(started)  # no process of a refused spawn
+            list(pool.map(lambda n: requests.delete(f"{hub.url}/hub/api/users/{n}/server",
+                                                    headers=headers, timeout=60), started))
+            wait_for(lambda s=set(started): not s & set(servers(hub, headers)), 60,
+                     f"{started} to stop")
+            assert active(hub.db_url) == []
+
+
+# ---- a hub killed in the middle of spawns ---------------------------------------------------------
+
+#: 2 per database in the suite, the moments taking turns from a different first one on each
+#: (sqlite: reservation, process; PostgreSQL: ready server, reservation): every moment is hit in
+#: every run. 20: the full proof (docs/contributing/reliability.md).
+CRASH_ROUNDS = int(os.environ.get("CLASSHUB_CRASH_ROUNDS", "2"))
+CRASH_STUDENTS = STUDENTS[:6]  # 6 ask at once, the course holds 4
 
 
 def standins_of(hub: LocalHub) -> list[psutil.Process]:
-    """The live stand-in servers of ``hub`` (a server runs in its user's home, inside the hub's
-    data dir), not those of another run of this module beside it (``make flake-check J=3``)."""
+    """The live stand-in servers of ``hub``: the pids their files in the homes of the hub's data
+    dir name, each checked to be that stand-in still (its mark, its home), so neither a process
+    that took a dead one's pid nor the stand-ins of another run of this module beside it
+    (``make flake-check J=3``) count. A file whose process is gone is removed."""
     found = []
-    for p in standins():
-        try:
-            if Path(p.cwd()).is_relative_to(hub.data_dir.resolve()):
+    for mark in hub.data_dir.glob(f"homes/*/.{MARK}.*"):
+        with contextlib.suppress(psutil.Error, ValueError):
+            p = psutil.Process(int(mark.name.rsplit(".", 1)[1]))
+            if (MARK in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE
+                    and Path(p.cwd()) == mark.parent.resolve()):
                 found.append(p)
-        except psutil.Error:
-            continue
+                continue
+        mark.unlink(missing_ok=True)
     return found
 
 
@@ -240,12 +241,7 @@ def kill_hub(hub: LocalHub) -> None:
 
 def servers_of(hub: LocalHub, headers: dict, names: list[str]) -> dict[str, dict]:
     """The hub's server model of each of ``names`` that has one."""
-    found = {}
-    for name in names:
-        model = requests.get(f"{hub.url}/hub/api/users/{name}", headers=headers, timeout=60).json()
-        if model["servers"].get(""):
-            found[name] = model["servers"][""]
-    return found
+    return {name: server for name, server in servers(hub, headers).items() if name in names}
 
 
 def ready_names(hub: LocalHub, headers: dict) -> set[str]:
@@ -312,7 +308,7 @@ def crash_round(hub: LocalHub, moment: str) -> tuple[set[str], set[str], float]:
 
 
 @pytest.mark.timeout(120 + 90 * CRASH_ROUNDS)
-def test_a_hub_killed_during_spawns_leaves_each_student_ready_or_free_to_start(crash_hub):
+def test_a_hub_killed_during_spawns_leaves_each_student_ready_or_free_to_start(quota_hub):
     """docs/contributing/reliability.md, "A hub killed during spawns": after the restart every interrupted
     spawn is either
     adopted (ready, its reservation kept) or gone without a trace (no process, no reservation),
@@ -321,11 +317,11 @@ def test_a_hub_killed_during_spawns_leaves_each_student_ready_or_free_to_start(c
     server process started, right after the first server became ready."""
     moments = ("a reservation", "a server process", "a ready server")
     outcomes = []
-    first = 0 if crash_hub.db_url.startswith("sqlite") else 2
+    first = 0 if quota_hub.db_url.startswith("sqlite") else 2
     for round_number in range(CRASH_ROUNDS):
         moment = moments[(first + round_number) % 3]
         try:
-            interrupted, adopted, settle = crash_round(crash_hub, moment)
+            interrupted, adopted, settle = crash_round(quota_hub, moment)
         except AssertionError as e:
             raise AssertionError(f"round {round_number} (crash after {moment}): {e}") from None
         outcomes.append((moment, len(interrupted), len(adopted), round(settle, 1)))

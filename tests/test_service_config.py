@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from traitlets.config import Config
@@ -19,15 +20,34 @@ from culler.app import ClasshubCuller
 from hub_ext.config import CULLER_NAME, SERVICE_NAME, SERVICE_SECTIONS, configure
 from hub_ext.envtraits import CONFIG_ENV, ConfigError, apply_env
 from hub_ext.service.app import ClasshubService
+from hub_ext.service.app import main as service_main
+from tests.cli_inproc import Ran, call_main
 
 pytestmark = pytest.mark.unit
 
 
 def service(tmp_path: Path, env: dict[str, str], *args: str,
             module: str = "hub_ext.service") -> subprocess.CompletedProcess:
+    """``python -m module`` as the hub starts it, with only ``env`` of the classhub and hub
+    variables."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("CLASSHUB_", "JUPYTERHUB_"))}
     return subprocess.run([sys.executable, "-m", module, *args], env={**base, **env},
                           capture_output=True, text=True, timeout=60, cwd=tmp_path)
+
+
+def service_refusal(env: dict[str, str]) -> Ran:
+    """The service's start with only ``env`` of the classhub and hub variables, its main() in this
+    process (tests/cli_inproc.py: a service process costs 1.3 s of CPU in imports; the tests
+    above and below run it as a process, with the same main()). Settings are refused before it
+    would serve: a start that gets that far fails the test rather than serving."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("CLASSHUB_", "JUPYTERHUB_"))}
+    served = AssertionError("the service started instead of refusing its settings")
+    ClasshubService.clear_instance()  # main() makes the process's one instance: a fresh one
+    try:
+        with mock.patch.object(ClasshubService, "start", side_effect=served):
+            return call_main(service_main, [], {**base, **env})
+    finally:
+        ClasshubService.clear_instance()
 
 
 def hub_config(tmp_path: Path, mode: str = "kubernetes") -> Config:
@@ -63,7 +83,7 @@ def db_config(tmp_path: Path, **service: object) -> dict[str, str]:
 def test_a_retired_variable_stops_the_service_with_the_trait_to_set(tmp_path, var, setting):
     """The variables the service used to read are not silently ignored: it stops at start with
     one line naming the trait that replaces each (docs/configuration.md)."""
-    done = service(tmp_path, {**db_config(tmp_path), var: "1"})
+    done = service_refusal({**db_config(tmp_path), var: "1"})
     assert done.returncode != 0
     line = done.stderr.strip().splitlines()[-1]
     section, name = setting.split(".")
@@ -168,7 +188,7 @@ def test_a_hub_setting_the_service_cannot_use_stops_it_with_a_sentence(tmp_path,
                                                                          says):
     c = hub_config(tmp_path)
     c[section][name] = value
-    done = service(tmp_path, handed_env(c))
+    done = service_refusal(handed_env(c))
     assert done.returncode != 0
     line = done.stderr.strip().splitlines()[-1]
     assert line.startswith(f"classhub service: c.{section}.{name}") and says in line, done.stderr

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import time
@@ -59,7 +60,10 @@ TEMPLATE_MAX_FILES = 100
 ARCHIVE_LIMIT = TEMPLATE_MAX_BYTES + 1024 * TEMPLATE_MAX_FILES + 1024 * 1024
 JSON_LIMIT = 1024 * 1024
 ROSTER_LIMIT = 8 * 1024 * 1024
-EXAMPLES = 6  # per operation, caller and generation mode
+#: Requests per operation, caller and generation mode. Derandomized: each run sends the same
+#: ones, the first ones hypothesis draws. CLASSHUB_FUZZ_EXAMPLES=6 (or more) sends more of each
+#: (docs/contributing/development.md).
+EXAMPLES = int(os.environ.get("CLASSHUB_FUZZ_EXAMPLES", "3"))
 
 
 @pytest.fixture(scope="module")
@@ -172,7 +176,7 @@ def _send(cases: list, who: str, token: str, base_url: str, problems: list[str],
                             f"({case.method} {case.formatted_path})")
 
 
-# Every operation x 2 callers x 2 modes x EXAMPLES requests (about 1,000 and growing with the API).
+# Every operation x 2 callers x 2 modes x EXAMPLES requests (about 500 at 3, growing with the API).
 @pytest.mark.timeout(900)
 def test_schemathesis_finds_no_server_error_and_no_undeclared_status(hub, tokens, document):
     schema = schemathesis.openapi.from_dict(document)
@@ -201,7 +205,9 @@ def test_schemathesis_finds_no_server_error_and_no_undeclared_status(hub, tokens
             _send(negative, who, tokens[who], base_url, problems, counts)
     print(f"schemathesis: {counts['requests']} requests to {counts['operations']} operations in "
           f"{time.monotonic() - started:.0f}s ({counts['no negative input']} without negative input)")
-    assert counts["requests"] > 10 * counts["operations"]
+    # each operation got its requests: more than 10 per operation at 6 examples, as many fewer
+    # at fewer
+    assert counts["requests"] > 10 * counts["operations"] * EXAMPLES / 6
     assert not problems, "\n".join(sorted(set(problems))[:40])
 
 
