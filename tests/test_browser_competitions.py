@@ -27,6 +27,7 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from tests.browser import Clicks, hub_login, screenshot
 from tests.hubproc import HubSession, LocalHub, api
+from tests.tutorial import follows_the_tutorial
 
 pytestmark = pytest.mark.browser
 
@@ -112,6 +113,7 @@ def test_create_with_labels_three_submissions_and_both_leaderboards(hub, browser
     clicks.click("#create-competition button[type=submit]")
     page.wait_for_selector("#page-status:has-text('Created digits with 20 hidden labels.')")
     assert clicks.count == TEACHER_CREATES
+    follows_the_tutorial(clicks, "TEACHER_CREATES_COMPETITION")
     card = page.locator(".classhub-competition[data-competition=digits]")
     assert "Cats or dogs" in card.inner_text() and "no hidden labels yet" not in card.inner_text()
 
@@ -143,6 +145,7 @@ def test_create_with_labels_three_submissions_and_both_leaderboards(hub, browser
     clicks.click(".classhub-competition[data-competition=digits] .classhub-competition-submit button")
     spage.wait_for_selector("#page-status:has-text('Scored digits: public score')")
     assert clicks.count == STUDENT_SUBMITS
+    follows_the_tutorial(clicks, "STUDENT_SUBMITS_PREDICTIONS")
     assert "1 left today" in scard.inner_text()
     assert spage.locator(".classhub-my-predictions tbody tr").count() == 1
     public = _board(spage, "public")
@@ -163,6 +166,7 @@ def test_create_with_labels_three_submissions_and_both_leaderboards(hub, browser
     page.wait_for_selector("#page-status:has-text('digits takes notebooks: they run on cpu and write "
                            "predictions.csv')")
     assert clicks.count == TEACHER_TAKES_NOTEBOOKS
+    follows_the_tutorial(clicks, "TEACHER_TAKES_NOTEBOOKS")
     gate = Path(tempfile.mkdtemp(prefix="classhub-gate-"))
     os.chmod(gate, 0o755)
     notebook = tmp_path / "model.ipynb"
@@ -176,6 +180,7 @@ def test_create_with_labels_three_submissions_and_both_leaderboards(hub, browser
         clicks.click(f"{digits} .classhub-competition-notebook button")
         spage.wait_for_selector("#page-status:has-text('Submitted your notebook to digits')")
         assert clicks.count == STUDENT_SUBMITS
+        follows_the_tutorial(clicks, "STUDENT_SUBMITS_NOTEBOOK")
         spage.wait_for_selector('.classhub-my-predictions tr[data-state="pending"] '
                                 '.badge:has-text("pending")')
         assert "0 left today" in scard.inner_text()  # the pending notebook holds the day's last place
