@@ -186,8 +186,9 @@ class _Cycle:
                  label: Callable[[str], str] = str) -> None:
         self.s, self.q, self.clock, self.now = snapshot, queues, clock, snapshot.now
         self.label = label
-        self.index = FreeIndex(snapshot.nodes)
-        self.positions = {name: i for i, name in enumerate(self.index.names)}
+        # the snapshot's index, copied on write (ClusterState keeps it between cycles)
+        self.index = snapshot.free_index.clone()
+        self.positions = self.index.positions
         self.totals = nanos(snapshot.total_allocatable)
         courses = set(snapshot.courses) | set(queues.by_course)
         self.usage: dict[str, dict[str, int]] = {
@@ -210,7 +211,7 @@ class _Cycle:
         self.res_releases: list[Release] = []
         self.res_index: dict[str, int] = {}
         self.plan: FreeIndex | None = None
-        self._running_releases: list[Release] | None = None
+        self._running_releases: tuple[Release, ...] | None = None
         self.preemptions: list[Preemption] = []
         self.pressure: dict[str, Fraction] = {}
         self.kept = tuple((name, placement) for name, placement in snapshot.kept_reservations
@@ -418,8 +419,10 @@ class _Cycle:
     def quota(self, job: Job, booked: list[Job]) -> tuple[str, str] | None:
         course, owner = job.course, job.owner
         cq = self.s.quota(course)
-        more = self.added.get(course, ZERO)
         user_limits, user_usage = cq.users.get(owner, (_NO_LIMITS, _NO_USAGE))
+        if not _may_refuse(cq.limits, job.total) and not _may_refuse(user_limits, job.total):
+            return None  # no ceiling on what it asks: `admit` would allow it, sums or not
+        more = self.added.get(course, ZERO)
         user_more = self.user_added.get((course, owner), ZERO)
         for other in booked:  # reserved jobs that start while this one would still run
             if other.course == course:
@@ -502,12 +505,9 @@ class _Cycle:
     def releases(self, victims: tuple[RunningJob, ...] = ()) -> list[Release]:
         """When running jobs (and this cycle's admissions) give their capacity back; built once
         per cycle, as every reservation replays them."""
-        if self._running_releases is None:
-            self._running_releases = [
-                (run.expected_end, run.job.name,
-                 {self.positions[n]: h for n, h in run.held.items() if n in self.positions})
-                for run in self.s.running]
-        out: list[Release] = self.started + self._running_releases
+        if self._running_releases is None:  # kept per running job by ClusterState
+            self._running_releases = self.s.running_releases
+        out: list[Release] = [*self.started, *self._running_releases]
         if victims:
             cut = {run.job.name for run in victims}
             limit = self.now + self.s.grace
@@ -726,6 +726,17 @@ class _Cycle:
 
 _NO_LIMITS = Limits()
 _NO_USAGE = Usage()
+
+
+def _may_refuse(limits: Limits, request: ResourceVector) -> bool:
+    """Whether `limits` could refuse a job asking `request` (`quota.admit` with no server): a
+    ceiling on one of its resources, or a GPU-hours budget. Most courses cap only some resources,
+    and a cycle asks this for every job it examines."""
+    if limits.gpu_hours_per_week is not None:
+        return True
+    if not limits.zero and limits.resources.is_zero():
+        return False
+    return any(limits.ceiling(name) is not None for name in request)
 
 
 def _plus(usage: Usage, more: ResourceVector) -> Usage:
