@@ -133,6 +133,7 @@ def test_the_kept_state_decides_as_a_fresh_snapshot_after_any_events(sizes, happ
     fresh = Snapshot(NOW, tuple(cluster.nodes), tuple(cluster.running.values()), courses)
     assert view(kept.free_index) == view(FreeIndex(fresh.nodes))
     assert kept.running_releases == fresh.running_releases
+    assert (kept.preempted, kept.borrowing) == (fresh.preempted, fresh.borrowing)
     assert decisions(kept, queue) == decisions(fresh, queue)
 
 

@@ -219,9 +219,8 @@ class _Cycle:
         # per course, its first job (in queue order) that is preempted and not back in the
         # queue yet: the course's jobs queued behind it wait for it (rule 8)
         self.returning: dict[str, Job] = {}
-        for run in snapshot.running:
-            if run.preempted:
-                self._returns(run.job)
+        for run in snapshot.preempted:
+            self._returns(run.job)
         self.order = FairOrder(queues, self.usage, self.totals,
                                {c: snapshot.quota(c).weight for c in courses},
                                skip={name for name, _ in self.kept})
@@ -314,7 +313,7 @@ class _Cycle:
         return examined
 
     def _reclaimer(self) -> Job | None:
-        if not any(run.borrowed and not run.preempted for run in self.s.running):
+        if not self.s.borrowing:
             return None
 
         def may_reclaim(job: Job) -> bool:
@@ -324,7 +323,7 @@ class _Cycle:
 
         return first_reclaimer(
             (jobs[0] for jobs in self.q.by_course.values() if jobs), may_reclaim,
-            lambda job: choose_victims(job, self.index, self.s.running, self.over_share, self.positions))
+            lambda job: choose_victims(job, self.index, self.s.borrowing, self.over_share, self.positions))
 
     def precheck(self, job: Job) -> tuple[Any, ...] | None:
         """A quota, borrowing-limit or window refusal for `job` starting now, or None."""
@@ -521,7 +520,8 @@ class _Cycle:
         head = not self.live()
         victims: tuple[RunningJob, ...] = ()
         if head and not borrowed and window is None:
-            victims = choose_victims(job, self.index, self.s.running, self.over_share,
+            # only borrowed jobs can be victims: the snapshot keeps them apart (choose_victims)
+            victims = choose_victims(job, self.index, self.s.borrowing, self.over_share,
                                      self.positions) or ()
         if self.plan is None:
             self.plan = self.index.clone()
@@ -580,10 +580,14 @@ class _Cycle:
 
     def _shortfall(self, job: Job) -> dict[str, Fraction]:
         free: dict[str, int] = {}
+        gpu: dict[str, bool] = {}  # is_gpu_resource once per name, not once per node
         for i, f in enumerate(self.index.free):
             if self.index.ok[i]:
                 for name, amount in f.items():
-                    if is_gpu_resource(name):
+                    is_gpu = gpu.get(name)
+                    if is_gpu is None:
+                        is_gpu = gpu[name] = is_gpu_resource(name)
+                    if is_gpu:
                         free[name] = free.get(name, 0) + amount
         missing = {name: Fraction(amount - free.get(name, 0), NANO)
                    for name, amount in job.total_need.items()

@@ -22,10 +22,12 @@ cycle is a pure function: tests and bench/admission.py build snapshots by hand.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta, tzinfo
 from functools import cached_property
+from operator import itemgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -39,6 +41,8 @@ if TYPE_CHECKING:  # assigner.py and backfill.py import this module
     from hub_ext.core.admission.backfill import Release
 
 _NANO = 10**9
+_release_order = itemgetter(0, 1)
+"""A release's (end, job name): the order in which backfill.py replays them."""
 
 __all__ = [
     "ClusterState",
@@ -278,10 +282,22 @@ class Snapshot:
 
     @cached_property
     def running_releases(self) -> tuple[Release, ...]:
-        """Each running job's `RunningJob.release` by `free_index`'s positions, in `running`
-        order (kept per job by `ClusterState`: computed when it starts, not every cycle)."""
+        """Each running job's `RunningJob.release` by `free_index`'s positions, in time order
+        (end, then name: the order the reservation search replays them, so its sort finds them
+        sorted). Kept by `ClusterState`: computed when a job starts, not every cycle."""
         positions = self.free_index.positions
-        return tuple(run.release(positions) for run in self.running)
+        return tuple(sorted((run.release(positions) for run in self.running), key=_release_order))
+
+    @cached_property
+    def preempted(self) -> tuple[RunningJob, ...]:
+        """The running jobs that were preempted (they stop by `ends_by`), in `running` order."""
+        return tuple(run for run in self.running if run.preempted)
+
+    @cached_property
+    def borrowing(self) -> tuple[RunningJob, ...]:
+        """The running jobs on borrowed capacity not preempted yet (those preemption may pick),
+        in `running` order."""
+        return tuple(run for run in self.running if run.borrowed and not run.preempted)
 
     @classmethod
     def from_capacity(
@@ -337,10 +353,13 @@ class ClusterState:
         """The nodes as the assigner indexes them, in `_nodes` order (None: build it again)."""
         self._changed: set[str] = set()
         """Nodes replaced since `_index` was last brought up to date (same names, same order)."""
-        self._releases: dict[str, Release] | None = None
-        """Per running job, in `_running` order, its release by `_index`'s node positions (None:
-        compute them again, after the nodes' order changed)."""
+        self._releases: list[Release] | None = None
+        """Every running job's release by `_index`'s node positions, in time order (None: compute
+        them again, after the nodes' order changed); `_release_keys` holds their (end, name)."""
+        self._release_keys: list[tuple[float, str]] = []
         self._release_tuple: tuple[Release, ...] | None = None
+        self._subsets: tuple[tuple[RunningJob, ...], tuple[RunningJob, ...]] | None = None
+        """(preempted, borrowing) of `_running_tuple`, as `Snapshot.preempted`/`borrowing`."""
         self.set_nodes(nodes)
 
     # -- nodes
@@ -362,6 +381,7 @@ class ClusterState:
     def _layout_changed(self) -> None:
         """A node came or went: positions move, so the index and the releases are made again."""
         self._index, self._releases, self._release_tuple = None, None, None
+        self._release_keys = []
         self._changed.clear()
 
     def put_node(self, node: NodeState) -> None:
@@ -411,18 +431,29 @@ class ClusterState:
 
     # -- running jobs
     def start(self, run: RunningJob) -> None:
+        old = self._running.get(run.job.name)
         self._running[run.job.name] = run
-        self._running_tuple = self._release_tuple = None
+        self._running_tuple = self._release_tuple = self._subsets = None
         if self._releases is not None and self._index is not None:
-            # a replaced job (preempted) keeps its place, as in `_running`
-            self._releases[run.job.name] = run.release(self._index.positions)
+            if old is not None:  # replaced (preempted): its end moved
+                self._forget(old)
+            release = run.release(self._index.positions)
+            key = _release_order(release)
+            at = bisect_left(self._release_keys, key)
+            self._release_keys.insert(at, key)
+            self._releases.insert(at, release)
+
+    def _forget(self, run: RunningJob) -> None:
+        assert self._releases is not None
+        at = bisect_left(self._release_keys, (run.expected_end, run.job.name))
+        del self._release_keys[at], self._releases[at]
 
     def end(self, name: str) -> RunningJob | None:
         run = self._running.pop(name, None)
         if run is not None:
-            self._running_tuple = self._release_tuple = None
+            self._running_tuple = self._release_tuple = self._subsets = None
             if self._releases is not None:
-                self._releases.pop(name, None)
+                self._forget(run)
         return run
 
     def preempt(self, name: str, ends_by: float) -> RunningJob | None:
@@ -458,11 +489,16 @@ class ClusterState:
         index = self._free_index()
         if self._releases is None:
             positions = index.positions
-            self._releases = {name: run.release(positions) for name, run in self._running.items()}
+            self._releases = sorted((run.release(positions) for run in self._running.values()),
+                                    key=_release_order)
+            self._release_keys = [_release_order(r) for r in self._releases]
             self._release_tuple = None
         if self._release_tuple is None:
-            self._release_tuple = tuple(self._releases.values())
+            self._release_tuple = tuple(self._releases)
+        if self._subsets is None:
+            self._subsets = (snapshot.preempted, snapshot.borrowing)
         # a copy: the snapshot stays as it is while this state changes (copy on write: cheap)
         snapshot.__dict__["free_index"] = index.clone()
         snapshot.__dict__["running_releases"] = self._release_tuple
+        snapshot.__dict__["preempted"], snapshot.__dict__["borrowing"] = self._subsets
         return snapshot
