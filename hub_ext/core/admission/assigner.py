@@ -58,13 +58,22 @@ def _role_order(role: Role) -> tuple[int, int, str]:
 
 
 class FreeIndex:
-    """Mutable working copy of per-node free capacity for one cycle (or one simulation)."""
+    """Mutable working copy of per-node free capacity for one cycle (or one simulation).
 
-    __slots__ = ("_at", "_buckets", "_by_resource", "_keys", "free", "names", "ok", "pods",
-                 "products")
+    Copies share what they have not changed (copy on write): `clone()` costs a few list copies,
+    not one dict per node, so the cycle, each reservation's replay and each preemption trial can
+    take their own copy of 5,000 nodes (docs/jobs-loop.md). A node's `free` and bucket entry are
+    replaced, never changed in place, once shared; a bucket is copied on its first change after a
+    clone. `ClusterState` keeps one index between cycles and changes only the nodes that changed
+    (`set_node`), so a cycle no longer builds it from every node.
+    """
+
+    __slots__ = ("_at", "_buckets", "_by_resource", "_keys", "_mine", "_unsorted", "free", "names",
+                 "ok", "pods", "positions", "products")
 
     def __init__(self, nodes: Sequence[NodeState] = ()) -> None:
         self.names: list[str] = [node.name for node in nodes]
+        self.positions: dict[str, int] = {name: i for i, name in enumerate(self.names)}
         self.products: list[str | None] = [node.gpu_product for node in nodes]
         self.free: list[dict[str, int]] = [dict(node.free_nanos) for node in nodes]
         self.pods: list[bool] = [PODS in node.allocatable for node in nodes]
@@ -72,29 +81,91 @@ class FreeIndex:
         self._buckets: dict[Group, dict[int, dict[int, None]]] = {}
         self._keys: dict[Group, list[int]] = {}
         self._by_resource: dict[str, list[Group]] = {}
+        self._mine: set[tuple[Group, int]] = set()
+        """The buckets this copy alone holds (changed in place); the others are shared."""
+        self._unsorted: set[tuple[Group, int]] = set()
+        """Buckets `set_node` appended to out of node order (sorted again by `clone`)."""
         self._at: list[dict[str, int]] = []
         for i, node in enumerate(nodes):
-            at: dict[str, int] = {}
-            self._at.append(at)
-            if not node.schedulable:
-                continue
+            self._at.append(self._enter(i, node))
+
+    def _enter(self, i: int, node: NodeState) -> dict[str, int]:
+        """Put node i (its `free` already set) in the buckets of its GPU resources."""
+        at: dict[str, int] = {}
+        if node.schedulable:
+            free = self.free[i]
             for name in node.allocatable:
                 if is_gpu_resource(name):
-                    amount = self.free[i].get(name, 0)
+                    amount = free.get(name, 0)
                     at[name] = amount
                     self._insert((name, node.gpu_product), amount, i)
+        return at
 
     def clone(self) -> FreeIndex:
+        """A copy to change freely; this index and the copy then share every bucket and node."""
+        self._sort_buckets()
         other = object.__new__(FreeIndex)
         other.names, other.products, other.pods, other.ok = self.names, self.products, self.pods, self.ok
-        other.free = [dict(f) for f in self.free]
-        other._at = [dict(a) for a in self._at]
+        other.positions = self.positions
+        other.free = list(self.free)
+        other._at = list(self._at)
         other._keys = {g: list(k) for g, k in self._keys.items()}
         other._by_resource = {r: list(gs) for r, gs in self._by_resource.items()}
-        other._buckets = {g: {a: dict(b) for a, b in bs.items()} for g, bs in self._buckets.items()}
+        other._buckets = {g: dict(bs) for g, bs in self._buckets.items()}
+        other._mine, other._unsorted = set(), set()
+        self._mine = set()
         return other
 
+    def set_node(self, i: int, node: NodeState) -> None:
+        """Node i changed (a watch event, a job started or ended): the index of `ClusterState`.
+
+        The result is what `FreeIndex` of the new nodes would be: each bucket lists its nodes in
+        node order (`find` takes the first that fits, so the order is part of the decision)."""
+        if node.name != self.names[i]:
+            raise ValueError(f"node {i} is {self.names[i]}, not {node.name}: build a new index")
+        for name, old in self._at[i].items():
+            group = (name, self.products[i])
+            bucket = self._writable(group, old)
+            del bucket[i]
+            if not bucket:  # an index built afresh has no empty bucket
+                del self._buckets[group][old]
+                self._keys[group].remove(old)
+                self._mine.discard((group, old))
+                self._unsorted.discard((group, old))
+        for attr, value in (("products", node.gpu_product), ("pods", PODS in node.allocatable),
+                            ("ok", node.schedulable)):
+            values = getattr(self, attr)
+            if values[i] != value:  # shared with every copy: replaced, not changed
+                values = list(values)
+                values[i] = value
+                setattr(self, attr, values)
+        self.free[i] = dict(node.free_nanos)
+        at = self._enter(i, node)
+        self._at[i] = at
+        for name, amount in at.items():
+            bucket = self._buckets[(name, node.gpu_product)][amount]
+            if len(bucket) > 1:  # appended last: out of order unless the one before is smaller
+                behind = reversed(bucket)
+                next(behind)
+                if next(behind) > i:
+                    self._unsorted.add(((name, node.gpu_product), amount))
+
+    def _sort_buckets(self) -> None:
+        for group, amount in self._unsorted:
+            bucket = self._buckets[group][amount]
+            self._buckets[group][amount] = dict.fromkeys(sorted(bucket))
+            self._mine.add((group, amount))
+        self._unsorted.clear()
+
     # -- buckets
+    def _writable(self, group: Group, amount: int) -> dict[int, None]:
+        """Bucket (group, amount), copied first if another index shares it."""
+        bucket = self._buckets[group][amount]
+        if (group, amount) not in self._mine:
+            bucket = self._buckets[group][amount] = dict(bucket)
+            self._mine.add((group, amount))
+        return bucket
+
     def _insert(self, group: Group, amount: int, i: int) -> None:
         buckets = self._buckets.get(group)
         if buckets is None:
@@ -103,24 +174,31 @@ class FreeIndex:
             groups = self._by_resource.setdefault(group[0], [])
             groups.append(group)
             groups.sort(key=lambda g: (g[1] is None, g[1] or ""))
-        bucket = buckets.get(amount)
-        if bucket is None:
+        if amount in buckets:
+            bucket = self._writable(group, amount)
+        else:
             bucket = buckets[amount] = {}
+            self._mine.add((group, amount))
             insort(self._keys[group], amount)
         bucket[i] = None
 
     def _reindex(self, i: int) -> None:
         at, free, product = self._at[i], self.free[i], self.products[i]
+        moved = None
         for name, old in at.items():
             new = free.get(name, 0)
             if new != old:
-                del self._buckets[(name, product)][old][i]
-                at[name] = new
+                del self._writable((name, product), old)[i]
                 self._insert((name, product), new, i)
+                if moved is None:
+                    moved = dict(at)
+                moved[name] = new
+        if moved is not None:
+            self._at[i] = moved
 
     def take(self, i: int, need: Need, sign: int = 1) -> None:
         """Subtract (sign 1) or give back (sign -1) one replica's request on node i."""
-        free = self.free[i]
+        free = self.free[i] = dict(self.free[i])
         for name, amount in need:
             free[name] = free.get(name, 0) - sign * amount
         if self.pods[i]:
@@ -129,7 +207,7 @@ class FreeIndex:
 
     def release(self, i: int, held: Mapping[str, int]) -> None:
         """Give back what a whole job held on node i (pods slots included in `held`)."""
-        free = self.free[i]
+        free = self.free[i] = dict(self.free[i])
         for name, amount in held.items():
             free[name] = free.get(name, 0) + amount
         self._reindex(i)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from operator import itemgetter
 
 from hub_ext.core.admission.assigner import FreeIndex, Placement
 from hub_ext.core.jobs import Job
@@ -36,6 +37,7 @@ __all__ = ["Release", "Reservation", "earliest_start"]
 
 Release = tuple[float, str, Mapping[int, Mapping[str, int]]]
 """(when, job name, node index -> what it gives back in nano-units)."""
+_in_time_order = itemgetter(0, 1)
 
 
 @dataclass(frozen=True)
@@ -95,14 +97,14 @@ def earliest_start(
         if not allowed(t):
             _undo(sim, job, placement)
             return None
-        positions = {name: i for i, name in enumerate(sim.names)}
+        positions = sim.positions
         extra = {positions[node]: dict(sim.free[positions[node]]) for node in placement.nodes}
         return t, placement, extra
 
     found = attempt(now) if allowed(now) else None
     if found:
         return found
-    events = sorted(releases, key=lambda r: (r[0], r[1]))
+    events = sorted(releases, key=_in_time_order)  # ClusterState hands them sorted: one pass
     times = sorted({t for t in extra_times if t > now})
     k, w = 0, 0
     while k < len(events) or w < len(times):
@@ -129,7 +131,7 @@ def earliest_start(
 
 def _undo(index: FreeIndex, job: Job, placement: Placement) -> None:
     needs = {role.name: role.need for role in job.roles}
-    positions = {name: i for i, name in enumerate(index.names)}
+    positions = index.positions
     for role, _r, node in placement.replicas:
         index.take(positions[node], needs[role], -1)
 
@@ -141,7 +143,7 @@ def _place_pinned(index: FreeIndex, job: Job, pinned: Placement) -> Placement | 
         (role.name, k) for role in job.roles for k in range(role.replicas)
     ):
         return None
-    positions = {name: i for i, name in enumerate(index.names)}
+    positions = index.positions
     taken = []
     for role, _k, node in pinned.replicas:
         i = positions.get(node)

@@ -186,8 +186,9 @@ class _Cycle:
                  label: Callable[[str], str] = str) -> None:
         self.s, self.q, self.clock, self.now = snapshot, queues, clock, snapshot.now
         self.label = label
-        self.index = FreeIndex(snapshot.nodes)
-        self.positions = {name: i for i, name in enumerate(self.index.names)}
+        # the snapshot's index, copied on write (ClusterState keeps it between cycles)
+        self.index = snapshot.free_index.clone()
+        self.positions = self.index.positions
         self.totals = nanos(snapshot.total_allocatable)
         courses = set(snapshot.courses) | set(queues.by_course)
         self.usage: dict[str, dict[str, int]] = {
@@ -210,7 +211,7 @@ class _Cycle:
         self.res_releases: list[Release] = []
         self.res_index: dict[str, int] = {}
         self.plan: FreeIndex | None = None
-        self._running_releases: list[Release] | None = None
+        self._running_releases: tuple[Release, ...] | None = None
         self.preemptions: list[Preemption] = []
         self.pressure: dict[str, Fraction] = {}
         self.kept = tuple((name, placement) for name, placement in snapshot.kept_reservations
@@ -218,9 +219,8 @@ class _Cycle:
         # per course, its first job (in queue order) that is preempted and not back in the
         # queue yet: the course's jobs queued behind it wait for it (rule 8)
         self.returning: dict[str, Job] = {}
-        for run in snapshot.running:
-            if run.preempted:
-                self._returns(run.job)
+        for run in snapshot.preempted:
+            self._returns(run.job)
         self.order = FairOrder(queues, self.usage, self.totals,
                                {c: snapshot.quota(c).weight for c in courses},
                                skip={name for name, _ in self.kept})
@@ -313,7 +313,7 @@ class _Cycle:
         return examined
 
     def _reclaimer(self) -> Job | None:
-        if not any(run.borrowed and not run.preempted for run in self.s.running):
+        if not self.s.borrowing:
             return None
 
         def may_reclaim(job: Job) -> bool:
@@ -323,7 +323,7 @@ class _Cycle:
 
         return first_reclaimer(
             (jobs[0] for jobs in self.q.by_course.values() if jobs), may_reclaim,
-            lambda job: choose_victims(job, self.index, self.s.running, self.over_share, self.positions))
+            lambda job: choose_victims(job, self.index, self.s.borrowing, self.over_share, self.positions))
 
     def precheck(self, job: Job) -> tuple[Any, ...] | None:
         """A quota, borrowing-limit or window refusal for `job` starting now, or None."""
@@ -418,8 +418,10 @@ class _Cycle:
     def quota(self, job: Job, booked: list[Job]) -> tuple[str, str] | None:
         course, owner = job.course, job.owner
         cq = self.s.quota(course)
-        more = self.added.get(course, ZERO)
         user_limits, user_usage = cq.users.get(owner, (_NO_LIMITS, _NO_USAGE))
+        if not _may_refuse(cq.limits, job.total) and not _may_refuse(user_limits, job.total):
+            return None  # no ceiling on what it asks: `admit` would allow it, sums or not
+        more = self.added.get(course, ZERO)
         user_more = self.user_added.get((course, owner), ZERO)
         for other in booked:  # reserved jobs that start while this one would still run
             if other.course == course:
@@ -502,12 +504,9 @@ class _Cycle:
     def releases(self, victims: tuple[RunningJob, ...] = ()) -> list[Release]:
         """When running jobs (and this cycle's admissions) give their capacity back; built once
         per cycle, as every reservation replays them."""
-        if self._running_releases is None:
-            self._running_releases = [
-                (run.expected_end, run.job.name,
-                 {self.positions[n]: h for n, h in run.held.items() if n in self.positions})
-                for run in self.s.running]
-        out: list[Release] = self.started + self._running_releases
+        if self._running_releases is None:  # kept per running job by ClusterState
+            self._running_releases = self.s.running_releases
+        out: list[Release] = [*self.started, *self._running_releases]
         if victims:
             cut = {run.job.name for run in victims}
             limit = self.now + self.s.grace
@@ -521,7 +520,8 @@ class _Cycle:
         head = not self.live()
         victims: tuple[RunningJob, ...] = ()
         if head and not borrowed and window is None:
-            victims = choose_victims(job, self.index, self.s.running, self.over_share,
+            # only borrowed jobs can be victims: the snapshot keeps them apart (choose_victims)
+            victims = choose_victims(job, self.index, self.s.borrowing, self.over_share,
                                      self.positions) or ()
         if self.plan is None:
             self.plan = self.index.clone()
@@ -580,10 +580,14 @@ class _Cycle:
 
     def _shortfall(self, job: Job) -> dict[str, Fraction]:
         free: dict[str, int] = {}
+        gpu: dict[str, bool] = {}  # is_gpu_resource once per name, not once per node
         for i, f in enumerate(self.index.free):
             if self.index.ok[i]:
                 for name, amount in f.items():
-                    if is_gpu_resource(name):
+                    is_gpu = gpu.get(name)
+                    if is_gpu is None:
+                        is_gpu = gpu[name] = is_gpu_resource(name)
+                    if is_gpu:
                         free[name] = free.get(name, 0) + amount
         missing = {name: Fraction(amount - free.get(name, 0), NANO)
                    for name, amount in job.total_need.items()
@@ -726,6 +730,17 @@ class _Cycle:
 
 _NO_LIMITS = Limits()
 _NO_USAGE = Usage()
+
+
+def _may_refuse(limits: Limits, request: ResourceVector) -> bool:
+    """Whether `limits` could refuse a job asking `request` (`quota.admit` with no server): a
+    ceiling on one of its resources, or a GPU-hours budget. Most courses cap only some resources,
+    and a cycle asks this for every job it examines."""
+    if limits.gpu_hours_per_week is not None:
+        return True
+    if not limits.zero and limits.resources.is_zero():
+        return False
+    return any(limits.ceiling(name) is not None for name in request)
 
 
 def _plus(usage: Usage, more: ResourceVector) -> Usage:

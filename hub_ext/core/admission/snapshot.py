@@ -22,18 +22,27 @@ cycle is a pure function: tests and bench/admission.py build snapshots by hand.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, time, timedelta, tzinfo
 from functools import cached_property
+from operator import itemgetter
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from hub_ext.core.capacity import GPU_PRODUCT_LABEL, CapacitySnapshot, NodeCapacity
 from hub_ext.core.jobs import Job
 from hub_ext.core.quota import Limits, Usage
 from hub_ext.core.resources import PODS, ZERO, ResourceVector, is_gpu_taint, sum_vectors
 
+if TYPE_CHECKING:  # assigner.py and backfill.py import this module
+    from hub_ext.core.admission.assigner import FreeIndex
+    from hub_ext.core.admission.backfill import Release
+
 _NANO = 10**9
+_release_order = itemgetter(0, 1)
+"""A release's (end, job name): the order in which backfill.py replays them."""
 
 __all__ = [
     "ClusterState",
@@ -123,6 +132,12 @@ class RunningJob:
                 on[name] = on.get(name, 0) + amount
             on[PODS] = on.get(PODS, 0) + _NANO
         return MappingProxyType(held)
+
+    def release(self, positions: Mapping[str, int]) -> Release:
+        """(expected end, name, node position -> what it gives back then): how the cycle replays
+        the job's end (backfill.py); nodes not in `positions` are left out."""
+        return (self.expected_end, self.job.name,
+                {positions[n]: h for n, h in self.held.items() if n in positions})
 
 
 @dataclass(frozen=True)
@@ -256,6 +271,34 @@ class Snapshot:
     def total_allocatable(self) -> ResourceVector:
         return sum_vectors(node.allocatable for node in self.nodes if node.schedulable)
 
+    @cached_property
+    def free_index(self) -> FreeIndex:
+        """The nodes' free capacity as the assigner searches it, node i being `nodes[i]`: read
+        it, or `clone()` it to change it. Built here from every node unless `ClusterState` made
+        the snapshot (it keeps the index between cycles and puts in only the changed nodes)."""
+        from hub_ext.core.admission.assigner import FreeIndex
+
+        return FreeIndex(self.nodes)
+
+    @cached_property
+    def running_releases(self) -> tuple[Release, ...]:
+        """Each running job's `RunningJob.release` by `free_index`'s positions, in time order
+        (end, then name: the order the reservation search replays them, so its sort finds them
+        sorted). Kept by `ClusterState`: computed when a job starts, not every cycle."""
+        positions = self.free_index.positions
+        return tuple(sorted((run.release(positions) for run in self.running), key=_release_order))
+
+    @cached_property
+    def preempted(self) -> tuple[RunningJob, ...]:
+        """The running jobs that were preempted (they stop by `ends_by`), in `running` order."""
+        return tuple(run for run in self.running if run.preempted)
+
+    @cached_property
+    def borrowing(self) -> tuple[RunningJob, ...]:
+        """The running jobs on borrowed capacity not preempted yet (those preemption may pick),
+        in `running` order."""
+        return tuple(run for run in self.running if run.borrowed and not run.preempted)
+
     @classmethod
     def from_capacity(
         cls,
@@ -288,12 +331,16 @@ class Snapshot:
 class ClusterState:
     """Nodes and running jobs as events change them; `snapshot()` freezes them for one cycle.
 
-    Why a class of its own: a cycle over 5,000 nodes and 1,000 running jobs must not rebuild
-    5,000 node states and 1,000 running jobs from a database and a cluster list each time. The
-    owner tells it what changed (`put_node`, `drop_node`, `adjust`, `start`, `end`, `preempt`);
-    the frozen tuples a `Snapshot` holds are rebuilt only after such a change. Who changes `free`
-    is the owner's business: in Kubernetes the pods counted by a watch (the backend hands whole
-    `NodeState`s), in bench/admission.py the simulated jobs (`adjust`).
+    Why a class of its own: a cycle over 5,000 nodes and 19,000 running jobs must not rebuild
+    5,000 node states and the running jobs from a database and a cluster list each time, nor the
+    structures the cycle searches. The owner tells it what changed (`put_node`, `drop_node`,
+    `adjust`, `set_nodes`, `start`, `end`, `preempt`); what a `Snapshot` holds is brought up to
+    date only for what changed: the frozen tuples, the nodes' total, the assigner's `FreeIndex`
+    (only the changed nodes are put in again, `FreeIndex.set_node`) and each running job's
+    release (what it gives back on which node, when: computed when it starts). Who changes
+    `free` is the owner's business: in Kubernetes the pods counted by a watch (the backend hands
+    whole `NodeState`s), in bench/admission.py the simulated jobs (`adjust`). docs/jobs-loop.md
+    has the figures.
     """
 
     def __init__(self, nodes: Iterable[NodeState] = ()) -> None:
@@ -302,27 +349,56 @@ class ClusterState:
         self._node_tuple: tuple[NodeState, ...] | None = None
         self._running_tuple: tuple[RunningJob, ...] | None = None
         self._total: tuple[tuple[NodeState, ...], ResourceVector] | None = None
+        self._index: FreeIndex | None = None
+        """The nodes as the assigner indexes them, in `_nodes` order (None: build it again)."""
+        self._changed: set[str] = set()
+        """Nodes replaced since `_index` was last brought up to date (same names, same order)."""
+        self._releases: list[Release] | None = None
+        """Every running job's release by `_index`'s node positions, in time order (None: compute
+        them again, after the nodes' order changed); `_release_keys` holds their (end, name)."""
+        self._release_keys: list[tuple[float, str]] = []
+        self._release_tuple: tuple[Release, ...] | None = None
+        self._subsets: tuple[tuple[RunningJob, ...], tuple[RunningJob, ...]] | None = None
+        """(preempted, borrowing) of `_running_tuple`, as `Snapshot.preempted`/`borrowing`."""
         self.set_nodes(nodes)
 
     # -- nodes
     def set_nodes(self, nodes: Iterable[NodeState]) -> None:
-        """Replace every node; nothing is rebuilt when the same node objects come back."""
+        """Replace every node; nothing is rebuilt when the same node objects come back, and only
+        the replaced nodes are indexed again when the names come back in the same order."""
         given = tuple(nodes)
         current = self._node_tuple if self._node_tuple is not None else tuple(self._nodes.values())
         if len(given) == len(current) and all(a is b for a, b in zip(given, current, strict=True)):
             return
+        if len(given) == len(current) and all(
+                a.name == b.name for a, b in zip(given, current, strict=True)):
+            self._changed.update(a.name for a, b in zip(given, current, strict=True) if a is not b)
+        else:
+            self._layout_changed()
         self._nodes = {node.name: node for node in given}
         self._node_tuple = given if len(self._nodes) == len(given) else None
 
+    def _layout_changed(self) -> None:
+        """A node came or went: positions move, so the index and the releases are made again."""
+        self._index, self._releases, self._release_tuple = None, None, None
+        self._release_keys = []
+        self._changed.clear()
+
     def put_node(self, node: NodeState) -> None:
         """Add or replace one node (a watch event)."""
-        if self._nodes.get(node.name) is not node:
+        old = self._nodes.get(node.name)
+        if old is not node:
+            if old is None:
+                self._layout_changed()
+            else:
+                self._changed.add(node.name)
             self._nodes[node.name] = node
             self._node_tuple = None
 
     def drop_node(self, name: str) -> None:
         if self._nodes.pop(name, None) is not None:
             self._node_tuple = None
+            self._layout_changed()
 
     def node(self, name: str) -> NodeState:
         return self._nodes[name]
@@ -339,15 +415,45 @@ class ClusterState:
             self._node_tuple = tuple(self._nodes.values())
         return self._node_tuple
 
+    def _free_index(self) -> FreeIndex:
+        """The index of `nodes`, brought up to date (the changed nodes only)."""
+        from hub_ext.core.admission.assigner import FreeIndex
+
+        nodes = self.nodes
+        if self._index is None:
+            self._index = FreeIndex(nodes)
+        elif self._changed:
+            positions = self._index.positions
+            for name in self._changed:
+                self._index.set_node(positions[name], self._nodes[name])
+        self._changed.clear()
+        return self._index
+
     # -- running jobs
     def start(self, run: RunningJob) -> None:
+        old = self._running.get(run.job.name)
         self._running[run.job.name] = run
-        self._running_tuple = None
+        self._running_tuple = self._release_tuple = self._subsets = None
+        if self._releases is not None and self._index is not None:
+            if old is not None:  # replaced (preempted): its end moved
+                self._forget(old)
+            release = run.release(self._index.positions)
+            key = _release_order(release)
+            at = bisect_left(self._release_keys, key)
+            self._release_keys.insert(at, key)
+            self._releases.insert(at, release)
+
+    def _forget(self, run: RunningJob) -> None:
+        assert self._releases is not None
+        at = bisect_left(self._release_keys, (run.expected_end, run.job.name))
+        del self._release_keys[at], self._releases[at]
 
     def end(self, name: str) -> RunningJob | None:
         run = self._running.pop(name, None)
         if run is not None:
-            self._running_tuple = None
+            self._running_tuple = self._release_tuple = self._subsets = None
+            if self._releases is not None:
+                self._forget(run)
         return run
 
     def preempt(self, name: str, ends_by: float) -> RunningJob | None:
@@ -380,4 +486,19 @@ class ClusterState:
             self._total = (nodes, snapshot.total_allocatable)
         else:  # the same nodes as last cycle: their sum is known (a cached property's value)
             snapshot.__dict__["total_allocatable"] = self._total[1]
+        index = self._free_index()
+        if self._releases is None:
+            positions = index.positions
+            self._releases = sorted((run.release(positions) for run in self._running.values()),
+                                    key=_release_order)
+            self._release_keys = [_release_order(r) for r in self._releases]
+            self._release_tuple = None
+        if self._release_tuple is None:
+            self._release_tuple = tuple(self._releases)
+        if self._subsets is None:
+            self._subsets = (snapshot.preempted, snapshot.borrowing)
+        # a copy: the snapshot stays as it is while this state changes (copy on write: cheap)
+        snapshot.__dict__["free_index"] = index.clone()
+        snapshot.__dict__["running_releases"] = self._release_tuple
+        snapshot.__dict__["preempted"], snapshot.__dict__["borrowing"] = self._subsets
         return snapshot
