@@ -191,7 +191,7 @@ def test_the_course_limit_refuses_with_the_sizes(tmp_path: Path) -> None:
     _put(store, "ml", "a.bin", b"x" * 8)
     with pytest.raises(DataPathError, match="over its limit of 10 B"):
         _put(store, "ml", "b.bin", b"x" * 8, "bytes 0-7/8")
-    with pytest.raises(DataPathError, match="ask a hub admin to raise the course.s limit"):
+    with pytest.raises(DataPathError, match="ask a hub admin to raise the course's limit"):
         _put(store, "ml", "c.bin", b"x" * 8)
     _put(store, "ml", "a.bin", b"y" * 9)  # replacing a file counts the difference
     _put(store, "big", "a.bin", b"x" * 100)  # 0: no limit for this course

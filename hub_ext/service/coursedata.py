@@ -143,9 +143,8 @@ class DataCopyBody(body_models.Body):
 def own_limit_reader(app_settings: dict[str, Any]) -> Any:
     """A function of a course name to its own data folder limit in the database (None: not set);
     called on worker threads by the store at each check."""
-    sessions = app_settings.get("sessions")
-
     def read(course: str) -> int | None:
+        sessions = app_settings.get("sessions")  # looked up at each call: the store may come first
         if sessions is None:
             return None
         with sessions() as session:

@@ -143,7 +143,8 @@ _SENTENCES: dict[str, Callable[[str, Details], str]] = {
                                           else _size(d.get("max_bytes")))),
     "course_data_copied": lambda a, d: (f"{a} copied {d.get('source', 'a folder')} from their server to "
                                         f"{d.get('path', '')} in the course data ({d.get('files', '?')} "
-                                        f"files, {_size(d.get('bytes'))})"),
+                                        f"file{'' if d.get('files') == 1 else 's'}, "
+                                        f"{_size(d.get('bytes'))})"),
     "competition_created": lambda a, d: (f"{a} created the competition {d.get('competition', '')} "
                                          f"({d.get('metric', 'a metric')})"),
     "competition_labels": lambda a, d: (f"{a} uploaded {d.get('rows', '?')} hidden labels of the "
