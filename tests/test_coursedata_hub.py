@@ -20,7 +20,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.hubproc import LocalHub, api, start_servers, tokens_with_an_outsider
+from tests.hubproc import HubSession, LocalHub, api, start_servers, tokens_with_an_outsider
 
 pytestmark = pytest.mark.hub
 
@@ -211,6 +211,12 @@ def test_admins_set_the_limit_and_staff_copy_a_folder_of_their_server(hub: Local
     assert "cats/1.txt" in paths
     r = api(hub, "PUT", f"courses/{COURSE}/data/limit", admin, json={"max_bytes": None})
     assert r.status_code == 200 and r.json()["own_limit"] is None and r.json()["limit"] == 50 * 1024**3
+
+    # the course page: staff get the copy form, only a hub admin the limit form
+    pages = {u: HubSession(hub, u).get(f"/services/classhub/courses/{COURSE}").text
+             for u in ("admin", "teacher1", "student1")}
+    assert 'id="data-limit"' in pages["admin"] and 'id="data-limit"' not in pages["teacher1"]
+    assert 'id="data-copy"' in pages["teacher1"] and 'id="data-copy"' not in pages["student1"]
 
     said = [e["sentence"] for e in api(hub, "GET", f"courses/{COURSE}/audit", teacher).json()["entries"]]
     assert "admin set the course data limit to 10 bytes" in said
