@@ -20,7 +20,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.hubproc import LocalHub, api, start_servers, tokens_with_an_outsider
+from tests.hubproc import HubSession, LocalHub, api, start_servers, tokens_with_an_outsider
 
 pytestmark = pytest.mark.hub
 
@@ -153,3 +153,73 @@ def test_teachers_upload_students_read_and_nobody_else_writes(hub: LocalHub, tok
     said = [e["sentence"] for e in entries]
     assert "teacher1 uploaded images/train.bin (3.0 MiB) to the course data" in said
     assert "teacher1 deleted the folder images from the course data" in said
+
+
+def test_admins_set_the_limit_and_staff_copy_a_folder_of_their_server(hub: LocalHub, tokens: dict[str, str]):
+    """The course's own limit (hub admins only; staff see it) and a copy from a staff member's
+    home: a link in the folder that points outside is left out and named, a copy over the limit
+    leaves nothing, and a limit lowered below what the folder holds refuses uploads only."""
+    teacher, student, other = tokens["teacher1"], tokens["student1"], tokens["teacher2"]
+    admin = tokens["admin"]
+    listing = api(hub, "GET", f"courses/{COURSE}/data", teacher).json()
+    assert listing["own_limit"] is None and listing["limit"] == listing["default_limit"] == 50 * 1024**3
+
+    # only a hub admin sets it: not the course's own teacher or TA, a student, another course's teacher
+    for token in (teacher, tokens["ta1"], student, other):
+        r = api(hub, "PUT", f"courses/{COURSE}/data/limit", token, json={"max_bytes": 10**12})
+        assert r.status_code == 403, r.text
+    r = api(hub, "PUT", f"courses/{COURSE}/data/limit", admin, json={"max_bytes": "lots"})
+    assert r.status_code == 400 and "whole number of bytes" in r.json()["message"], r.text
+    used = listing["bytes"]
+    r = api(hub, "PUT", f"courses/{COURSE}/data/limit", admin, json={"max_bytes": used + 1000})
+    assert r.status_code == 200 and r.json()["limit"] == used + 1000, r.text
+    assert api(hub, "GET", f"courses/{COURSE}/data", tokens["ta1"]).json()["own_limit"] == used + 1000
+
+    # the teacher's home: a folder of data, a link in it pointing outside the home
+    home = hub.data_dir / "homes" / "teacher1"
+    (home / "datasets" / "cats").mkdir(parents=True, exist_ok=True)
+    (home / "datasets" / "cats" / "1.txt").write_bytes(b"c" * 500)
+    (home / "datasets" / "cats" / "leak").symlink_to(hub.data_dir / "demo-password")
+    for token in (student, other):  # a student, another course's teacher: refused
+        r = api(hub, "POST", f"courses/{COURSE}/data/copy", token, json={"server_path": "datasets/cats"})
+        assert r.status_code == 403, r.text
+    r = api(hub, "POST", f"courses/{COURSE}/data/copy", teacher, json={"server_path": "../etc"})
+    assert r.status_code == 400, r.text
+    r = api(hub, "POST", f"courses/{COURSE}/data/copy", teacher, json={"server_path": "datasets/cats"})
+    assert r.status_code == 201, r.text
+    assert (r.json()["files"], r.json()["bytes"], r.json()["skipped"]) == (1, 500, ["leak (a symbolic link)"])
+    paths = [f["path"] for f in api(hub, "GET", f"courses/{COURSE}/data", student).json()["files"]]
+    assert "cats/1.txt" in paths and "cats/leak" not in paths
+    r = api(hub, "POST", f"courses/{COURSE}/data/copy", teacher, json={"server_path": "datasets/cats"})
+    assert r.status_code == 409 and "already exists" in r.json()["message"], r.text
+
+    # over the room left: refused with the sizes, nothing half-copied in the course's folder
+    (home / "datasets" / "big").mkdir(exist_ok=True)
+    (home / "datasets" / "big" / "a.bin").write_bytes(b"x" * 2000)
+    r = api(hub, "POST", f"courses/{COURSE}/data/copy", teacher, json={"server_path": "datasets/big"})
+    assert r.status_code == 413 and "room left in the data folder of demo101" in r.json()["message"], r.text
+    paths = [f["path"] for f in api(hub, "GET", f"courses/{COURSE}/data", teacher).json()["files"]]
+    assert not any(p.startswith("big") for p in paths)
+    assert not list((hub.data_dir / "course-data" / ".classhub-partial").glob("copy-*"))
+
+    # lowered below what the folder holds: new uploads are refused, nothing is deleted
+    r = api(hub, "PUT", f"courses/{COURSE}/data/limit", admin, json={"max_bytes": 10})
+    assert r.status_code == 200, r.text
+    r = put_file(hub, teacher, "more.txt", b"more")
+    assert r.status_code == 413 and "over its limit of 10 B" in r.json()["message"], r.text
+    paths = [f["path"] for f in api(hub, "GET", f"courses/{COURSE}/data", teacher).json()["files"]]
+    assert "cats/1.txt" in paths
+    r = api(hub, "PUT", f"courses/{COURSE}/data/limit", admin, json={"max_bytes": None})
+    assert r.status_code == 200 and r.json()["own_limit"] is None and r.json()["limit"] == 50 * 1024**3
+
+    # the course page: staff get the copy form, only a hub admin the limit form
+    pages = {u: HubSession(hub, u).get(f"/services/classhub/courses/{COURSE}").text
+             for u in ("admin", "teacher1", "student1")}
+    assert 'id="data-limit"' in pages["admin"] and 'id="data-limit"' not in pages["teacher1"]
+    assert 'id="data-copy"' in pages["teacher1"] and 'id="data-copy"' not in pages["student1"]
+
+    said = [e["sentence"] for e in api(hub, "GET", f"courses/{COURSE}/audit", teacher).json()["entries"]]
+    assert "admin set the course data limit to 10 bytes" in said
+    assert "admin set the course data limit to the hub's default" in said
+    assert ("teacher1 copied ~/datasets/cats from their server to cats in the course data (1 file, "
+            "500 bytes)") in said

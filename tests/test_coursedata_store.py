@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from hub_ext.backends.coursedata import (
+    PARTIAL,
     ClasshubCourseData,
     CourseDataStore,
     UploadConflict,
@@ -21,7 +22,8 @@ from hub_ext.backends.coursedata import (
     link_into_home,
     pod_volumes,
 )
-from hub_ext.core.coursedata import DataPathError, parse_content_range
+from hub_ext.backends.submissions import SnapshotLimits, SnapshotRefused, snapshot_folder
+from hub_ext.core.coursedata import DataExists, DataPathError, check_limit, parse_content_range
 
 pytestmark = pytest.mark.unit
 
@@ -189,7 +191,7 @@ def test_the_course_limit_refuses_with_the_sizes(tmp_path: Path) -> None:
     _put(store, "ml", "a.bin", b"x" * 8)
     with pytest.raises(DataPathError, match="over its limit of 10 B"):
         _put(store, "ml", "b.bin", b"x" * 8, "bytes 0-7/8")
-    with pytest.raises(DataPathError, match="course_max_bytes"):
+    with pytest.raises(DataPathError, match="ask a hub admin to raise the course's limit"):
         _put(store, "ml", "c.bin", b"x" * 8)
     _put(store, "ml", "a.bin", b"y" * 9)  # replacing a file counts the difference
     _put(store, "big", "a.bin", b"x" * 100)  # 0: no limit for this course
@@ -223,3 +225,65 @@ def test_pods_mount_the_course_read_only_for_students_and_read_write_for_staff()
     per_course = ClasshubCourseData(volume={"persistentVolumeClaim": {"claimName": "data-{course}"}})
     volumes, mounts = pod_volumes(per_course, {"ml": "student"})
     assert volumes[0]["persistentVolumeClaim"] == {"claimName": "data-ml"} and "subPath" not in mounts[0]
+
+
+def test_an_admins_own_limit_overrides_the_configured_one_and_deletes_nothing(tmp_path: Path) -> None:
+    own: dict[str, int | None] = {}
+    store = CourseDataStore(ClasshubCourseData(root_dir=str(tmp_path / "course-data"), max_bytes=10),
+                            own_limit=own.get)
+    _put(store, "ml", "a.bin", b"x" * 8)
+    own["ml"] = 100  # raised for this course only
+    _put(store, "ml", "b.bin", b"x" * 50)
+    assert store.limit("ml") == 100 and store.limit("bio") == 10
+    own["ml"] = 20  # lowered below what the folder holds: new uploads are refused, files stay
+    with pytest.raises(DataPathError, match="over its limit of 20 B"):
+        _put(store, "ml", "c.bin", b"x")
+    assert [e["path"] for e in store.listing("ml")["files"]] == ["a.bin", "b.bin"]
+    own["ml"] = 0  # no limit
+    _put(store, "ml", "c.bin", b"x" * 1000)
+    assert check_limit(None) is None and check_limit(0) == 0
+    for bad in (-1, 1.5, "10 GB", True):
+        with pytest.raises(DataPathError, match="whole number of bytes"):
+            check_limit(bad)
+
+
+def _copy(store: CourseDataStore, home: Path, folder: str, to: str, max_bytes: int = 10**9) -> list[str]:
+    """A copy from a home as the service makes it: the snapshot's walk into a staged folder, then
+    placed whole; the staged folder goes either way."""
+    staged = store.copy_staging()
+    try:
+        taken = snapshot_folder(home, folder, staged, SnapshotLimits(max_bytes=max_bytes))
+        store.place_folder("ml", staged, to)
+        return taken.skipped
+    finally:
+        store.discard(staged)
+
+
+def test_a_folder_copied_from_a_home_lands_whole_and_follows_no_link(tmp_path: Path) -> None:
+    store = _store(tmp_path, max_bytes=100)
+    home = tmp_path / "home"
+    (home / "cats" / "train").mkdir(parents=True)
+    (home / "cats" / "train" / "1.png").write_bytes(b"meow")
+    (home / "cats" / "leak").symlink_to(_outside(tmp_path))  # a link pointing outside the home
+    (home / "cats" / "all").symlink_to(tmp_path)
+    assert sorted(_copy(store, home, "cats", "cats")) == ["all (a symbolic link)", "leak (a symbolic link)"]
+    assert [(e["path"], e["size"]) for e in store.listing("ml")["files"]] == [
+        ("cats", 0), ("cats/train", 0), ("cats/train/1.png", 4)]
+    placed = store.root / "ml" / "cats" / "train" / "1.png"
+    assert oct(placed.stat().st_mode & 0o777) == "0o444"
+    assert oct(placed.parent.stat().st_mode & 0o777) == "0o555"
+    assert not list((store.root / PARTIAL).iterdir())  # nothing left staged
+
+    with pytest.raises(DataExists, match="already exists"):
+        _copy(store, home, "cats", "cats")
+    (home / "big").mkdir()
+    (home / "big" / "a.bin").write_bytes(b"x" * 200)
+    with pytest.raises(DataPathError, match="over its limit of 100 B"):
+        _copy(store, home, "big", "big")
+    with pytest.raises(SnapshotRefused, match="no folder"):
+        _copy(store, home, "leak-dir", "x")
+    (home / "via").symlink_to(home / "cats")  # the named folder itself is a link: refused
+    with pytest.raises(SnapshotRefused, match="no folder"):
+        _copy(store, home, "via", "via")
+    assert [e["path"] for e in store.listing("ml")["files"]] == ["cats", "cats/train", "cats/train/1.png"]
+    assert not list((store.root / PARTIAL).iterdir())

@@ -39,6 +39,7 @@ import fcntl
 import hashlib
 import os
 import secrets
+import shutil
 import stat
 import threading
 import time
@@ -53,10 +54,13 @@ from traitlets.config import Configurable
 
 from hub_ext.core.coursedata import (
     RESERVED_PREFIX,
+    DataExists,
     DataFull,
     DataPathError,
     Range,
     check_data_path,
+    effective_limit,
+    human_bytes,
     over_limit,
 )
 
@@ -160,15 +164,27 @@ class ClasshubCourseData(Configurable):
         ``subPath`` (the course's folder). A ``{course}`` in it (say a ``claimName`` of
         ``course-data-{course}``) makes one volume per course, mounted whole. Empty: no mount.""",
     )
+    copy_max_files = Integer(
+        20_000, config=True,
+        help="""Most files and folders one "copy a folder from my server" brings into a course's
+        data folder (docs/teachers/course-data.md).""",
+    )
+    copy_max_bytes = Integer(
+        0, config=True,
+        help="""Most bytes one copy from a server brings in; 0: only the course's data folder limit
+        (what is left of it) bounds a copy.""",
+    )
+    copy_max_depth = Integer(32, config=True, help="Deepest folder nesting a copy from a server brings in.")
     mount_path = Unicode(
         "/home/jovyan/data", config=True,
         help="Kubernetes: where the courses' folders appear in user pods (``<mount_path>/<course>``).",
     )
 
-    def limit_of(self, course: str) -> int | None:
-        """The data folder limit of ``course`` in bytes (None: no limit)."""
+    def limit_of(self, course: str, own: int | None = None) -> int | None:
+        """The data folder limit of ``course`` in bytes (None: no limit): ``own``, the limit a hub
+        admin set for the course (0: none), over the configured one."""
         value = self.course_max_bytes.get(course, self.max_bytes)
-        return value if value and value > 0 else None
+        return effective_limit(own, value if value and value > 0 else None)
 
     def home_limit_of(self, course: str) -> int | None:
         value = self.course_home_limit_bytes.get(course, self.home_limit_bytes)
@@ -277,13 +293,16 @@ class CourseDataStore:
     call it from a worker thread (docs/architecture.md, rule 7)."""
 
     def __init__(self, settings: ClasshubCourseData,
-                 group_of: Callable[[str], int | None] | None = None) -> None:
+                 group_of: Callable[[str], int | None] | None = None,
+                 own_limit: Callable[[str], int | None] | None = None) -> None:
         if not settings.root_dir:
             raise DataPathError("This hub keeps no course data folders; a hub admin sets "
                                 "c.ClasshubCourseData.root_dir")
         self.settings = settings
         self.root = Path(settings.root_dir).resolve()
         self.group_of = group_of or (lambda course: None)
+        # the course's own limit (the database's, set by hub admins), read at each check
+        self.own_limit = own_limit or (lambda course: None)
         self.sizes = SizeCache(settings.size_cache_seconds)
         self.file_mode, self.dir_mode = (FILE_MODE, DIR_MODE) if settings.strict_modes else (0o644, 0o755)
         self._lock = threading.Lock()  # one change at a time: the write bit is lifted per folder
@@ -446,9 +465,83 @@ class CourseDataStore:
 
     def room_for(self, course: str, adding: int) -> None:
         """Refuse (DataPathError) when ``adding`` bytes would pass the course's limit."""
-        message = over_limit(self.size(course), adding, self.settings.limit_of(course), course)
+        message = over_limit(self.size(course), adding, self.limit(course), course)
         if message:
             raise DataFull(message)
+
+    def limit(self, course: str) -> int | None:
+        """The limit that applies to ``course`` now (None: none)."""
+        return self.settings.limit_of(course, self.own_limit(course))
+
+    # -- copies of a folder from a staff member's server (docs/teachers/course-data.md) -----------
+    def copy_staging(self) -> Path:
+        """A fresh folder name for a copy in progress, inside the partial folder (0700, on the
+        same file system: keeping the copy is one rename). The caller creates it."""
+        os.close(self._partial_fd())
+        return self.root / PARTIAL / f"copy-{secrets.token_hex(12)}"
+
+    @staticmethod
+    def discard(staged: Path) -> None:
+        """Remove a copy that was not kept (what it holds is the service's own, no links)."""
+        if staged.exists() and not staged.is_symlink():
+            with contextlib.suppress(OSError):
+                _make_owner_writable(staged)
+            shutil.rmtree(staged, ignore_errors=True)
+
+    def room_left(self, course: str) -> int | None:
+        """Bytes the course's data folder may still grow by (None: no limit)."""
+        limit = self.limit(course)
+        return None if limit is None else max(0, limit - self.size(course))
+
+    def place_folder(self, course: str, staged: Path, to: str) -> tuple[int, int]:
+        """Put the staged folder (written by the service: no links in it) at ``to`` in the course's
+        data folder, whole, with the course's modes and group; (bytes, files). DataExists when
+        ``to`` is taken, DataFull over the limit: the staged folder stays for the caller to discard."""
+        parts = check_data_path(to)
+        gid = self.group_of(course)
+        staged_fd = os.open(staged, _DIR_FLAGS)
+        try:
+            size, files = tree_size(staged_fd)
+            for _, dirs, names, fd in os.fwalk(".", dir_fd=staged_fd, follow_symlinks=False):
+                for name in names:
+                    if gid is not None:
+                        os.chown(name, -1, gid, dir_fd=fd, follow_symlinks=False)
+                    os.chmod(name, self.file_mode, dir_fd=fd, follow_symlinks=False)
+                for name in dirs:  # a folder keeps its write bit until it is in place
+                    if gid is not None:
+                        os.chown(name, -1, gid, dir_fd=fd, follow_symlinks=False)
+            with self._lock:
+                self.sizes.forget(course)
+                self.room_for(course, size)
+                course_fd = self._course_fd(course, create=True)
+                try:
+                    parent = self._walk_to(course_fd, parts[:-1], create=True, path=to)
+                finally:
+                    os.close(course_fd)
+                try:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.stat(parts[-1], dir_fd=parent, follow_symlinks=False)
+                        raise DataExists(f"{to!r} already exists in the course's data folder; delete it "
+                                         "first or copy to another name")
+                    source = os.open(staged.parent, _DIR_FLAGS)
+                    try:
+                        with _writable(parent):
+                            os.rename(staged.name, parts[-1], src_dir_fd=source, dst_dir_fd=parent)
+                    finally:
+                        os.close(source)
+                finally:
+                    os.close(parent)
+            # in place: the folders lose their write bit (the files' modes were set above)
+            for _, dirs, _, fd in os.fwalk(".", dir_fd=staged_fd, follow_symlinks=False, topdown=False):
+                for name in dirs:
+                    os.chmod(name, self.dir_mode, dir_fd=fd, follow_symlinks=False)
+            if gid is not None:
+                os.fchown(staged_fd, -1, gid)
+            os.fchmod(staged_fd, self.dir_mode)
+        finally:
+            os.close(staged_fd)
+        self.sizes.forget(course)
+        return size, files
 
     def upload(self, course: str, path: str, rng: Range | None) -> Upload:
         """Begin receiving a file (whole, or the chunk ``rng``); see `Upload`."""
@@ -492,6 +585,20 @@ class CourseDataStore:
     def partial_name(self, course: str, path: str, total: int) -> str:
         """The partial file of one ranged upload: the same course, path and size resume it."""
         return hashlib.sha256(f"{course}\0{path}\0{total}".encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def _make_owner_writable(path: Path) -> None:
+    """Give the owner the write bit on every folder under ``path`` (so it can be removed)."""
+    for folder, _, _ in os.walk(path):
+        if not os.path.islink(folder):
+            os.chmod(folder, stat.S_IMODE(os.lstat(folder).st_mode) | stat.S_IRWXU)
+
+
+def no_room(room: int, limit: int | None, course: str) -> DataFull:
+    """The refusal of a copy bigger than the ``room`` left under the course's ``limit``."""
+    return DataFull(f"The folder is larger than the room left in the data folder of {course} "
+                    f"({human_bytes(room)} of its {human_bytes(limit or 0)} limit); copy a smaller "
+                    "folder, delete files first, or ask a hub admin to raise the course's limit")
 
 
 def _remove_tree(parent: int, name: str) -> None:

@@ -147,6 +147,7 @@ READ_SUBMISSIONS = "read_submissions"
 # TAs upload and delete; staff see the sizes of the members' homes.
 READ_COURSE_DATA = "read_course_data"
 WRITE_COURSE_DATA = "write_course_data"
+SET_COURSE_DATA_LIMIT = "set_course_data_limit"
 READ_HOME_SIZES = "read_home_sizes"
 # Competitions (hub_ext.service.competitions): members see the course's open competitions and
 # their leaderboards and submit their own predictions; teachers create them; staff (teachers,
@@ -284,6 +285,7 @@ _COURSE_RULES: Mapping[str, frozenset[str]] = MappingProxyType(
         READ_COURSE_CLUSTER: _TEACHERS,
         READ_COURSE_DATA: _MEMBERS,
         WRITE_COURSE_DATA: _STAFF,
+        SET_COURSE_DATA_LIMIT: frozenset(),  # hub admins only (issue 35)
         READ_HOME_SIZES: _STAFF,
     }
 )
@@ -310,6 +312,7 @@ _WHAT = {
     READ_COURSE_CLUSTER: "see what {c} holds on the cluster",
     READ_COURSE_DATA: "see the data folder of {c}",
     WRITE_COURSE_DATA: "upload to or delete from the data folder of {c}",
+    SET_COURSE_DATA_LIMIT: "set the data folder limit of {c}",
     READ_HOME_SIZES: "see the home sizes of the members of {c}",
 }
 

@@ -25,10 +25,13 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
+    "DataExists",
     "DataFull",
     "DataPathError",
     "Range",
     "check_data_path",
+    "check_limit",
+    "effective_limit",
     "home_level",
     "human_bytes",
     "over_limit",
@@ -50,6 +53,10 @@ class DataPathError(ValueError):
 
 class DataFull(DataPathError):
     """What an upload would add passes the course's data folder limit."""
+
+
+class DataExists(DataPathError):
+    """A copy would land on a name the course's data folder already holds."""
 
 
 def check_data_path(path: str) -> tuple[str, ...]:
@@ -123,8 +130,27 @@ def over_limit(used: int, adding: int, limit: int | None, course: str) -> str | 
         return None
     return (f"The upload is larger than the room left in the data folder of {course}: it would hold "
             f"{human_bytes(used + adding)}, over its limit of {human_bytes(limit)} ({human_bytes(used)} "
-            "used); delete files first, or ask a hub admin to raise the limit "
-            "(c.ClasshubCourseData.course_max_bytes)")
+            "used); delete files first, or ask a hub admin to raise the course's limit (its Data "
+            "section, or PUT /api/courses/<course>/data/limit)")
+
+
+def check_limit(value: object) -> int | None:
+    """A course's own data folder limit as a hub admin sends it: bytes (0: no limit) or None
+    (back to the configured default); else DataPathError saying what to send."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise DataPathError("max_bytes must be a whole number of bytes (0: no limit), or null for "
+                            "the hub's default, e.g. 107374182400 for 100 GiB")
+    return value
+
+
+def effective_limit(own: int | None, default: int | None) -> int | None:
+    """The limit that applies: the course's own (0: none) when a hub admin set one, else the
+    configured ``default`` (None: no limit)."""
+    if own is None:
+        return default
+    return own if own > 0 else None
 
 
 #: A home's size next to its limit: fine, near (at least `NEAR` of it) or over.

@@ -174,8 +174,12 @@ class ClasshubService(Application):
         registry.register(SubmissionCollector(sessions))
         course_data = getattr(self, "course_data", None) or ClasshubCourseData(parent=self)
         data_settings: dict[str, Any] = {"course_data": course_data}
-        registry.register(metrics.CourseDataCollector(
-            sessions, coursedata.store_of(data_settings).size if course_data.root_dir else None))
+        # the store reads each course's own limit (set by hub admins) through the sessions
+        data_store = (coursedata.store_of({**data_settings, "sessions": sessions})
+                      if course_data.root_dir else None)
+        if data_store is not None:
+            data_settings["course_data_store"] = data_store
+        registry.register(metrics.CourseDataCollector(sessions, data_store.size if data_store else None))
         registry.register(CompetitionCollector(sessions))
         job_settings = getattr(self, "job_settings", None) or jobs.ClasshubJobs(parent=self)
         job_backend = (job_settings.local_backend() if self.mode == "local"

@@ -8,6 +8,12 @@
   where the kept part ends, to resume a broken upload). The body streams to a partial file on a
   worker thread and the file is renamed into place when complete (teachers and TAs).
 - ``DELETE /api/courses/<course>/data/files/<path>``: remove a file or a folder (teachers and TAs).
+- ``PUT /api/courses/<course>/data/limit``: the course's own data folder limit (hub admins;
+  members see it in the listing).
+- ``POST /api/courses/<course>/data/copy``: copy a folder of the caller's own running server into
+  the course's data folder (teachers and TAs): read with the link-safe walk of the assignment
+  snapshot in local mode, through the caller's server with their credentials on Kubernetes;
+  staged in the partial folder and renamed into place whole.
 - ``GET /api/courses/<course>/storage``: the size of every member's home and of the data folder,
   computed on worker threads and cached (teachers and TAs).
 - ``GET /api/storage/me``: the caller's home size against its limit, and their courses' data
@@ -24,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from collections.abc import Awaitable
 from datetime import datetime, timezone
@@ -31,6 +38,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import field_validator
+from sqlalchemy import select
 from tornado import web
 
 from hub_ext import store
@@ -41,22 +49,32 @@ from hub_ext.backends.coursedata import (
     Upload,
     UploadConflict,
     folder_name,
+    no_room,
     size_of,
 )
 from hub_ext.backends.local import accounts
+from hub_ext.backends.submissions import SnapshotLimits, SnapshotRefused, snapshot_folder
+from hub_ext.backends.templates import FILES, Stager
 from hub_ext.core import authz
+from hub_ext.core import templates as template_rules
 from hub_ext.core.coursedata import (
+    DataExists,
     DataFull,
     DataPathError,
     check_data_path,
+    check_limit,
     home_level,
     human_bytes,
     parse_content_range,
 )
+from hub_ext.core.seeding import SeedLimits, TemplateRefused
 from hub_ext.service import body_models
 from hub_ext.service.apidoc import ok, op
 from hub_ext.service.declare import needs, refuses, takes
 from hub_ext.service.handlers import APIHandler
+from hub_ext.service.templates.base import TemplatesBase
+from hub_ext.service.templates.publishing import ContentsReader
+from hub_ext.store.models import Course
 
 _COURSE = r"courses/([^/]+)"
 log = logging.getLogger("classhub.coursedata")
@@ -80,6 +98,61 @@ class DataFolderBody(body_models.Body):
         return v.strip("/")
 
 
+class DataLimitBody(body_models.Body):
+    """``PUT /api/courses/<course>/data/limit``: the course's own data folder limit in bytes
+    (0: no limit; null: back to the hub's configured default)."""
+
+    example: ClassVar[str] = '{"max_bytes": 107374182400}'
+    max_bytes: int | None
+
+    @field_validator("max_bytes", mode="before")
+    @classmethod
+    def _max_bytes(cls, v: Any) -> int | None:
+        try:
+            return check_limit(v)
+        except DataPathError as e:
+            raise ValueError(f"{e}.") from None
+
+
+class DataCopyBody(body_models.Body):
+    """``POST /api/courses/<course>/data/copy``: a folder of your running server (relative to
+    your home) copied to ``to`` in the course's data folder (default: the folder's own name)."""
+
+    example: ClassVar[str] = '{"server_path": "datasets/cats", "to": "cats"}'
+    server_path: str
+    to: str | None = None
+
+    @field_validator("server_path", "to", mode="before")
+    @classmethod
+    def _paths(cls, v: Any) -> str | None:
+        if v is None:
+            return None
+        if not isinstance(v, str):
+            raise ValueError("server_path and to are folder paths, e.g. datasets/cats.")
+        try:
+            check_data_path(v.strip("/"))
+        except DataPathError as e:
+            raise ValueError(f"{e}.") from None
+        return v.strip("/")
+
+    @property
+    def target(self) -> str:
+        return self.to or self.server_path.rsplit("/", 1)[-1]
+
+
+def own_limit_reader(app_settings: dict[str, Any]) -> Any:
+    """A function of a course name to its own data folder limit in the database (None: not set);
+    called on worker threads by the store at each check."""
+    def read(course: str) -> int | None:
+        sessions = app_settings.get("sessions")  # looked up at each call: the store may come first
+        if sessions is None:
+            return None
+        with sessions() as session:
+            return session.scalar(select(Course.data_max_bytes).where(Course.name == course))
+
+    return read
+
+
 def settings_of(app_settings: dict[str, Any]) -> ClasshubCourseData:
     if "course_data" not in app_settings:
         app_settings["course_data"] = ClasshubCourseData()
@@ -92,7 +165,7 @@ def store_of(app_settings: dict[str, Any]) -> CourseDataStore:
         data = settings_of(app_settings)
         group_of = ((lambda c: accounts.ensure_course_group(c, data.group_prefix))
                     if data.system_groups else None)
-        app_settings["course_data_store"] = CourseDataStore(data, group_of)
+        app_settings["course_data_store"] = CourseDataStore(data, group_of, own_limit_reader(app_settings))
     return app_settings["course_data_store"]
 
 
@@ -121,6 +194,12 @@ class DataBase(APIHandler):
     def where(self, course: str) -> str:
         return f"~/{self.data.home_folder}/{folder_name(course)}"
 
+    async def limits(self, course: str) -> dict[str, int | None]:
+        """The limit that applies, the course's own (None: not set) and the configured default."""
+        own = await asyncio.to_thread(own_limit_reader(self.settings), course)
+        return {"limit": self.data.limit_of(course, own), "own_limit": own,
+                "default_limit": self.data.limit_of(course)}
+
 
 def _refusal(e: Exception) -> web.HTTPError:
     """The answer to a refused path, range or size: 413 over the limit, else 400."""
@@ -136,7 +215,7 @@ class DataHandler(DataBase):
         await self.courses.get(course)  # 404 for a course that does not exist
         listing = await asyncio.to_thread(self.folders.listing, course)
         self.write_json({"course": course, "path": self.where(course), **listing,
-                         "limit": self.data.limit_of(course)})
+                         **await self.limits(course)})
 
     @refuses(DataPathError)
     @needs(authz.WRITE_COURSE_DATA, course="course")
@@ -182,7 +261,8 @@ class DataFileHandler(DataBase):
         if rng is None and length is not None:
             await asyncio.to_thread(folders.room_for, course, length)
         self._upload = await asyncio.to_thread(folders.upload, course, path, rng)
-        self.start_body(rng.length if rng is not None else (self.data.limit_of(course) or 2**62))
+        limit = await asyncio.to_thread(folders.limit, course)
+        self.start_body(rng.length if rng is not None else (limit or 2**62))
         self._body_buffer = None  # the file goes to disk, not to memory
 
     def data_received(self, chunk: bytes) -> Awaitable[None] | None:
@@ -276,7 +356,7 @@ class StorageHandler(DataBase):
         self.write_json({"course": course, "homes": homes, "home_limit": limit,
                          "homes_shown": source is not None, "homes_from": source,
                          "data_bytes": data_bytes,
-                         "data_limit": self.data.limit_of(course)})
+                         "data_limit": (await self.limits(course))["limit"]})
 
 
 
@@ -364,9 +444,116 @@ class MyStorageHandler(DataBase):
                                      for c, r in sorted(roles.items())] if self.data.root_dir else []})
 
 
+class DataLimitHandler(DataBase):
+    """``PUT /api/courses/<course>/data/limit``: a hub admin sets the course's own data folder
+    limit (teachers and TAs see it in the listing, cannot change it). Lowering it below what the
+    folder holds refuses new uploads and copies; nothing is deleted."""
+
+    @needs(authz.SET_COURSE_DATA_LIMIT, course="course")
+    @takes(DataLimitBody)
+    async def put(self, course: str) -> None:
+        await self.courses.get(course)
+        value = self.body.max_bytes
+
+        def write() -> None:
+            with self.settings["sessions"].begin() as session:
+                row = session.scalar(select(Course).where(Course.name == course))
+                if row is None:
+                    raise web.HTTPError(404, f"No course {course!r}.")
+                row.data_max_bytes = value
+
+        await asyncio.to_thread(write)
+        await self.audit("course_data_limit", course=course, max_bytes=value)
+        self.write_json({"course": course, **await self.limits(course)})
+
+
+class DataCopyHandler(DataBase, TemplatesBase):
+    """``POST /api/courses/<course>/data/copy``: copy a folder of the caller's own server into the
+    course's data folder (teachers and TAs). The copy is staged in the partial folder within the
+    limits (files, bytes, depth, the room the course's limit leaves) and renamed into place
+    whole; a refused or broken copy leaves nothing in the course's folder."""
+
+    @refuses(DataPathError)
+    @needs(authz.WRITE_COURSE_DATA, course="course")
+    @takes(DataCopyBody)
+    async def post(self, course: str) -> None:
+        await self.courses.get(course)
+        folders, body = self.folders, self.body
+        room = await asyncio.to_thread(folders.room_left, course)
+        cap = self.data.copy_max_bytes if self.data.copy_max_bytes > 0 else 2**62
+        limits = SnapshotLimits(max_files=self.data.copy_max_files, max_depth=self.data.copy_max_depth,
+                                max_bytes=min(cap, room) if room is not None else cap)
+        staged = await asyncio.to_thread(folders.copy_staging)
+        skipped: list[str] = []
+        try:
+            try:
+                if self.settings.get("mode") == "local":
+                    skipped = await self._from_home(body.server_path, staged, limits)
+                    files_dir = staged
+                else:
+                    await self._through_server(body.server_path, staged, limits)
+                    files_dir = staged / FILES
+            except (SnapshotRefused, TemplateRefused) as e:
+                if room is not None and room < cap and "bytes" in str(e):
+                    raise _refusal(no_room(room, await asyncio.to_thread(folders.limit, course),
+                                           course)) from None
+                text = str(e).replace("submit again", "copy again").replace("submit a smaller",
+                                                                            "copy a smaller")
+                raise web.HTTPError(400, f"Not copied: {text.rstrip('.')}.".replace("%", "%%")) from None
+            try:
+                size, files = await asyncio.to_thread(folders.place_folder, course, files_dir, body.target)
+            except DataExists as e:
+                raise web.HTTPError(409, f"{e}.".replace("%", "%%")) from None
+            except DataFull as e:
+                raise _refusal(e) from None
+        finally:
+            await asyncio.to_thread(folders.discard, staged)
+        source = f"~/{body.server_path}"
+        await self.audit("course_data_copied", course=course, path=body.target, source=source,
+                         files=files, bytes=size)
+        self.write_json({"course": course, "path": body.target, "source": source, "files": files,
+                         "bytes": size, "skipped": skipped}, 201)
+
+    async def _from_home(self, folder: str, staged: Path, limits: SnapshotLimits) -> list[str]:
+        """Local mode: the caller's home, read as the assignment snapshot reads a student's (one
+        folder at a time with ``O_NOFOLLOW``; links, special files and files the home's owner
+        does not own are left out and named), on a worker thread."""
+        if not self.data.homes_dir:
+            raise web.HTTPError(409, "This hub does not know where homes are "
+                                     "(c.ClasshubCourseData.homes_dir); upload the files instead.")
+        home = Path(self.data.homes_dir) / accounts.safe_name(self.caller.name)
+        try:
+            taken = await asyncio.to_thread(snapshot_folder, home, folder, staged, limits)
+        except SnapshotRefused as e:
+            text = str(e)
+            if text.startswith(("There is no folder", "Your home folder")):
+                raise web.HTTPError(404, f"There is no folder {folder!r} in your home (a link is not "
+                                         "followed); name a folder of your server, e.g. datasets/cats."
+                                    .replace("%", "%%")) from None
+            raise
+        return taken.skipped
+
+    async def _through_server(self, folder: str, staged: Path, limits: SnapshotLimits) -> None:
+        """Kubernetes: the home is a volume of the caller's pod, read through their own running
+        server with their own credentials (as the template publisher reads a teacher's folder)."""
+        url = await self.server_url("Your server is not running; start it, then copy the folder again.")
+        reader = ContentsReader(url, self.caller_token())
+        try:
+            await asyncio.to_thread(os.mkdir, staged, 0o700)
+            stager = await asyncio.to_thread(Stager, staged, SeedLimits(
+                max_files=limits.max_files, max_bytes=limits.max_bytes, max_depth=limits.max_depth))
+            await reader.copy_into(folder, stager)
+        except template_rules.TemplateError:
+            raise web.HTTPError(400, f"{folder!r} in your server is a file; name a folder.") from None
+        finally:
+            reader.client.close()
+
+
 ROUTES: list[tuple[str, type]] = [
     (f"api/{_COURSE}/data", DataHandler),
     (rf"api/{_COURSE}/data/files/(.+)", DataFileHandler),
+    (f"api/{_COURSE}/data/limit", DataLimitHandler),
+    (f"api/{_COURSE}/data/copy", DataCopyHandler),
     (f"api/{_COURSE}/storage", StorageHandler),
     ("api/storage/me", MyStorageHandler),
 ]
@@ -378,6 +565,7 @@ def _openapi_paths() -> dict[str, Any]:
     listing = {"type": "object", "properties": {
         "course": {"type": "string"}, "path": {"type": "string"}, "bytes": {"type": "integer"},
         "count": {"type": "integer"}, "limit": {"type": ["integer", "null"]},
+        "own_limit": {"type": ["integer", "null"]}, "default_limit": {"type": ["integer", "null"]},
         "truncated": {"type": "boolean"},
         "files": {"type": "array", "items": {"type": "object", "properties": {
             "path": {"type": "string"}, "kind": {"type": "string"}, "size": {"type": "integer"},
@@ -406,6 +594,22 @@ def _openapi_paths() -> dict[str, Any]:
             "delete": op("Remove a file or a folder from the course's data folder", staff,
                          {"204": {"description": "Removed"}}, errors=("400", *errs), params=file_params),
         },
+        "/api/courses/{course}/data/limit": {"put": op(
+            "Set the course's own data folder limit (0: none; null: the hub's default). Lowering it "
+            "below what the folder holds refuses new uploads, deletes nothing", "hub admins",
+            ok("The limits", {"type": "object", "properties": {
+                "course": {"type": "string"}, "limit": {"type": ["integer", "null"]},
+                "own_limit": {"type": ["integer", "null"]},
+                "default_limit": {"type": ["integer", "null"]}}}),
+            errors=("400", *errs), params=("course",))},
+        "/api/courses/{course}/data/copy": {"post": op(
+            "Copy a folder of your own running server into the course's data folder (links are not "
+            "followed; limits and the course's limit apply; nothing is kept from a refused copy)", staff,
+            ok("Copied", {"type": "object", "properties": {
+                "course": {"type": "string"}, "path": {"type": "string"}, "source": {"type": "string"},
+                "files": {"type": "integer"}, "bytes": {"type": "integer"},
+                "skipped": {"type": "array", "items": {"type": "string"}}}}, "201"),
+            errors=("400", *errs, "409", "413"), params=("course",))},
         "/api/courses/{course}/storage": {"get": op(
             "The size of each member's home and of the course's data folder", staff,
             ok("Sizes", {"type": "object"}), errors=errs, params=("course",))},

@@ -17,7 +17,7 @@ from datetime import datetime
 from fractions import Fraction
 from typing import Any
 
-from sqlalchemy import CheckConstraint, ForeignKey, Index, MetaData, String, UniqueConstraint
+from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, Index, MetaData, String, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, declared_attr, mapped_column, relationship
 
 from hub_ext.core.quota import Limits, parse_limits
@@ -69,6 +69,9 @@ class Course(Base):
     name: Mapped[str] = mapped_column(unique=True)
     display_name: Mapped[str] = mapped_column(default="")
     created_at: Mapped[datetime]
+    #: The course's own data folder limit in bytes, set by hub admins (0: no limit); None: the
+    #: configured ``c.ClasshubCourseData`` limit (docs/admins/course-data.md).
+    data_max_bytes: Mapped[int | None] = mapped_column(BigInteger, default=None)
 
     memberships: Mapped[list[Membership]] = relationship(
         back_populates="course", cascade="all, delete-orphan", passive_deletes=True

@@ -137,6 +137,14 @@ _SENTENCES: dict[str, Callable[[str, Details], str]] = {
     "course_data_deleted": lambda a, d: (f"{a} deleted the {d.get('kind', 'file')} "
                                          f"{d.get('path', '')} from the course data"),
     "course_data_folder": lambda a, d: f"{a} made the folder {d.get('path', '')} in the course data",
+    "course_data_limit": lambda a, d: (f"{a} set the course data limit to "
+                                       + ("the hub's default" if d.get("max_bytes") is None
+                                          else "no limit" if not d.get("max_bytes")
+                                          else _size(d.get("max_bytes")))),
+    "course_data_copied": lambda a, d: (f"{a} copied {d.get('source', 'a folder')} from their server to "
+                                        f"{d.get('path', '')} in the course data ({d.get('files', '?')} "
+                                        f"file{'' if d.get('files') == 1 else 's'}, "
+                                        f"{_size(d.get('bytes'))})"),
     "competition_created": lambda a, d: (f"{a} created the competition {d.get('competition', '')} "
                                          f"({d.get('metric', 'a metric')})"),
     "competition_labels": lambda a, d: (f"{a} uploaded {d.get('rows', '?')} hidden labels of the "

@@ -213,6 +213,8 @@ class CoursePage(_Pages):
         ns.update(data_path=f"~/{data.home_folder}/{coursedata.folder_name(course)}",
                   data_writable=bool(data.root_dir) and bool(
                       authz.decide(caller, authz.WRITE_COURSE_DATA, course=course)),
+                  data_admin=bool(data.root_dir) and bool(
+                      authz.decide(caller, authz.SET_COURSE_DATA_LIMIT, course=course)),
                   home_limit=(human_bytes(data.home_limit_of(course) or 0)
                               if data.home_limit_of(course) else None))
         windows = await self.settings["culling"].windows(course)
