@@ -22,7 +22,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from hub_ext.core.admission.snapshot import NodeState
+from hub_ext.core.admission.nodes import NodeState
 from hub_ext.core.jobs import Job, Role
 from hub_ext.core.quota import Limits
 from hub_ext.core.resources import PODS, ResourceVector, human_quantity, is_gpu_resource

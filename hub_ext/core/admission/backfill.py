@@ -26,17 +26,16 @@ lets the plan move earlier, never later. Depth 1 is EASY backfilling.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from operator import itemgetter
 
 from hub_ext.core.admission.assigner import FreeIndex, Placement
+from hub_ext.core.admission.nodes import Release
 from hub_ext.core.jobs import Job
 
 __all__ = ["Release", "Reservation", "earliest_start"]
 
-Release = tuple[float, str, Mapping[int, Mapping[str, int]]]
-"""(when, job name, node index -> what it gives back in nano-units)."""
 _in_time_order = itemgetter(0, 1)
 
 

@@ -31,14 +31,14 @@ from operator import itemgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from hub_ext.core.capacity import GPU_PRODUCT_LABEL, CapacitySnapshot, NodeCapacity
+from hub_ext.core.admission.nodes import NodeState, Release
+from hub_ext.core.capacity import CapacitySnapshot
 from hub_ext.core.jobs import Job
 from hub_ext.core.quota import Limits, Usage
-from hub_ext.core.resources import PODS, ZERO, ResourceVector, is_gpu_taint, sum_vectors
+from hub_ext.core.resources import PODS, ZERO, ResourceVector, sum_vectors
 
-if TYPE_CHECKING:  # assigner.py and backfill.py import this module
+if TYPE_CHECKING:  # made in functions: the assigner's index is built only when a cycle asks
     from hub_ext.core.admission.assigner import FreeIndex
-    from hub_ext.core.admission.backfill import Release
 
 _NANO = 10**9
 _release_order = itemgetter(0, 1)
@@ -53,41 +53,6 @@ __all__ = [
     "Snapshot",
     "weekly_windows",
 ]
-
-
-@dataclass(frozen=True)
-class NodeState:
-    """One node: `free` is what a new pod can get now (allocatable minus every pod's requests)."""
-
-    name: str
-    allocatable: ResourceVector
-    free: ResourceVector
-    gpu_product: str | None = None
-    schedulable: bool = True
-
-    def __post_init__(self) -> None:
-        if not self.free.is_nonnegative():
-            raise ValueError(f"node {self.name}: free capacity must not be negative")
-
-    @classmethod
-    def from_capacity(cls, node: NodeCapacity) -> NodeState:
-        """A node of the capacity snapshot the spawn form uses (pods already counted in `free`)."""
-        return cls(
-            name=node.name,
-            allocatable=node.allocatable,
-            free=node.free,
-            gpu_product=node.labels.get(GPU_PRODUCT_LABEL) or None,
-            # GPU taints do not count: job pods tolerate every GPU taint key (placement is
-            # admission's, by node affinity); any other hard taint keeps jobs off the node
-            schedulable=node.schedulable and not any(t.is_hard for t in node.taints
-                                                      if not is_gpu_taint(t.key)),
-        )
-
-    @cached_property
-    def free_nanos(self) -> Mapping[str, int]:
-        """`free` in exact nano-units, computed once per node state (cycles reuse unchanged nodes)."""
-        return MappingProxyType({name: amount.numerator * _NANO // amount.denominator
-                                 for name, amount in self.free.items()})
 
 
 @dataclass(frozen=True)
