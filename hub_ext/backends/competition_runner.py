@@ -41,6 +41,11 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+# classhub's own code is read before this process becomes the sandbox's account: in a pod it
+# lies in the job's root-only Secret (/grading/in/lib), which that account cannot read
+from hub_ext.backends import autograde
+from hub_ext.core import grading as G
+
 MARKER = "CLASSHUB-COMPETITION-RESULT"
 _PR_SET_DUMPABLE = 4
 #: the first cell a submitted notebook's kernel runs: the kernel, too, becomes non-dumpable, so
@@ -114,9 +119,6 @@ def _hand_over(inputs: Path, work: Path, uid: int) -> Path:
 # ---------------------------------------------------------------------------- a notebook
 def _notebook(work: Path, config: dict[str, Any], private: bool = True) -> dict[str, Any]:
     """Run the notebook; {"predictions": base64} or {"error": sentence for the student}."""
-    from hub_ext.backends import autograde
-    from hub_ext.core import grading as G
-
     name = str(config["predictions_file"])
     try:
         nb = autograde.read_notebook((work / "submission.ipynb").read_bytes(), "Your notebook")
@@ -151,8 +153,6 @@ async def _run(client: Any, nb: Any, deadline: float) -> str:
     """Every code cell in order until the first error or the deadline; the sentence of a failure
     ("" when every cell ran). Cell numbers are the student's (the preamble is not counted)."""
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
-
-    from hub_ext.backends import autograde
 
     async with client.async_setup_kernel():
         for index, cell in enumerate(nb.cells):
