@@ -29,7 +29,7 @@ import requests
 
 from hub_ext import store
 from hub_ext.core.quota import parse_limits
-from tests.hubproc import HubSession, LocalHub, wait_for
+from tests.hubproc import STANDIN_SERVER, HubSession, LocalHub, wait_for
 from tests.pg import postgres_server  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.hub
@@ -66,23 +66,9 @@ MARK = "classhub-crash-test-server"
 #: every request. It starts in a tenth of the time of the real server. It leaves a file named
 #: after its pid in its home (the spawner starts it there), where ``standins_of`` looks.
 STANDIN = f"""# {MARK}
-import http.server, os, time, urllib.parse, urllib.request
+import os
 open(".{MARK}." + str(os.getpid()), "w").close()
-while True:
-    try:
-        urllib.request.urlopen(os.environ["JUPYTERHUB_API_URL"], timeout=2)
-        break
-    except OSError:
-        time.sleep(0.1)
-url = urllib.parse.urlsplit(os.environ["JUPYTERHUB_SERVICE_URL"])
-class Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        self.send_response(200)
-        self.end_headers()
-    def log_message(self, *args):
-        pass
-http.server.ThreadingHTTPServer((url.hostname, url.port), Handler).serve_forever()
-"""
+""" + STANDIN_SERVER
 
 
 def seed(db_url: str) -> None:

@@ -249,17 +249,8 @@ def _failed(what: str, e: BaseException) -> dict[str, Any]:
 
 
 def parse_result(log: str, nonce: str) -> dict[str, Any] | None:
-    """The runner's result in a job log: the last line with the marker and this job's nonce, or
-    None (a line without the nonce was printed by other code)."""
-    prefix = f"{MARKER} {nonce} "
-    for line in reversed(log.splitlines()):
-        if line.startswith(prefix):
-            try:
-                found = json.loads(line[len(prefix):])
-            except ValueError:
-                return None
-            return found if isinstance(found, dict) else None
-    return None
+    """The runner's result in a job log (`hub_ext.core.grading.marked_result`), or None."""
+    return G.marked_result(log, MARKER, nonce)
 
 
 if __name__ == "__main__":

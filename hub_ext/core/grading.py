@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -175,6 +176,21 @@ def hidden_lines(source: str) -> list[str]:
         elif inside and marker and marker not in shown:
             hidden.append(marker)
     return hidden
+
+
+def marked_result(log: str, marker: str, nonce: str) -> dict[str, Any] | None:
+    """A sandbox job's result in its log: the JSON object on the last line that starts with the
+    marker *and* this job's nonce (a line the student's or teacher's code printed has no nonce),
+    or None (no such line, or not a JSON object)."""
+    prefix = f"{marker} {nonce} "
+    for line in reversed(log.splitlines()):
+        if line.startswith(prefix):
+            try:
+                found = json.loads(line[len(prefix):])
+            except ValueError:
+                return None
+            return found if isinstance(found, dict) else None
+    return None
 
 
 def truncate(text: str, limit: int = ERROR_CHARS) -> str:
