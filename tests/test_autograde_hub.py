@@ -435,6 +435,13 @@ def test_competition_notebooks_and_scoring_scripts_run_as_jobs_in_the_grading_sa
     assert api(hub, "POST", f"{C}/scripted/submissions/{entry}/rescore", teacher).status_code == 202
     again = _entry(hub, s1, "scripted", entry)
     assert again["state"] == "failed" and "not a finite number" in again["message"], again
+    # the teacher finds it on the course page, with its sentence and a Re-run; students never
+    page = HubSession(hub, "teacher1").get(f"/services/classhub/courses/{COURSE}").text
+    card = page.split('data-competition="scripted"', 1)[1]
+    failed = card.split('class="table table-sm classhub-failed-entries"', 1)[1].split("</table>", 1)[0]
+    assert f'data-entry="{entry}"' in failed and "not a finite number" in failed and "Re-run" in failed
+    assert "classhub-failed-entries" not in HubSession(hub, "student2").get(
+        f"/services/classhub/courses/{COURSE}").text
     accuracy = ("import csv\n"
                 "def score(labels_path, predictions_path):\n"
                 "    truth = {r['id']: r['label'] for r in csv.DictReader(open(labels_path))}\n"

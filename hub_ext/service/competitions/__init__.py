@@ -85,7 +85,10 @@ def _openapi_paths() -> dict[str, Any]:
         "higher_is_better": {"type": "boolean"}, "scored_by": {"type": "string"},
         "takes_notebooks": {"type": "boolean"}, "predictions_file": {"type": ["string", "null"]},
         "left_today": {"type": "integer"}, "my_submissions": {"type": "array", "items": entry},
-        "leaderboard": board}}
+        "leaderboard": board,
+        "students_submitted": {"type": "integer", "description": "staff only"},
+        "failed": {"type": "array", "items": entry,
+                   "description": "staff only: failed submissions, to re-run (POST .../rescore)"}}}
     one = ("course", "competition")
     csv_body = {"required": True, "content": {
         "text/csv": {"schema": {"type": "string", "format": "binary"}},

@@ -151,6 +151,9 @@ def shown(c: Competition, course: str, caller: str, staff: bool) -> dict[str, An
                           "private": _board(c, "private", caller, staff) if staff or ended else None}
     if staff:
         out["students_submitted"] = len({s.student for s in c.submissions})
+        # what a crash or a broken scoring script ended: staff re-run them from the page
+        out["failed"] = [entry_json(s, private=True, staff=True) for s in c.submissions
+                         if s.state == rules.FAILED]
     return out
 
 
