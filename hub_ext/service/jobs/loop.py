@@ -442,8 +442,10 @@ class JobLoop:
                     started.add(record.job_id)
                     fresh = await asyncio.to_thread(self.store.get, record.job_id)
                     self._apply(record.job_id, fresh)
-                    if record.job_id in self.holding:
+                    if record.job_id in self.holding and not hasattr(self.backend, "hold_back"):
                         self._launch_soon(record.job_id, self.holding[record.job_id].launch)
+                    elif record.job_id in self.holding:
+                        self.poke()  # `_follow` asks the backend whether it may start now
             except QuotaDenied as e:  # a server took the room between snapshot and ledger
                 await asyncio.to_thread(self.store.set_waiting, {
                     record.job_id: ("course_quota", e.decision.message, None, None)})
