@@ -233,8 +233,13 @@ class LocalJobs:
                 return self._waiting_sentence()
             if job_id != launch.job_id:
                 del self._sandboxes[job_id]
-        if launch.job_id not in self._sandboxes and sandbox.busy(self.sandbox_lock()):
-            return self._waiting_sentence()  # e.g. one started before a restart of the service
+        if launch.job_id not in self._sandboxes:
+            # free (else one started before a restart of the service holds it): sweep what the
+            # last job left now, so no process of it sees this job's wrapper start
+            fd = sandbox.hold(self.sandbox_lock(), self._grader().uid, wait=False, begin=False)
+            if fd is None:
+                return self._waiting_sentence()
+            os.close(fd)
         self._sandboxes[launch.job_id] = launch
         return None
 

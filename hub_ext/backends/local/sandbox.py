@@ -8,7 +8,8 @@ and a process of the same account may read them, signal it or look into a dumpab
 
 - **one job at a time**: the wrapper of a sandbox job (hub_ext.backends.local.jobwrap) holds an
   exclusive ``flock`` on ``<grading root>/lock`` for the job's whole life; the service starts the
-  next sandbox job only when the lock is free (`busy`), so waiting happens in the job queue
+  next sandbox job only when the lock is free (`hold` without waiting, in
+  hub_ext.backends.local.jobs.LocalJobs.hold_back), so waiting happens in the job queue
   ("admitted", with an event) and never eats the job's own time limit;
 - **nothing outlives the job**: before the job starts and after it ends (success, failure, time
   limit, cancel), every process of the grading account that started after the last job began is
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import psutil
 
-__all__ = ["LOCK_NAME", "busy", "hold", "recorded_start", "sweep"]
+__all__ = ["LOCK_NAME", "hold", "recorded_start", "sweep"]
 
 LOCK_NAME = "lock"
 
@@ -37,18 +38,6 @@ LOCK_NAME = "lock"
 def _open(path: Path) -> int:
     """The lock file (the service's, 0600, never through a link)."""
     return os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-
-
-def busy(path: Path) -> bool:
-    """True while a sandbox job's wrapper holds the lock."""
-    fd = _open(path)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)  # closing releases a lock taken just now
-    return False
 
 
 def hold(path: Path, uid: int, *, wait: bool = True, begin: bool = True) -> int | None:
