@@ -501,7 +501,12 @@ def _hunt():
                 args = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace").split("\\0")
             except OSError:
                 continue
-            places = [a for a in args if re.match(re.escape(root) + "[0-9a-f]{32}", a) or "kernel-" in a]
+            try:
+                same = os.stat(f"/proc/{pid}").st_uid == os.getuid()
+            except OSError:
+                continue
+            places = [a for a in args if re.match(re.escape(root) + "[0-9a-f]{32}", a)
+                      or (same and ("kernel-" in a or a.endswith(".json")))]
             try:
                 places.append(os.readlink(f"/proc/{pid}/cwd"))
             except OSError:
@@ -509,7 +514,7 @@ def _hunt():
             for place in places:
                 if mine in place or not place.startswith("/"):
                     continue
-                if place.startswith(root) and "kernel-" not in place:
+                if place.startswith(root):
                     open(OUT + "/seen-" + pid, "w").write(" ".join(args))
                 for path in (place, place + "/submission/lab1.ipynb", place + "/lab1.ipynb"):
                     try:
