@@ -7,7 +7,9 @@ the teacher, run as neither student nor the service); each student reads their o
 feedback, no one else's; a TA overrides a cell (audit entry); a regrade keeps the override; the
 teacher exports the grades as CSV. And what must never happen: a student reading the hidden
 tests through any endpoint (the file endpoint too), a grading notebook reading the service's
-token, its environment, its database or another assignment's hidden tests.
+token, its environment, its database or another assignment's hidden tests; nor a daemon that a
+first grading leaves behind reaching a second grading of the same grading account (one at a time,
+nothing outlives its job: hub_ext.backends.local.sandbox).
 """
 
 from __future__ import annotations
@@ -15,13 +17,17 @@ from __future__ import annotations
 import io
 import json
 import os
+import pwd
+import secrets
 import shutil
+import subprocess
 import tempfile
 import zipfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import nbformat
+import psutil
 import pytest
 import requests
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
@@ -44,8 +50,11 @@ c.ClasshubLocalSpawner.profiles = [
     {"slug": "cpu", "display_name": "CPU only", "kind": "cpu", "default": True},
 ]
 """
+#: a grading account of this module's own (dedicated, as docs/teachers/autograding.md asks): a job's
+#: sweep kills what the account started meanwhile, so hubs on other workers must not share it
+GRADER = "chgrade" + secrets.token_hex(4)
 JOBS = {"ClasshubJobs": {"gpu_discovery_command": ["true"], "use_nvml": False, "interval": 0.5,
-                         "grace": 2}}
+                         "grace": 2, "grader_user": GRADER}}
 
 
 def nbg(grade_id: str, **meta) -> dict:
@@ -118,8 +127,17 @@ def hub(hub_root: Path):
     data.mkdir()
     (data / "jupyterhub_config.py").write_text(BUSY_MACHINE + CONFIG + traits(JOBS))
     hub = LocalHub(data_dir=data, extra_args=["--system-users", "--create-system-users"])
-    with system_users_hub(hub, [PREFIX + accounts.safe_name(u) for u in ("student1", "student2")]) as started:
-        yield started
+    names = [PREFIX + accounts.safe_name(u) for u in ("student1", "student2")]
+    created = os.geteuid() == 0  # else system_users_hub skips (or fails in CI)
+    if created:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
+                        GRADER], check=True)
+    try:
+        with system_users_hub(hub, names) as started:
+            yield started
+    finally:
+        if created:
+            subprocess.run(["userdel", GRADER], check=False)
 
 
 def _hand_in(hub: LocalHub, user: str, token: str, data: bytes) -> dict:
@@ -197,7 +215,8 @@ def test_autograded_assignment_graded_as_jobs_with_feedback_overrides_and_csv(hu
     assert cells == {"q1": ("passed", 2), "q2": ("passed", 3), "essay": ("manual", None)}
     assert two["score"] == 3, two["feedback"]
     (probe,) = [c["message"] for c in two["feedback"]["notebooks"][0]["cells"] if c["grade_id"] == "q1"]
-    assert "PROBE" in probe and "'uid': 65534" in probe, probe  # the grader ran as nobody
+    grader_uid = pwd.getpwnam(GRADER).pw_uid  # the grader ran as the grading account
+    assert "PROBE" in probe and f"'uid': {grader_uid}," in probe, probe
     assert "'env'" not in probe and "token" not in probe.lower() and "sqlite format" not in probe.lower()
     assert "other-hidden" not in probe and "hidden-check" not in probe, probe
     # other gradings' folders cannot be listed; this one's inputs were gone before the code ran
@@ -393,7 +412,8 @@ def test_competition_notebooks_and_scoring_scripts_run_as_jobs_in_the_grading_sa
     r = _send_notebook(hub, s2, probe)
     assert r.status_code == 202, r.text
     seen = _entry(hub, s2, "house", r.json()["id"])["message"]
-    assert "PROBE" in seen and "'uid': 65534" in seen, seen  # the grader account, not student2
+    grader = f"'uid': {pwd.getpwnam(GRADER).pw_uid},"
+    assert "PROBE" in seen and grader in seen, seen  # the grading account, not student2
     assert "'env'" not in seen and "'environ': []" in seen, seen
     for i in range(len(targets)):
         assert f"{i}: 'PermissionError'" in seen, (i, targets[i], seen)
@@ -423,7 +443,7 @@ def test_competition_notebooks_and_scoring_scripts_run_as_jobs_in_the_grading_sa
     assert "PROBE" not in json.dumps(failed) and "detail" not in failed  # the student: the sentence only
     (staff,) = [s for s in api(hub, "GET", f"{C}/scripted/submissions", teacher).json() if s["id"] == entry]
     detail = staff["detail"]
-    assert "PROBE" in detail and "'uid': 65534" in detail and "'env'" not in detail, detail
+    assert "PROBE" in detail and grader in detail and "'env'" not in detail, detail
     assert "'environ': []" in detail and "'sandboxes': 'PermissionError'" in detail, detail
     for i in range(len(targets)):
         assert f"{i}: 'PermissionError'" in detail, (i, targets[i], detail)
@@ -465,3 +485,113 @@ def test_competition_notebooks_and_scoring_scripts_run_as_jobs_in_the_grading_sa
     said = [e["sentence"] for e in log]
     assert f"student1 submitted a notebook to house (submission {good['id']}, runs as a job)" in said
     assert any(s.startswith(f"student1's submission {good['id']} to house was scored") for s in said), said
+
+
+# ------------------------------------------------------------------ one grading account, two jobs
+#: A first grading's answer: leaves a daemon behind (double fork, setsid) that hunts, through
+#: /proc, for another grading of the same account (its sandbox folder and kernel connection file in
+#: command lines, its working folder) and writes what it reaches into OUT; the grading itself
+#: waits until the test says the second grading was submitted (OUT/go).
+LURKER = '''
+import os, re, time
+KERNEL, GRADER_PID = os.getpid(), os.getppid()
+def _hunt():
+    mine = os.path.dirname(os.getcwd())
+    root = os.path.dirname(mine) + "/"
+    with open(OUT + "/daemon.pid", "w") as f:
+        f.write(str(os.getpid()))
+    while True:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            if int(pid) in (KERNEL, GRADER_PID, os.getpid()):
+                continue
+            try:
+                args = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace").split("\\0")
+            except OSError:
+                continue
+            try:
+                same = os.stat(f"/proc/{pid}").st_uid == os.getuid()
+            except OSError:
+                continue
+            places = [a for a in args if re.match(re.escape(root) + "[0-9a-f]{32}", a)
+                      or (same and ("kernel-" in a or a.endswith(".json")))]
+            try:
+                places.append(os.readlink(f"/proc/{pid}/cwd"))
+            except OSError:
+                pass
+            for place in places:
+                if mine in place or not place.startswith("/"):
+                    continue
+                if place.startswith(root):
+                    open(OUT + "/seen-" + pid, "w").write(" ".join(args))
+                for path in (place, place + "/submission/lab1.ipynb", place + "/lab1.ipynb"):
+                    try:
+                        data = open(path, "rb").read() if os.path.isfile(path) else os.listdir(path)
+                    except OSError:
+                        continue
+                    open(OUT + "/found-" + pid, "a").write(str(data)[:4000])
+        time.sleep(0.05)
+
+child = os.fork()
+if child == 0:
+    os.setsid()
+    if os.fork() == 0:
+        try:
+            _hunt()
+        finally:
+            os._exit(0)
+    os._exit(0)
+os.waitpid(child, 0)
+for _ in range(1000):
+    if os.path.exists(OUT + "/go"):
+        break
+    time.sleep(0.05)
+
+def double(x):
+    return x + x
+'''
+
+
+def test_a_daemon_left_by_one_grading_never_reaches_the_next(hub: LocalHub):
+    """Two gradings of the one grading account: the second waits (admitted, with a sentence)
+    until the first is over, the first's daemon is killed when it ends, and it reaches nothing of
+    the second (its submission, its kernel)."""
+    t = {u: HubSession(hub, u).new_token() for u in ("teacher1", "student1", "student2")}
+    out = Path(tempfile.mkdtemp(prefix="classhub-lurker-"))
+    out.chmod(0o1777)
+    try:
+        first = _hand_in(hub, "student1", t["student1"],
+                         answered(f"OUT = {str(out)!r}\n" + LURKER))
+        wait_for(lambda: (out / "daemon.pid").exists(), 240, "the first grading's daemon to start")
+        secret = "victim-" + secrets.token_hex(8)
+        second = _hand_in(hub, "student2", t["student2"],
+                          answered(f"# {secret}\ndef double(x):\n    return 2 * x\n"))
+
+        def job(submission: dict) -> dict:
+            jobs = api(hub, "GET", f"jobs?course={COURSE}", t["teacher1"]).json()["jobs"]
+            (found,) = [j for j in jobs if j["name"] == f"grade-lab1-{submission['id']}"]
+            return api(hub, "GET", f"jobs/{found['id']}", t["teacher1"]).json()
+
+        def held_back():
+            said = [e["message"] for e in job(second)["events"]]
+            return any("run one at a time" in m for m in said) and said
+        said = wait_for(held_back, 240, "the second grading to wait for the first")
+        assert any(f"grading account {GRADER}" in m for m in said), said
+        (out / "go").write_text("")
+        one, two = _graded(hub, t["student1"], first["id"]), _graded(hub, t["student2"], second["id"])
+        assert one["score"] == 5 and two["score"] == 5, (one["feedback"], two["feedback"])
+
+        # the two never ran at once: the second started after the first had ended
+        a, b = job(first), job(second)
+        assert a["finished_at"] and b["started_at"] and b["started_at"] >= a["finished_at"], (a, b)
+        # the daemon is gone, and it reached nothing of the second grading
+        pid = int((out / "daemon.pid").read_text())
+        try:
+            alive = psutil.Process(pid).uids().real == pwd.getpwnam(GRADER).pw_uid
+        except psutil.NoSuchProcess:
+            alive = False
+        assert not alive, "the first grading's daemon outlived its job"
+        left = {p.name: p.read_text(errors="replace") for p in out.iterdir()}
+        assert not [n for n in left if n.startswith(("found-", "seen-"))], left
+        assert not any(secret in text for text in left.values()), left
+    finally:
+        shutil.rmtree(out, ignore_errors=True)

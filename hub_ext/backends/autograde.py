@@ -219,11 +219,12 @@ def _error_of(cell: NotebookNode) -> str | None:
 
 def grade(source: NotebookNode, student_data: bytes, where: str, *, time_limit: float,
           output_cap: int = OUTPUT_CAP, kernel_name: str = "python3",
-          cwd: str | None = None) -> Outcome:
+          cwd: str | None = None, private: bool = False) -> Outcome:
     """Run ``student_data`` (the student's notebook file) with the teacher's tests and score each
     graded cell of ``source``. Never raises for what the student's notebook does: a notebook that
     cannot be read, a test that fails, a time limit reached, a kernel that died or outputs over
-    the cap end as scores and a sentence in the `Outcome`."""
+    the cap end as scores and a sentence in the `Outcome`. `private`: the kernel makes itself
+    non-dumpable before any cell runs (as the grader does: hub_ext.backends.grader)."""
     cells = graded_cells(source, f"the source of {where}")
     outcome = Outcome(where)
     try:
@@ -244,7 +245,7 @@ def grade(source: NotebookNode, student_data: bytes, where: str, *, time_limit: 
     ran: set[int] = set()
     deadline = time.monotonic() + time_limit
     try:
-        outcome.message = asyncio.run(_run(client, merged, ran, deadline))
+        outcome.message = asyncio.run(_run(client, merged, ran, deadline, private))
     except Exception as e:  # the kernel could not start: nothing of the student's ran
         outcome.message = (f"The grader could not start a kernel ({type(e).__name__}: "
                            f"{G.truncate(str(e), 300)}); ask your teacher to regrade")
@@ -276,9 +277,18 @@ def grade(source: NotebookNode, student_data: bytes, where: str, *, time_limit: 
     return outcome
 
 
-async def _run(client: _CappedClient, nb: NotebookNode, ran: set[int], deadline: float) -> str:
+#: what a private kernel runs first: PR_SET_DUMPABLE 0, so no process of its account can read
+#: its memory, files or environment through /proc (ptrace rules need a dumpable target)
+KERNEL_PREAMBLE = "import ctypes as _c; _c.CDLL(None).prctl(4, 0, 0, 0, 0); del _c"
+
+
+async def _run(client: _CappedClient, nb: NotebookNode, ran: set[int], deadline: float,
+               private: bool = False) -> str:
     """Run every code cell in order until the deadline; the sentence of how it ended."""
     async with client.async_setup_kernel():
+        if private:
+            await client.kc.execute_interactive(KERNEL_PREAMBLE, silent=True, store_history=False,
+                                                timeout=max(1.0, deadline - time.monotonic()))
         for index, cell in enumerate(nb.cells):
             if cell.get("cell_type") != "code":
                 continue

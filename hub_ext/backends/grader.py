@@ -16,12 +16,17 @@ Why this shape:
   inherits (local mode; on Kubernetes the pod's memory limit). The time limit bounds every cell
   (hub_ext.backends.autograde.grade); the job's max_runtime is a little longer, so the job
   service ends a grader that hangs anyway.
+- **Non-dumpable** (``private`` in grading.json, where jobs run as a grading account rather than
+  the service's own): this process and its kernels make themselves non-dumpable before any
+  student code runs, so no other process of the account can read their memory, environment or
+  open files through /proc (docs/teachers/autograding.md, "Isolation").
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import resource
@@ -33,6 +38,12 @@ from hub_ext.backends import autograde
 from hub_ext.core import grading as G
 
 MARKER = "CLASSHUB-GRADING-RESULT"
+_PR_SET_DUMPABLE = 4
+
+
+def _undumpable() -> None:
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,9 +58,14 @@ def main(argv: list[str] | None = None) -> int:
         return int(e.code or 0) or 2
     folder = Path(args.folder)
     config = json.loads((folder / "grading.json").read_text())
+    private = bool(config.get("private", True))
+    if private:
+        _undumpable()
     sources = {path: (folder / "source" / path).read_bytes() for path in config["notebooks"]}
     if args.drop_to is not None:
         folder = _hand_over(folder, Path(args.work), args.drop_to)
+        if private:
+            _undumpable()  # a change of uid makes a process dumpable again
     else:
         for done in (folder / "grading.json", folder / "source"):  # one-time: gone before code runs
             with contextlib.suppress(OSError):
@@ -74,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             outcome = autograde.grade(source, data, path, time_limit=float(config["time_limit"]),
                                       output_cap=int(config.get("output_cap", autograde.OUTPUT_CAP)),
-                                      cwd=str(target.parent))
+                                      cwd=str(target.parent), private=private)
         outcomes.append(outcome)
     line = json.dumps(autograde.summary(outcomes), separators=(",", ":"))
     sys.stdout.flush()

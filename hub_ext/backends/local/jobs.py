@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import pwd
 import re
@@ -49,7 +50,7 @@ from pathlib import Path
 import psutil
 
 from hub_ext.backends.jobs import ENDED, PENDING, RUNNING, Launch, ReplicaLaunch, ReplicaStatus, replica_name
-from hub_ext.backends.local import accounts, processes
+from hub_ext.backends.local import accounts, processes, sandbox
 from hub_ext.core.admission import NodeState
 from hub_ext.core.devices import Inventory, cuda_visible_devices, matches_product, product_label
 from hub_ext.core.resources import PODS, ResourceVector
@@ -61,6 +62,7 @@ JOB_ENV = "CLASSHUB_JOB_ID"
 JOB_HUB_ENV = "CLASSHUB_HUB_API_URL"
 SERVER_HUB_ENV = "JUPYTERHUB_API_URL"
 _WRAPPER = "hub_ext.backends.local.jobwrap"
+log = logging.getLogger(__name__)
 
 
 def torch_env(launch: Launch, replica: ReplicaLaunch, master_addr: str = "127.0.0.1") -> dict[str, str]:
@@ -144,6 +146,13 @@ class LocalJobs:
         #: the hub this backend's jobs belong to (None: every hub's servers count as holders)
         self.hub_api_url = hub_api_url
         self._children: dict[int, subprocess.Popen] = {}
+        #: sandbox jobs this service launched whose wrapper may not hold the lock yet
+        self._sandboxes: dict[str, Launch] = {}
+        if system_users and grader_user == "nobody":
+            log.warning("classhub: grading jobs run as 'nobody', an account other daemons may use: "
+                        "create a dedicated account (e.g. classhub-grader) and set "
+                        "c.ClasshubJobs.grader_user; a job's sweep kills what that account started "
+                        "while the job ran (docs/teachers/autograding.md, \"Isolation\")")
 
     # -- capacity -------------------------------------------------------------------------------
     def allocatable(self) -> ResourceVector:
@@ -202,6 +211,51 @@ class LocalJobs:
         of the service's account, mode 0711 (a grader enters its own folder, whose random name
         it is told, but lists nothing)."""
         return self.state_dir.parent / "grading"
+
+    def sandbox_lock(self) -> Path:
+        """The lock a sandbox job's wrapper holds for its whole life (one at a time)."""
+        return self.sandbox_root() / sandbox.LOCK_NAME
+
+    async def hold_back(self, launch: Launch) -> str | None:
+        """Why an admitted job must not start yet (None: start it). With system users, sandbox
+        jobs share one Unix account, so only one runs at a time (hub_ext.backends.local.sandbox):
+        the next waits here, admitted, and its time limit starts only when it runs."""
+        if not (self.system_users and launch.sandbox):
+            return None
+        return await asyncio.to_thread(self._hold_back, launch)
+
+    def _hold_back(self, launch: Launch) -> str | None:
+        folder = self.job_dir(launch)
+        if any((folder / f"{replica_name(r.role, r.index)}.pid").exists() for r in launch.replicas):
+            return None  # launched already (before a restart of the service): it holds the lock
+        for job_id, other in list(self._sandboxes.items()):
+            if job_id != launch.job_id and not self._sandbox_over(other):
+                return self._waiting_sentence()
+            if job_id != launch.job_id:
+                del self._sandboxes[job_id]
+        if launch.job_id not in self._sandboxes:
+            # free (else one started before a restart of the service holds it): sweep what the
+            # last job left now, so no process of it sees this job's wrapper start
+            fd = sandbox.hold(self.sandbox_lock(), self._grader().uid, wait=False, begin=False)
+            if fd is None:
+                return self._waiting_sentence()
+            os.close(fd)
+        self._sandboxes[launch.job_id] = launch
+        return None
+
+    def _waiting_sentence(self) -> str:
+        return (f"waiting for another grading or competition job to end: jobs of the grading "
+                f"account {self.grader_user} run one at a time")
+
+    def _sandbox_over(self, launch: Launch) -> bool:
+        """True once every replica of a launched sandbox job has ended (its wrapper, which
+        swept what the job left, is gone) or it was stopped."""
+        folder = self.job_dir(launch)
+        for replica in launch.replicas:
+            name = replica_name(replica.role, replica.index)
+            if not (folder / f"{name}.pid").exists() or _live_wrapper(folder / f"{name}.pid"):
+                return False
+        return True
 
     def _grader(self) -> accounts.Account:
         if not self.system_users:
@@ -278,6 +332,8 @@ class LocalJobs:
             workdir = os.path.join(home, launch.workdir) if launch.workdir else str(home)
         folder = self._private_dir(self.job_dir(launch))
         switch = ["--uid", str(account.uid), "--gid", str(account.gid)] if self.system_users else []
+        if self.system_users and launch.sandbox:
+            switch += ["--lock", str(self.sandbox_lock())]
         for replica in launch.replicas:
             name = replica_name(replica.role, replica.index)
             if (folder / f"{name}.pid").exists():
@@ -396,7 +452,19 @@ class LocalJobs:
                     proc.kill()
             await asyncio.sleep(0.05)
         await asyncio.to_thread(self._status, launch)  # reap
+        if self.system_users and launch.sandbox:
+            await asyncio.to_thread(self._sweep_sandbox, launch)
         await asyncio.to_thread(self._set_aside_all, launch)
+
+    def _sweep_sandbox(self, launch: Launch) -> None:
+        """After a stop: what the sandbox job left (its wrapper may have been killed before its
+        own sweep). Only while no other sandbox job holds the lock; else that job's wrapper swept
+        before it started."""
+        self._sandboxes.pop(launch.job_id, None)
+        fd = sandbox.hold(self.sandbox_lock(), self._grader().uid, wait=False,
+                          begin=False)
+        if fd is not None:
+            os.close(fd)
 
     def _set_aside_all(self, launch: Launch) -> None:
         """After a stop, every replica's claim and exit status are set aside (kept as ``.n``, as

@@ -22,8 +22,13 @@ The command's environment comes from ``<replica>.env`` (written by the service, 
 read): the wrapper's own environment stays the service's clean one, so variables a user chose
 (``PYTHONPATH``, ``LD_PRELOAD``) never reach a process with the service's rights.
 
+A sandbox job (grading, competitions) also gets ``--lock PATH``: the wrapper holds that lock for
+the job's whole life and kills what the grading account left behind before the command starts
+and after it ends, before its exit status is recorded (hub_ext.backends.local.sandbox).
+
 Usage (by hub_ext.backends.local.jobs): ``python -I -m hub_ext.backends.local.jobwrap DIR REPLICA
-[--uid N --gid N] [--cwd PATH] -- COMMAND...``; stdout and stderr are the replica's log already.
+[--uid N --gid N] [--cwd PATH] [--lock PATH] -- COMMAND...``; stdout and stderr are the replica's
+log already.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ import sys
 from pathlib import Path
 
 import psutil
+
+from hub_ext.backends.local import sandbox
 
 #: Exit status of a wrapper that found the replica already claimed: it ran nothing.
 ALREADY_CLAIMED = 75
@@ -58,7 +65,7 @@ def _options(argv: list[str]) -> tuple[dict[str, str], list[str]] | None:
     if len(head) % 2 or not command:
         return None
     pairs = dict(zip(head[::2], head[1::2], strict=True))
-    if any(k not in ("--uid", "--gid", "--cwd") for k in pairs):
+    if any(k not in ("--uid", "--gid", "--cwd", "--lock") for k in pairs):
         return None
     return pairs, command
 
@@ -97,7 +104,7 @@ def _environment(path: Path) -> dict[str, str]:
 def main(argv: list[str]) -> int:
     parsed = _options(argv[2:]) if len(argv) >= 4 else None
     if parsed is None:
-        print("usage: jobwrap DIR REPLICA [--uid N --gid N] [--cwd PATH] -- COMMAND...",
+        print("usage: jobwrap DIR REPLICA [--uid N --gid N] [--cwd PATH] [--lock PATH] -- COMMAND...",
               file=sys.stderr)
         return 2
     folder, replica = Path(argv[0]), argv[1]
@@ -116,6 +123,11 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, lambda *_: None)
     uid = int(options["--uid"]) if "--uid" in options else None
     gid = int(options["--gid"]) if "--gid" in options else None
+    lock = options.get("--lock") if uid is not None else None
+    begins = None
+    if lock is not None:  # held until this process exits: no other sandbox job meanwhile
+        held = sandbox.hold(Path(lock), uid)
+        begins = sandbox.recorded_start(held) if held is not None else None
     try:
         child = subprocess.Popen(command, env=env, preexec_fn=_become(uid, gid, options.get("--cwd")))
     except (OSError, subprocess.SubprocessError) as e:
@@ -132,6 +144,8 @@ def main(argv: list[str]) -> int:
         except InterruptedError:  # pragma: no cover - PEP 475 retries, kept for clarity
             continue
     code = 128 - code if code < 0 else code
+    if lock is not None:  # nothing the job started outlives it (a daemon, a double fork)
+        sandbox.sweep(uid, begins)
     _record(folder / f"{replica}.exit", code)
     return code
 

@@ -170,7 +170,10 @@ class Grading:
         nonce = secrets.token_hex(16)
         files["grading.json"] = json.dumps({
             "nonce": nonce, "time_limit": settings["time_limit"], "notebooks": settings["notebooks"],
-            "memory": settings.get("memory"), "output_cap": autograde.OUTPUT_CAP}).encode()
+            "memory": settings.get("memory"), "output_cap": autograde.OUTPUT_CAP,
+            # non-dumpable grader and kernels where jobs run as a grading account: the service's
+            # own account must still find its jobs by their environment (hub_ext.backends.grader)
+            "private": bool(getattr(self.jobs.backend, "system_users", True))}).encode()
         backend = self.jobs.backend
         sandbox = await backend.prepare_sandbox(files)
         command = grader_command(self.python, sandbox)

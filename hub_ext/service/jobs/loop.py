@@ -110,6 +110,8 @@ class JobLoop:
         self._stopping: dict[str, asyncio.Task] = {}
         self._launching: dict[str, asyncio.Task] = {}
         self._launched: set[str] = set()
+        #: admitted jobs the backend holds back (`_follow`): when it last did
+        self._held_back: dict[str, datetime] = {}
         #: The cycle's reservations, carried into the next cycle's snapshot so that each keeps
         #: its place (conservative backfilling: docs/admission.md).
         self._reserved: tuple[tuple[str, tuple[tuple[str, int, str], ...]], ...] = ()
@@ -233,6 +235,7 @@ class JobLoop:
         if job is None:
             self._told.pop(job_id, None)
             self._launched.discard(job_id)
+            self._held_back.pop(job_id, None)
             return
         if record.state == J.QUEUED:
             self.queue.add(job)
@@ -268,9 +271,20 @@ class JobLoop:
             self._stop_soon(record, launch)
             return
         if record.state == J.ADMITTED and record.job_id not in self._launched:
+            # the backend may hold an admitted job back (local sandbox jobs: one at a time per
+            # grading account, hub_ext.backends.local.sandbox); its start timeout counts from
+            # when it is let go, so waiting never fails it
+            hold_back = getattr(self.backend, "hold_back", None)
+            reason = await hold_back(launch) if hold_back is not None else None
+            if reason:
+                if record.job_id not in self._held_back:
+                    await asyncio.to_thread(self.store.note, record.job_id, now, reason)
+                self._held_back[record.job_id] = now
+                return
             self._launch_soon(record.job_id, launch)  # after a restart: creates what is missing
         statuses = await self.backend.status(launch)
-        waited = (now - (record.admitted_at or now)).total_seconds()
+        since = max(filter(None, (record.admitted_at, self._held_back.get(record.job_id))), default=now)
+        waited = (now - since).total_seconds()
         if self.delegate is None and record.state == J.ADMITTED and waited > self.start_timeout and any(
                 s.state == PENDING for s in statuses.values()):
             await self._request(record, J.STOP_FAILURE, now,
@@ -428,8 +442,10 @@ class JobLoop:
                     started.add(record.job_id)
                     fresh = await asyncio.to_thread(self.store.get, record.job_id)
                     self._apply(record.job_id, fresh)
-                    if record.job_id in self.holding:
+                    if record.job_id in self.holding and not hasattr(self.backend, "hold_back"):
                         self._launch_soon(record.job_id, self.holding[record.job_id].launch)
+                    elif record.job_id in self.holding:
+                        self.poke()  # `_follow` asks the backend whether it may start now
             except QuotaDenied as e:  # a server took the room between snapshot and ledger
                 await asyncio.to_thread(self.store.set_waiting, {
                     record.job_id: ("course_quota", e.decision.message, None, None)})

@@ -361,6 +361,13 @@ class JobStore:
         self._changed(job_id)
         return self.get(job_id)  # type: ignore[return-value]
 
+    def note(self, job_id: str, now: datetime, message: str) -> None:
+        """An event that changes no state (why an admitted job has not started yet)."""
+        with self.sessions.begin() as session:
+            record = self._locked(session, job_id)
+            session.add(JobEvent(job=record, at=now, state=record.state, message=message))
+        self._changed(job_id)
+
     def fail_queued(self, job_id: str, now: datetime, message: str) -> None:
         with self.sessions.begin() as session:
             record = self._locked(session, job_id)

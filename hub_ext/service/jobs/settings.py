@@ -70,9 +70,11 @@ class ClasshubJobs(Configurable):
                         "account, as ClasshubLocalSpawner.system_users.").tag(
         env="CLASSHUB_SYSTEM_USERS")
     grader_user = Unicode("nobody", config=True, help="Local mode with system_users: the Unix "
-                          "account grading jobs run under (issue 34: neither a student's nor the "
-                          "service's; a dedicated account such as classhub-grader is better than "
-                          "nobody when other services also run as nobody). Without system_users "
+                          "account grading and competition jobs run under, one job at a time (issue "
+                          "34: neither a student's nor the service's). Make it an account of "
+                          "classhub's alone, such as classhub-grader: when a job ends, every "
+                          "process the account started meanwhile is killed (nobody: a warning at "
+                          "start). Without system_users "
                           'grading runs as the hub\'s account (docs/teachers/autograding.md, "Isolation").')
     system_user_prefix = Unicode("jupyter-", config=True, help="Local mode: prefix of the users' "
                                  "Unix accounts.").tag(
