@@ -18,6 +18,8 @@ What runs where:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
 import json
 import os
 import re
@@ -277,9 +279,18 @@ def grade(source: NotebookNode, student_data: bytes, where: str, *, time_limit: 
     return outcome
 
 
+_PR_SET_DUMPABLE = 4
 #: what a private kernel runs first: PR_SET_DUMPABLE 0, so no process of its account can read
 #: its memory, files or environment through /proc (ptrace rules need a dumpable target)
-KERNEL_PREAMBLE = "import ctypes as _c; _c.CDLL(None).prctl(4, 0, 0, 0, 0); del _c"
+KERNEL_PREAMBLE = f"import ctypes as _c; _c.CDLL(None).prctl({_PR_SET_DUMPABLE}, 0, 0, 0, 0); del _c"
+
+
+def undumpable() -> None:
+    """Make this process non-dumpable (the grader's and the competition runner's, as their
+    kernels are by `KERNEL_PREAMBLE`); a system without prctl runs on all the same. Call it again
+    after a change of uid, which makes a process dumpable again."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 async def _run(client: _CappedClient, nb: NotebookNode, ran: set[int], deadline: float,

@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import base64
 import contextlib
-import ctypes
 import json
 import os
 import resource
@@ -47,15 +46,10 @@ from hub_ext.backends import autograde
 from hub_ext.core import grading as G
 
 MARKER = "CLASSHUB-COMPETITION-RESULT"
-_PR_SET_DUMPABLE = 4
 #: the first cell a submitted notebook's kernel runs: the kernel, too, becomes non-dumpable, so
 #: another student's notebook running as the same account cannot look into it through /proc
-KERNEL_PREAMBLE = "import ctypes as _c; _c.CDLL(None).prctl(4, 0, 0, 0, 0); del _c"
+KERNEL_PREAMBLE = autograde.KERNEL_PREAMBLE
 
-
-def _undumpable() -> None:
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,11 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     config = json.loads((folder / "run.json").read_text())
     private = bool(config.get("private", True))
     if private:
-        _undumpable()
+        autograde.undumpable()
     if args.drop_to is not None:
         folder = _hand_over(folder, Path(args.work), args.drop_to)
         if private:
-            _undumpable()  # a change of uid makes a process dumpable again
+            autograde.undumpable()  # a change of uid makes a process dumpable again
     else:
         with contextlib.suppress(OSError):  # one-time: gone before any other code runs
             (folder / "run.json").unlink()
