@@ -238,6 +238,8 @@ class JobLoop:
             self._held_back.pop(job_id, None)
             return
         if record.state == J.QUEUED:
+            # back in the queue (after a preemption): its next admission launches it again
+            self._launched.discard(job_id)
             self.queue.add(job)
             self.queued[job_id] = (record, job)
             return
