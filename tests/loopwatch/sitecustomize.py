@@ -247,7 +247,10 @@ def _report(handle, watch: Watch, wall: float, cpu: float, queued: float, others
         if samples:
             mine = [where for who, where in samples if who == "classhub"]
             verdict = len(mine) * 2 >= len(samples)
-            where = max(set(mine), key=mine.count) if mine else samples[-1][1]
+            # the place most samples saw (a sample taken as the callback returns names no one)
+            named = [where for _, where in samples if where]
+            where = (max(set(mine), key=mine.count) if mine
+                     else max(set(named), key=named.count) if named else samples[-1][1])
         else:  # the stall held the interpreter (one C call): the task's own code is the witness
             verdict, where = chain[0] == "classhub", chain[1]
         _write({"pid": os.getpid(), "argv": " ".join(sys.argv[:3]), "handle": repr(handle)[:400],
