@@ -499,7 +499,7 @@ class DataCopyHandler(DataBase, TemplatesBase):
                                            course)) from None
                 text = str(e).replace("submit again", "copy again").replace("submit a smaller",
                                                                             "copy a smaller")
-                raise web.HTTPError(400, f"Not copied: {text.rstrip('.')}.".replace("%", "%%")) from None
+                raise DataPathError(f"Not copied: {text.rstrip('.')}") from None
             try:
                 size, files = await asyncio.to_thread(folders.place_folder, course, files_dir, body.target)
             except DataExists as e:
@@ -544,7 +544,7 @@ class DataCopyHandler(DataBase, TemplatesBase):
                 max_files=limits.max_files, max_bytes=limits.max_bytes, max_depth=limits.max_depth))
             await reader.copy_into(folder, stager)
         except template_rules.TemplateError:
-            raise web.HTTPError(400, f"{folder!r} in your server is a file; name a folder.") from None
+            raise DataPathError(f"{folder!r} in your server is a file; name a folder") from None
         finally:
             reader.client.close()
 
