@@ -13,13 +13,16 @@ What it adds to KubeSpawner, and why:
   backoff (honouring Retry-After) within ``k8s_api_request_retry_timeout``; 403/404/422 become a
   sentence saying what to do;
 - reflectors that died (failed first list, watch that gave up) are restarted on the next
-  spawn or poll instead of failing every later spawn.
+  spawn or poll instead of failing every later spawn;
+- a server is reported ready the moment the pod watch sees its pod run, not at KubeSpawner's
+  next poll of its reflector (waits of 0.2 s, 0.4 s, 0.8 s, ...; `_start_and_notice_running`).
 The spawn path makes the same API calls as KubeSpawner's; the additions are bookkeeping.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from typing import Any
 
@@ -34,6 +37,7 @@ from hub_ext.backends.coursedata import ClasshubCourseData, pod_volumes
 from hub_ext.backends.kubernetes import servers
 from hub_ext.backends.kubernetes.informer import live_capacity, mark_failure_seen
 from hub_ext.backends.kubernetes.labels import HOME_VOLUME_ANNOTATION
+from hub_ext.backends.kubernetes.reflectors import WakingPodReflector, waking
 from hub_ext.backends.kubernetes.servers import ApiFailure
 from hub_ext.backends.kubernetes.templates import seed_pod_parts
 from hub_ext.backends.templates import ClasshubTemplates
@@ -251,6 +255,7 @@ class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
     _created_pvc = False  # this attempt created the PVC (delete it if the attempt fails)
     _discard_pvc = False  # a failed attempt's PVC still has to be deleted (by stop)
     _last_transient: tuple[int | None, str] | None = None  # (status, object) of the last retry
+    _created_pod_uid: asyncio.Future[str | None] | None = None  # the uid of the pod this attempt made
 
     # ------------------------------------------------------------------ spawn
     async def _start(self) -> str:
@@ -258,7 +263,7 @@ class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
         self._last_transient = None
         budget = max(self.start_timeout - self.start_margin, 1.0)
         try:
-            url = await asyncio.wait_for(super()._start(), budget)
+            url = await asyncio.wait_for(self._start_and_notice_running(), budget)
             if self.template_job is not None and self.classhub_db_url:  # what on_start re-seeds next
                 await store.in_thread(record_seeded, self.classhub_db_url, self.user.name,
                                         self.template_job, None)
@@ -275,6 +280,50 @@ class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
             self.log.warning("Spawn of %s failed (%s, %r): %s", self._log_name, reason, exc, message)
             await self._clean_up_attempt()
             raise spawn_error(message, reason) from None
+
+    async def _start_and_notice_running(self) -> str:
+        """KubeSpawner's start, answered the moment the pod reflector's watch sees the new pod run.
+
+        KubeSpawner notices a running pod by polling its reflector with exponential backoff
+        (0.2 s, 0.4 s, 0.8 s, ...), so a server ready just after a poll was reported up to a
+        whole interval late (hub_ext/backends/kubernetes/reflectors.py). This waits on the watch
+        for the pod this attempt created (its uid) beside KubeSpawner's own start, and ends that
+        start's polling once the pod runs. Where KubeSpawner still has work after the pod exists
+        (internal SSL, a per-pod Service, ``after_pod_created_hook``), its own start decides."""
+        if self.internal_ssl or self.services_enabled or self.after_pod_created_hook:
+            return await super()._start()
+        self._created_pod_uid = asyncio.get_running_loop().create_future()
+        start = asyncio.ensure_future(super()._start())
+        running = asyncio.ensure_future(self._created_pod_running(self._created_pod_uid))
+        try:
+            await asyncio.wait({start, running}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not start.done() and not running.done():  # this wait was cancelled
+                start.cancel()
+            if not running.done():
+                running.cancel()
+        if start.done() or running.cancelled() or running.exception() is not None:
+            return await start  # (a failed watch wait: KubeSpawner's poll still decides)
+        if running.result() is None:
+            return await start
+        pod = running.result()
+        start.cancel()  # only its poll for the running pod is left (checked above: no SSL etc.)
+        with contextlib.suppress(asyncio.CancelledError):
+            await start
+        self.pod_id = pod["metadata"]["uid"]
+        return self._get_pod_url(pod)
+
+    async def _created_pod_running(self, created: asyncio.Future[str | None]) -> dict[str, Any] | None:
+        """The pod this attempt created, once the reflector has it running; None when the pod
+        reflector cannot wake waiters or the create request did not report a uid."""
+        uid = await created
+        reflector = self.pod_reflector
+        if uid is None or not isinstance(reflector, WakingPodReflector):
+            return None
+        return await reflector.until(
+            f"{self.namespace}/{self.pod_name}",
+            lambda pod: (pod is not None and pod["metadata"].get("uid") == uid
+                         and bool(self.is_pod_running(pod))))
 
     def _explain(self, exc: Exception) -> tuple[str | None, str]:
         """(sentence for the student, reason label) for a failed start; None: not ours to word."""
@@ -368,6 +417,9 @@ class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
             pod.metadata.annotations = {**(pod.metadata.annotations or {}),
                                         HOME_VOLUME_ANNOTATION: self._expand_user_properties(home)}
         attempt = await servers.create(self.api, "pod", self.namespace, pod, request_timeout)
+        created = self._created_pod_uid
+        if attempt.created and created is not None and not created.done():
+            created.set_result(attempt.uid)  # `_start_and_notice_running` waits for this pod
         if attempt.done and not attempt.created:
             # 409: a pod of an earlier server is still in the way; remove it and try again.
             self.log.info("Found existing pod %s, deleting it before starting again", self.pod_name)
@@ -418,7 +470,7 @@ class ClasshubKubeSpawner(ProfilesMixin, KubeSpawner):
         created = []
 
         def make(**options: Any) -> Any:
-            created.append(reflector_class(**options))
+            created.append(waking(reflector_class)(**options))
             return created[-1]
 
         try:

@@ -37,12 +37,15 @@ class Attempt:
     """How one create/delete attempt ended.
 
     ``done``: nothing more to do; ``created``: this attempt made the object (False when it
-    already existed or is gone already); ``status``: the transient status that asks for a retry.
+    already existed or is gone already); ``status``: the transient status that asks for a retry;
+    ``uid``: the uid of the object this attempt created (tells it apart from an older one of the
+    same name that a watch may still report).
     """
 
     done: bool
     created: bool = False
     status: int | None = None
+    uid: str | None = None
 
 
 def _status_message(exc: ApiException) -> str:
@@ -81,7 +84,7 @@ async def create(api: Any, kind: str, namespace: str, body: Any, timeout: float)
     """
     call = getattr(api, f"create_namespaced_{kind}")
     try:
-        await asyncio.wait_for(call(namespace, body), timeout)
+        made = await asyncio.wait_for(call(namespace, body), timeout)
     except asyncio.TimeoutError:
         return Attempt(done=False)
     except ApiException as exc:
@@ -96,7 +99,7 @@ async def create(api: Any, kind: str, namespace: str, body: Any, timeout: float)
                 and await exists(api, kind, namespace, name, timeout)):
             return Attempt(done=True)
         raise ApiFailure(exc.status, _status_message(exc), _what(kind)) from None
-    return Attempt(done=True, created=True)
+    return Attempt(done=True, created=True, uid=getattr(getattr(made, "metadata", None), "uid", None))
 
 
 async def exists(api: Any, kind: str, namespace: str, name: str, timeout: float) -> bool:
