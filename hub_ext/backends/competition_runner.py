@@ -12,23 +12,20 @@ token in a Kubernetes pod; hub_ext.backends.grader says how the inputs get there
   (``work/predictions.csv``): ``score(labels_path, predictions_path)`` must return a finite
   number, checked strictly here and again by the service. Never in the service's process.
 
-Like the grader: the settings (``run.json``, with a nonce) are read and deleted before any code
-of a student or a teacher runs; the result is the log's last line, ``CLASSHUB-COMPETITION-RESULT
-<nonce> <json>``, which no code without the nonce can forge; this process makes itself
-non-dumpable, so another job of the same account cannot read its memory or files through /proc
-(``private`` in run.json: where jobs run as a grading account, not as the service's own, whose
-job service must still find its jobs' processes by their environment).
+Like the grader, and through the same code (hub_ext.backends.sandbox_job): the settings
+(``run.json``, with a nonce) are read and deleted before any code of a student or a teacher runs;
+the result is the log's last line, ``CLASSHUB-COMPETITION-RESULT <nonce> <json>``, which no code
+without the nonce can forge; this process makes itself non-dumpable, so another job of the same
+account cannot read its memory or files through /proc (``private`` in run.json: where jobs run
+as a grading account, not as the service's own, whose job service must still find its jobs'
+processes by their environment).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import base64
-import contextlib
-import json
 import os
-import resource
 import runpy
 import shutil
 import signal
@@ -42,42 +39,28 @@ from typing import Any
 
 # classhub's own code is read before this process becomes the sandbox's account: in a pod it
 # lies in the job's root-only Secret (/grading/in/lib), which that account cannot read
-from hub_ext.backends import autograde
+from hub_ext.backends import autograde, sandbox_job
 from hub_ext.core import grading as G
 
 MARKER = "CLASSHUB-COMPETITION-RESULT"
 #: the first cell a submitted notebook's kernel runs: the kernel, too, becomes non-dumpable, so
 #: another student's notebook running as the same account cannot look into it through /proc
 KERNEL_PREAMBLE = autograde.KERNEL_PREAMBLE
-
+#: the help of the command's arguments
+HELP = {"inputs": "the job's inputs: run.json and work/",
+        "drop_to": "started as root (Kubernetes): hand a copy of work/ to this uid in --work, then "
+                   "become it",
+        "work": "with --drop-to: the scratch folder to run in"}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hub_ext.backends.competition_runner")
-    parser.add_argument("folder", help="the job's inputs: run.json and work/")
-    parser.add_argument("--drop-to", type=int, help="started as root (Kubernetes): hand a copy of "
-                        "work/ to this uid in --work, then become it")
-    parser.add_argument("--work", help="with --drop-to: the scratch folder to run in")
-    try:
-        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    except SystemExit as e:
-        return int(e.code or 0) or 2
+    args = sandbox_job.arguments("python -m hub_ext.backends.competition_runner", argv, **HELP)
+    if isinstance(args, int):
+        return args
     folder = Path(args.folder)
-    config = json.loads((folder / "run.json").read_text())
-    private = bool(config.get("private", True))
-    if private:
-        autograde.undumpable()
-    if args.drop_to is not None:
-        folder = _hand_over(folder, Path(args.work), args.drop_to)
-        if private:
-            autograde.undumpable()  # a change of uid makes a process dumpable again
-    else:
-        with contextlib.suppress(OSError):  # one-time: gone before any other code runs
-            (folder / "run.json").unlink()
+    config, private = sandbox_job.settings(folder, "run.json")
+    folder = sandbox_job.enter(folder, args, config, private, keep="work", one_time=("run.json",))
     nonce = str(config["nonce"])
-    if config.get("memory"):
-        limit = int(config["memory"])
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     work = folder / "work"
     os.chdir(work)  # the student's or the teacher's code runs in its folder, with relative paths
     if config.get("kind") == "score":
@@ -87,27 +70,12 @@ def main(argv: list[str] | None = None) -> int:
         signal.alarm(0)
     else:
         result = _notebook(work, config, private)
-    line = json.dumps(result, separators=(",", ":"))
-    sys.stdout.flush()
-    os.write(1, f"\n{MARKER} {nonce} {line}\n".encode())
+    sandbox_job.report(MARKER, nonce, result)
     return 0
 
 
 def _out_of_time(signum: int, frame: Any) -> None:
     raise TimeoutError("the scoring script ran past its time limit")
-
-
-def _hand_over(inputs: Path, work: Path, uid: int) -> Path:
-    """Copy ``work/`` for ``uid`` and become it (no groups): the inputs, root's and read-only,
-    are out of reach from here on."""
-    shutil.copytree(inputs / "work", work / "work", dirs_exist_ok=True)
-    for path in [work, *work.rglob("*")]:
-        os.chown(path, uid, uid, follow_symlinks=False)
-    os.setgroups([])
-    os.setgid(uid)
-    os.setuid(uid)
-    os.environ["HOME"] = str(work)
-    return work
 
 
 # ---------------------------------------------------------------------------- a notebook

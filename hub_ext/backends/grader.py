@@ -20,54 +20,37 @@ Why this shape:
   the service's own): this process and its kernels make themselves non-dumpable before any
   student code runs, so no other process of the account can read their memory, environment or
   open files through /proc (docs/teachers/autograding.md, "Isolation").
+- What every command of the sandbox does around its own work (the arguments, the one-time
+  settings, the hand-over to the grader uid, the memory limit, the result line) is
+  hub_ext.backends.sandbox_job, shared with a competition's runner.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import json
-import os
-import resource
-import shutil
 import sys
 from pathlib import Path
 
-from hub_ext.backends import autograde
+from hub_ext.backends import autograde, sandbox_job
 from hub_ext.core import grading as G
 
 MARKER = "CLASSHUB-GRADING-RESULT"
-
+#: the help of the command's arguments
+HELP = {"inputs": "the job's inputs: grading.json, source/, submission/",
+        "drop_to": "started as root (Kubernetes): read the inputs, hand a copy of the submission to "
+                   "this uid in --work, then become it",
+        "work": "with --drop-to: the scratch folder to grade in"}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hub_ext.backends.grader")
-    parser.add_argument("folder", help="the job's inputs: grading.json, source/, submission/")
-    parser.add_argument("--drop-to", type=int, help="started as root (Kubernetes): read the inputs, "
-                        "hand a copy of the submission to this uid in --work, then become it")
-    parser.add_argument("--work", help="with --drop-to: the scratch folder to grade in")
-    try:
-        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    except SystemExit as e:
-        return int(e.code or 0) or 2
+    args = sandbox_job.arguments("python -m hub_ext.backends.grader", argv, **HELP)
+    if isinstance(args, int):
+        return args
     folder = Path(args.folder)
-    config = json.loads((folder / "grading.json").read_text())
-    private = bool(config.get("private", True))
-    if private:
-        autograde.undumpable()
+    config, private = sandbox_job.settings(folder, "grading.json")
     sources = {path: (folder / "source" / path).read_bytes() for path in config["notebooks"]}
-    if args.drop_to is not None:
-        folder = _hand_over(folder, Path(args.work), args.drop_to)
-        if private:
-            autograde.undumpable()  # a change of uid makes a process dumpable again
-    else:
-        for done in (folder / "grading.json", folder / "source"):  # one-time: gone before code runs
-            with contextlib.suppress(OSError):
-                shutil.rmtree(done) if done.is_dir() else done.unlink()
+    folder = sandbox_job.enter(folder, args, config, private, keep="submission",
+                               one_time=("grading.json", "source"))
     nonce = str(config["nonce"])
-    if config.get("memory"):
-        limit = int(config["memory"])
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     work = folder / "submission"
     outcomes = []
     for path, source_data in sources.items():
@@ -86,23 +69,8 @@ def main(argv: list[str] | None = None) -> int:
                                       output_cap=int(config.get("output_cap", autograde.OUTPUT_CAP)),
                                       cwd=str(target.parent), private=private)
         outcomes.append(outcome)
-    line = json.dumps(autograde.summary(outcomes), separators=(",", ":"))
-    sys.stdout.flush()
-    os.write(1, f"\n{MARKER} {nonce} {line}\n".encode())
+    sandbox_job.report(MARKER, nonce, autograde.summary(outcomes))
     return 0
-
-
-def _hand_over(inputs: Path, work: Path, uid: int) -> Path:
-    """Copy the submission into ``work`` for ``uid`` and become ``uid`` (no groups): the inputs,
-    root's and read-only, are out of the student's code's reach from here on."""
-    shutil.copytree(inputs / "submission", work / "submission", dirs_exist_ok=True)
-    for path in [work, *work.rglob("*")]:
-        os.chown(path, uid, uid, follow_symlinks=False)
-    os.setgroups([])
-    os.setgid(uid)
-    os.setuid(uid)
-    os.environ["HOME"] = str(work)
-    return work
 
 
 def parse_result(log: str, nonce: str) -> dict | None:
