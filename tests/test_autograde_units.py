@@ -234,7 +234,7 @@ def test_a_grading_pod_has_no_token_no_home_and_its_profile_limits() -> None:
     against the PyTorchJob CRD the API server checks)."""
     from hub_ext.backends.jobs import Launch, ReplicaLaunch
     from hub_ext.backends.kubernetes import jobs as kube
-    from hub_ext.service.assignments.grading import grader_command
+    from hub_ext.service.jobs.sandboxed import grader_command
     from tests.test_jobs_kube import PYTORCHJOB
 
     sandbox = {"secret": "classhub-grading-0123abcd", "items": json.dumps([["f0", "grading.json"],

@@ -28,8 +28,8 @@ from hub_ext.backends import competition_runner as runner
 from hub_ext.backends.competitions import CompetitionStorage
 from hub_ext.core import authz
 from hub_ext.core import competitions as c
-from hub_ext.service.assignments.grading import grader_command
 from hub_ext.service.competitions.runs import split_labels
+from hub_ext.service.jobs.sandboxed import grader_command
 
 pytestmark = pytest.mark.unit
 

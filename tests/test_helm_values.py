@@ -296,7 +296,7 @@ def test_the_grading_network_policy_takes_every_grading_pods_network():
 
     from hub_ext.backends.jobs import Launch, ReplicaLaunch
     from hub_ext.backends.kubernetes import jobs as kube
-    from hub_ext.service.assignments.grading import grader_command
+    from hub_ext.service.jobs.sandboxed import grader_command
     from tests.kubefake.netpol import check_network_policy, selects
 
     (policy,) = rbac_docs("grading-networkpolicy.yaml")

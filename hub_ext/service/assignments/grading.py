@@ -18,7 +18,8 @@ Why it looks like this (docs/teachers/autograding.md):
   submission untouched, regradable. Every message is scrubbed of the hidden tests' lines before it
   is stored (a student's code may put them in an error text).
 - The collector: submissions whose grading waits are kept in memory (read from the store at start),
-  checked every `interval` seconds and when the job store says one of their jobs changed.
+  checked every `interval` seconds and when the job store says one of their jobs changed (as a
+  competition's runs: hub_ext.service.jobs.sandboxed).
 """
 
 from __future__ import annotations
@@ -29,23 +30,20 @@ import json
 import logging
 import secrets
 import shutil
-import sys
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session, sessionmaker
 
-import hub_ext
 from hub_ext import store
 from hub_ext.backends import autograde, grader
 from hub_ext.backends.submissions import SubmissionStorage
 from hub_ext.core import grading as G
 from hub_ext.core import jobs as J
 from hub_ext.core.grading import cell_key
-from hub_ext.service.jobs.loop import launch_of
+from hub_ext.service.jobs.sandboxed import SandboxedJobs
 from hub_ext.store.assignment_models import Assignment, Submission
 
 __all__ = ["Grading", "cells_of", "rescore", "source_dir"]
@@ -59,7 +57,6 @@ FAILED = "failed"
 #: kernel, unreadable notebook); the grader gave no result; the job could not be submitted.
 OUTCOMES = ("graded", "incomplete", "no-result", "not-started")
 _LOG_TAIL = 4 * 1024 * 1024
-_ROLE = "grader"
 GRADED = "submission_graded"
 OVERRIDDEN = "score_overridden"
 REGRADE = "regrade_asked"
@@ -96,19 +93,12 @@ def rescore(s: Submission) -> None:
     s.score, s.max_score = totals.score, totals.max_score
 
 
-class Grading:
+class Grading(SandboxedJobs):
     """Submits grading jobs and collects their results (one per service)."""
 
-    def __init__(self, sessions: sessionmaker[Session], jobs: Any, storage: Any,
-                 python: str = sys.executable, interval: float = 2.0) -> None:
-        self.sessions = sessions
-        self.jobs = jobs
-        self.storage = storage  # () -> SubmissionStorage (raises when not configured)
-        self.python = python
-        self.interval = interval
-        self._pending: dict[int, str] = {}  # submission id -> job id
-        self._wake = asyncio.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
+    prefixes = ("grade-",)
+    logger = log
+    collect_failed = "collecting the grading of submission %s"
 
     # ------------------------------------------------------------------ turning it on
     def prepare(self, assignment: Assignment, sources: Mapping[str, bytes], profile: str,
@@ -173,27 +163,11 @@ class Grading:
             "memory": settings.get("memory"), "output_cap": autograde.OUTPUT_CAP,
             # non-dumpable grader and kernels where jobs run as a grading account: the service's
             # own account must still find its jobs by their environment (hub_ext.backends.grader)
-            "private": bool(getattr(self.jobs.backend, "system_users", True))}).encode()
-        backend = self.jobs.backend
-        sandbox = await backend.prepare_sandbox(files)
-        command = grader_command(self.python, sandbox)
-        fields = {**settings["fields"], "max_runtime": float(settings["time_limit"]) * 2 + 120}
-        now = _now()
-        job = J.parse_job({**fields, "name": name}, owner=settings["owner"], course=course,
-                          submit_time=now.timestamp(),
-                          default_max_runtime=self.jobs.settings.default_max_runtime,
-                          max_runtime_limit=max(self.jobs.settings.max_runtime_limit, fields["max_runtime"]))
-        submission = J.Submission(None, course, name, command, {}, "", fields)
-        try:
-            record, _ = await asyncio.to_thread(self.jobs.store.submit, settings["owner"], course,
-                                                submission, job, now, settings.get("profiles") or {},
-                                                sandbox)
-        except BaseException:
-            await backend.drop_sandbox(sandbox)
-            raise
-        self.jobs.loop.poke()
-        await asyncio.to_thread(self._store_queued, submission_id, record.job_id, name, nonce, sandbox, by)
-        return record.job_id, name
+            "private": self._private()}).encode()
+        job_id, sandbox = await self._submit_job(files, settings, course, name, settings["owner"],
+                                                 "hub_ext.backends.grader")
+        await asyncio.to_thread(self._store_queued, submission_id, job_id, name, nonce, sandbox, by)
+        return job_id, name
 
     def _inputs(self, submission_id: int) -> tuple[dict[str, bytes], dict[str, Any], str, str]:
         storage: SubmissionStorage = self.storage()
@@ -236,59 +210,17 @@ class Grading:
             rescore(s)
 
     # ------------------------------------------------------------------ collecting
-    def job_changed(self, job_id: str) -> None:
-        """JobStore listener (any thread): wake the collector, which looks at its own pending
-        gradings in its loop (``_pending`` is only touched there)."""
-        if self._loop is not None and job_id.startswith("grade-"):
-            self._loop.call_soon_threadsafe(self._wake.set)
-
-    async def run_forever(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self.jobs.store.listen(self.job_changed)
-        self._pending.update(await asyncio.to_thread(self._waiting))
-        while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval)
-            self._wake.clear()
-            for submission_id, job_id in list(self._pending.items()):
-                try:
-                    if await self.collect(submission_id, job_id):
-                        self._pending.pop(submission_id, None)
-                except Exception:
-                    log.exception("collecting the grading of submission %s", submission_id)
-
     def _waiting(self) -> dict[int, str]:
         with self.sessions() as session:
             rows = session.scalars(select(Submission).where(Submission.grading.is_not(None))).all()
             return {s.id: s.grading["job_id"] for s in rows
                     if s.grading.get("state") == QUEUED and s.grading.get("job_id")}
 
-    async def collect(self, submission_id: int, job_id: str) -> bool:
-        """Store the result of a finished grading job; False while it still runs."""
-        record = await asyncio.to_thread(self.jobs.store.get, job_id)
-        if record is None:
-            await asyncio.to_thread(self._store_failure, submission_id,
-                                    "The grading job is gone; ask your teacher to regrade.")
-            return True
-        if record.state not in J.FINAL:
-            return False
-        launch = launch_of(record)
-        text = await self._log_tail(launch)
-        await asyncio.to_thread(self._store_result, submission_id, job_id, record.state, record.reason,
-                                text)
-        with contextlib.suppress(Exception):
-            await self.jobs.backend.drop_sandbox(launch.sandbox)
-        return True
+    def _gone(self, submission_id: int) -> None:
+        self._store_failure(submission_id, "The grading job is gone; ask your teacher to regrade.")
 
-    async def _log_tail(self, launch: Any) -> str:
-        tail, offset = b"", 0
-        while True:
-            chunk = await self.jobs.backend.logs(launch, _ROLE, 0, offset, 1024 * 1024)
-            if not chunk:
-                break
-            offset += len(chunk)
-            tail = (tail + chunk)[-_LOG_TAIL:]
-        return tail.decode("utf-8", "replace")
+    def _log_keep(self) -> int:
+        return _LOG_TAIL
 
     def _store_result(self, submission_id: int, job_id: str, state: str, reason: str, text: str) -> None:
         with self.sessions.begin() as session:
@@ -345,24 +277,6 @@ class Grading:
                 nb = autograde.read_notebook((folder / path).read_bytes(), path)
                 out[path] = [line for cell in nb.cells for line in G.hidden_lines(cell.get("source", ""))]
         return out
-
-
-def grader_command(python: str, sandbox: Mapping[str, str],
-                   module: str = "hub_ext.backends.grader") -> tuple[str, ...]:
-    """The grading job's command: the grader of the very code tree this service runs (its
-    folder first on the path, so an editable install or a second checkout grades with its own
-    code), in isolated mode (no user site, no PYTHON* variables). ``module``: another command of
-    the same sandbox (a competition's runner, hub_ext.backends.competition_runner)."""
-    if sandbox.get("secret"):  # Kubernetes: the grader's code travels in the Secret (grader_bundle)
-        from hub_ext.backends.kubernetes.jobs import GRADER_UID, GRADING_INPUTS, GRADING_WORK
-
-        root, python = f"{GRADING_INPUTS}/lib", "python"
-        args: tuple[str, ...] = (GRADING_INPUTS, "--drop-to", str(GRADER_UID), "--work", GRADING_WORK)
-    else:
-        root, args = str(Path(hub_ext.__file__).resolve().parent.parent), (sandbox["folder"],)
-    code = (f"import sys; sys.path.insert(0, {root!r}); "
-            f"from {module} import main; sys.exit(main())")
-    return (python, "-I", "-c", code, *args)
 
 
 def _job_name(assignment: str, submission_id: int) -> str:

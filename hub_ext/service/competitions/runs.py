@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import csv
 import io
 import json
@@ -44,16 +43,14 @@ from hub_ext.backends import competition_runner as runner
 from hub_ext.backends.competitions import CompetitionStorage
 from hub_ext.core import competitions as rules
 from hub_ext.core import jobs as J
-from hub_ext.service.assignments.grading import grader_command
 from hub_ext.service.assignments.handlers import student_key
-from hub_ext.service.jobs.loop import launch_of
+from hub_ext.service.jobs.sandboxed import SandboxedJobs
 from hub_ext.store.competition_models import CompetitionSubmission
 
 __all__ = ["CompetitionRuns", "split_labels"]
 
 log = logging.getLogger("classhub.competitions")
 
-_ROLE = "grader"
 NOTEBOOK, SCORE = "notebook", "score"
 SCORED_EVENT = "competition_scored"
 RUN_FAILED = "competition_run_failed"
@@ -86,21 +83,18 @@ def _job_name(kind: str, competition: str, entry_id: int) -> str:
     return f"{'compete' if kind == NOTEBOOK else 'score'}-{base}-{int(entry_id)}"
 
 
-class CompetitionRuns:
+class CompetitionRuns(SandboxedJobs):
     """Submits a competition's notebook and scoring jobs and collects their results (one per
     service)."""
 
+    prefixes = _PREFIXES
+    logger = log
+    collect_failed = "collecting competition submission %s"
+
     def __init__(self, sessions: sessionmaker[Session], jobs: Any, storage: Any, limits: Any,
                  python: str = sys.executable, interval: float = 2.0) -> None:
-        self.sessions = sessions
-        self.jobs = jobs
-        self.storage = storage  # () -> CompetitionStorage (raises when not configured)
+        super().__init__(sessions, jobs, storage, python, interval)  # storage: () -> CompetitionStorage
         self.limits = limits  # () -> (rules.Limits, notebook max bytes)
-        self.python = python
-        self.interval = interval
-        self._pending: dict[int, str] = {}  # submission id -> job id
-        self._wake = asyncio.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     # ------------------------------------------------------------------ submitting
     async def start(self, entry_id: int, stage: str) -> None:
@@ -118,30 +112,12 @@ class CompetitionRuns:
     async def _submit(self, entry_id: int, stage: str) -> tuple[str, str]:
         files, settings, course, name, owner = await asyncio.to_thread(self._inputs, entry_id, stage)
         nonce = secrets.token_hex(16)
-        backend = self.jobs.backend
-        # locally without --system-users every job is the service's own account: nothing to hide
-        # from a neighbour, and the job service must read the processes' environment to stop them
-        private = bool(getattr(backend, "system_users", True))
-        files["run.json"] = json.dumps({"kind": stage, "nonce": nonce, "private": private,
+        files["run.json"] = json.dumps({"kind": stage, "nonce": nonce, "private": self._private(),
                                         **settings["run"]}).encode()
-        sandbox = await backend.prepare_sandbox(files)
-        command = grader_command(self.python, sandbox, module="hub_ext.backends.competition_runner")
-        fields = {**settings["fields"], "max_runtime": float(settings["time_limit"]) * 2 + 120}
-        now = _now()
-        job = J.parse_job({**fields, "name": name}, owner=owner, course=course,
-                          submit_time=now.timestamp(),
-                          default_max_runtime=self.jobs.settings.default_max_runtime,
-                          max_runtime_limit=max(self.jobs.settings.max_runtime_limit, fields["max_runtime"]))
-        submission = J.Submission(None, course, name, command, {}, "", fields)
-        try:
-            record, _ = await asyncio.to_thread(self.jobs.store.submit, owner, course, submission, job,
-                                                now, settings.get("profiles") or {}, sandbox)
-        except BaseException:
-            await backend.drop_sandbox(sandbox)
-            raise
-        self.jobs.loop.poke()
-        await asyncio.to_thread(self._store_started, entry_id, stage, record.job_id, name, nonce, sandbox)
-        return record.job_id, name
+        job_id, sandbox = await self._submit_job(files, settings, course, name, owner,
+                                                 "hub_ext.backends.competition_runner")
+        await asyncio.to_thread(self._store_started, entry_id, stage, job_id, name, nonce, sandbox)
+        return job_id, name
 
     def _inputs(self, entry_id: int, stage: str) -> tuple[dict[str, bytes], dict[str, Any], str, str, str]:
         """The job's files and settings: (files, {"run", "fields", "profiles", "time_limit"},
@@ -207,63 +183,22 @@ class CompetitionRuns:
                          stage=run.get("stage", ""), message=s.message)
 
     # ------------------------------------------------------------------ collecting
-    def job_changed(self, job_id: str) -> None:
-        """JobStore listener (any thread): wake the collector in its loop."""
-        if self._loop is not None and job_id.startswith(_PREFIXES):
-            self._loop.call_soon_threadsafe(self._wake.set)
-
-    async def run_forever(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self.jobs.store.listen(self.job_changed)
-        self._pending.update(await asyncio.to_thread(self._waiting))
-        while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval)
-            self._wake.clear()
-            for entry_id, job_id in list(self._pending.items()):
-                try:
-                    # a scoring job that follows a notebook's is pending under the same entry
-                    if await self.collect(entry_id, job_id) and self._pending.get(entry_id) == job_id:
-                        self._pending.pop(entry_id, None)
-                except Exception:
-                    log.exception("collecting competition submission %s", entry_id)
-
     def _waiting(self) -> dict[int, str]:
         with self.sessions() as session:
             rows = session.scalars(select(CompetitionSubmission).where(
                 CompetitionSubmission.state == rules.PENDING)).all()
             return {s.id: s.run["job_id"] for s in rows if (s.run or {}).get("job_id")}
 
-    async def collect(self, entry_id: int, job_id: str) -> bool:
-        """Act on a finished job (keep and score the predictions, or fail with the sentence);
-        False while it still runs."""
-        record = await asyncio.to_thread(self.jobs.store.get, job_id)
-        if record is None:
-            await asyncio.to_thread(self._fail, entry_id, "The job is gone; ask your teacher to score "
-                                                          "the submission again.", "")
-            return True
-        if record.state not in J.FINAL:
-            return False
-        launch = launch_of(record)
+    def _gone(self, entry_id: int) -> None:
+        self._fail(entry_id, "The job is gone; ask your teacher to score the submission again.", "")
+
+    def _log_keep(self) -> int:
         limits, _ = self.limits()
-        text = await self._log_tail(launch, limits.max_bytes * 2 + 1024 * 1024)
-        next_stage = await asyncio.to_thread(self._store_result, entry_id, job_id, record.state,
-                                             record.reason, text)
-        with contextlib.suppress(Exception):
-            await self.jobs.backend.drop_sandbox(launch.sandbox)
+        return limits.max_bytes * 2 + 1024 * 1024
+
+    async def _finished(self, entry_id: int, next_stage: str) -> None:
         if next_stage:
             await self.start(entry_id, next_stage)
-        return True
-
-    async def _log_tail(self, launch: Any, keep: int) -> str:
-        tail, offset = b"", 0
-        while True:
-            chunk = await self.jobs.backend.logs(launch, _ROLE, 0, offset, 1024 * 1024)
-            if not chunk:
-                break
-            offset += len(chunk)
-            tail = (tail + chunk)[-keep:]
-        return tail.decode("utf-8", "replace")
 
     def _store_result(self, entry_id: int, job_id: str, state: str, reason: str, text: str) -> str:
         """Keep what the job gave; the next stage to run ("" when none)."""
