@@ -296,3 +296,27 @@ def _drop_and_grade(tmp_path: Path) -> None:
     assert result is not None, done.stderr[-2000:]
     (q1,) = [c for c in result["notebooks"][0]["cells"] if c["grade_id"] == "q1"]
     assert "uid=65534 got=PermissionError" in q1["message"], q1
+
+
+def test_the_grading_pods_bundle_holds_every_classhub_module_its_commands_import() -> None:
+    """A grading pod runs the grader and the competition runner from the Secret's ``lib/`` only
+    (its image need not have classhub): a classhub module they import that the bundle leaves out
+    fails every grading on Kubernetes, and nothing else would notice (the test hub has classhub
+    installed)."""
+    import ast
+
+    from hub_ext.backends.kubernetes import jobs as kube
+
+    bundle = kube.grader_bundle()
+    modules = {p[len("lib/"):-len(".py")].replace("/", ".").removesuffix(".__init__")
+               for p in bundle}
+    missing = set()
+    for path, source in bundle.items():
+        for node in ast.walk(ast.parse(source)):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level
+                     else [])
+            missing |= {f"{path}: {name}" for name in names
+                        if name.split(".")[0] == "hub_ext" and name not in modules}
+    assert {"hub_ext.backends.grader", "hub_ext.backends.competition_runner"} <= modules
+    assert not missing, missing
