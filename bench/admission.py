@@ -55,7 +55,10 @@ The last line is exactly
 big jobs; goals, docs/admission.md: x >= 1.0, y < 0.6, z <= 1.0, ms < 50). ``--seeds 1-20`` runs
 every seed, prints one row each (with the load average: the machine is shared and cycle times
 are noisy) and ends with the same line holding the worst figure of each over the seeds.
-Converters of public traces into the CSV input are in bench/traces/.
+Converters of public traces into the CSV input are in bench/traces/. ``--baseline-cache DIR``
+keeps the two FIFO baselines' figures per trace (the simulation is deterministic) and reuses them
+while the trace and the code they ran are unchanged, so a rerun after a policy change simulates
+only classhub.
 
     .venv/bin/python bench/admission.py [--synthetic SEED | --seeds 1-20 | --nodes F --jobs F]
 """
@@ -393,18 +396,18 @@ def measure(nodes: Sequence[NodeState], trace: Sequence[TraceJob], decide: Decid
 
 def _baseline_key(nodes: Sequence[NodeState], trace: Sequence[TraceJob], strict: bool) -> str:
     """A digest of what a FIFO baseline's figures depend on: the nodes, the jobs, and the code
-    that simulates them (this file's simulation and the assigner's modules), so that a cached
-    figure is never reused after either changed."""
+    that simulates them (this file and the assigner's and cluster state's modules), so that a
+    cached figure is never reused after either changed."""
     import hashlib
     import inspect
 
-    from hub_ext.core.admission import assigner, nodes as node_module, snapshot
+    from hub_ext.core.admission import assigner, snapshot
+    from hub_ext.core.admission import nodes as node_module
 
     digest = hashlib.sha256(f"strict={strict}".encode())
-    for source in (inspect.getsource(Simulation), inspect.getsource(fifo_policy),
-                   inspect.getsource(measure), inspect.getsource(assigner),
-                   inspect.getsource(node_module), inspect.getsource(snapshot)):
-        digest.update(source.encode())
+    digest.update(Path(__file__).read_bytes())
+    for module in (assigner, node_module, snapshot):
+        digest.update(inspect.getsource(module).encode())
     for n in nodes:
         digest.update(repr((n.name, sorted(n.allocatable.items()), sorted(n.free.items()),
                             n.gpu_product, n.schedulable)).encode())
