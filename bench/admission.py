@@ -422,7 +422,7 @@ def _baseline_key(nodes: Sequence[NodeState], trace: Sequence[TraceJob], strict:
 def baseline(nodes: Sequence[NodeState], trace: Sequence[TraceJob], strict: bool,
              cache: Path | None) -> Metrics:
     """Strict or best-effort FIFO's figures, from `cache` when this trace was simulated there
-    with the same code (the simulation is deterministic; a seed costs minutes of CPU)."""
+    with the same code (the simulation is deterministic; a public trace costs minutes of CPU)."""
     if cache is None:
         return measure(nodes, trace, fifo_policy(strict=strict), shares=False)
     import json
