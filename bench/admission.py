@@ -55,7 +55,10 @@ The last line is exactly
 big jobs; goals, docs/admission.md: x >= 1.0, y < 0.6, z <= 1.0, ms < 50). ``--seeds 1-20`` runs
 every seed, prints one row each (with the load average: the machine is shared and cycle times
 are noisy) and ends with the same line holding the worst figure of each over the seeds.
-Converters of public traces into the CSV input are in bench/traces/.
+Converters of public traces into the CSV input are in bench/traces/. ``--baseline-cache DIR``
+keeps the two FIFO baselines' figures per trace (the simulation is deterministic) and reuses them
+while the trace and the code they ran are unchanged, so a rerun after a policy change simulates
+only classhub.
 
     .venv/bin/python bench/admission.py [--synthetic SEED | --seeds 1-20 | --nodes F --jobs F]
 """
@@ -391,6 +394,48 @@ def measure(nodes: Sequence[NodeState], trace: Sequence[TraceJob], decide: Decid
                    out.preemptions, out.wasted_gpu_seconds / 3600, out.cycles, seconds)
 
 
+def _baseline_key(nodes: Sequence[NodeState], trace: Sequence[TraceJob], strict: bool) -> str:
+    """A digest of what a FIFO baseline's figures depend on: the nodes, the jobs, and the code
+    that simulates them (this file and the assigner's and cluster state's modules), so that a
+    cached figure is never reused after either changed."""
+    import hashlib
+    import inspect
+
+    from hub_ext.core.admission import assigner, snapshot
+    from hub_ext.core.admission import nodes as node_module
+
+    digest = hashlib.sha256(f"strict={strict}".encode())
+    digest.update(Path(__file__).read_bytes())
+    for module in (assigner, node_module, snapshot):
+        digest.update(inspect.getsource(module).encode())
+    for n in nodes:
+        digest.update(repr((n.name, sorted(n.allocatable.items()), sorted(n.free.items()),
+                            n.gpu_product, n.schedulable)).encode())
+    for t in trace:
+        j = t.job
+        digest.update(repr((j.name, j.submit_time, t.duration, j.max_runtime, j.priority, j.course,
+                            [(r.name, r.replicas, sorted(r.request.items())) for r in j.roles])
+                           ).encode())
+    return digest.hexdigest()[:24]
+
+
+def baseline(nodes: Sequence[NodeState], trace: Sequence[TraceJob], strict: bool,
+             cache: Path | None) -> Metrics:
+    """Strict or best-effort FIFO's figures, from `cache` when this trace was simulated there
+    with the same code (the simulation is deterministic; a public trace costs minutes of CPU)."""
+    if cache is None:
+        return measure(nodes, trace, fifo_policy(strict=strict), shares=False)
+    import json
+
+    path = cache / f"{'strict' if strict else 'besteffort'}-{_baseline_key(nodes, trace, strict)}.json"
+    if path.is_file():
+        return Metrics(**json.loads(path.read_text()))
+    metrics = measure(nodes, trace, fifo_policy(strict=strict), shares=False)
+    cache.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(metrics.__dict__))
+    return metrics
+
+
 # --------------------------------------------------------------------------- cycle timing
 
 
@@ -643,6 +688,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--loop-runs", type=int, default=10)
     p.add_argument("--depth", type=int, default=RESERVATION_DEPTH,
                    help="how many waiting jobs hold a reservation at once (1: EASY backfilling)")
+    p.add_argument("--baseline-cache", type=Path, metavar="DIR",
+                   help="keep the strict and best-effort FIFO figures of each trace in DIR and "
+                        "reuse them (keyed by the trace and the code they ran): a rerun of a "
+                        "policy change simulates only classhub")
     p.add_argument("--shares", action="store_true",
                    help="give each course a nominal share (an equal part of the GPUs): "
                         "borrowing and preemption")
@@ -722,8 +771,8 @@ def run(args: argparse.Namespace, quiet: bool = False) -> dict[str, Any]:
           f"({sum(1 for t in trace if t.job.gpus >= BIG_JOB_GPUS)} of {BIG_JOB_GPUS}+ GPUs)")
     results = {
         "classhub": measure(nodes, trace, classhub_policy, shares=args.shares),
-        "strict": measure(nodes, trace, fifo_policy(strict=True), shares=False),
-        "besteffort": measure(nodes, trace, fifo_policy(strict=False), shares=False),
+        "strict": baseline(nodes, trace, True, args.baseline_cache),
+        "besteffort": baseline(nodes, trace, False, args.baseline_cache),
     }
     for name, m in results.items():
         print(f"{name:10s} utilisation={m.utilisation:.3f} mean_delay_s={m.mean_delay:.0f} "

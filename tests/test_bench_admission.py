@@ -113,3 +113,23 @@ def test_a_bad_seed_range_is_refused_with_a_sentence(capsys):
     with pytest.raises(SystemExit):
         bench.main(["--seeds", "one-twenty"])
     assert "--seeds takes a range such as 1-20" in capsys.readouterr().err
+
+
+def test_the_baseline_cache_reuses_a_trace_s_fifo_figures_and_only_that_trace_s(tmp_path, capsys):
+    bench = load_bench()
+    small = ["--synthetic-nodes", "6", "--synthetic-jobs", "80", "--cycle-nodes", "20",
+             "--cycle-waiting", "50", "--cycle-runs", "2", "--baseline-cache", str(tmp_path)]
+    first = bench.main(["--seeds", "3", *small])
+    assert len(list(tmp_path.glob("*.json"))) == 2  # strict and best-effort of seed 3
+
+    def no_simulation(strict):
+        raise AssertionError("a cached baseline was simulated again")
+
+    bench.fifo_policy = no_simulation
+    again = bench.main(["--seeds", "3", *small])
+    for policy in ("strict", "besteffort"):
+        assert again["rows"][0][1]["results"][policy] == first["rows"][0][1]["results"][policy]
+    assert again["line"].split()[:3] == first["line"].split()[:3]
+    with pytest.raises(AssertionError, match="simulated again"):
+        bench.main(["--seeds", "4", *small])  # another trace: not in the cache
+    capsys.readouterr()
