@@ -321,10 +321,11 @@ print(json.dumps({
 
 #: Loads the chart's config file for each overlay in a child forked from one process that
 #: imported, once, what that file imports (JupyterHub, the Kubernetes client, classhub's
-#: configure). Why: five fresh processes each paid those imports, about 1.6 s of CPU per overlay;
-#: a fork pays them once. A child starts from the parent's interpreter as a new process would
-#: (its own environment, working folder and argv, nothing of the other overlays' loads) and
-#: runs `LOAD_CONFIG` as ``python -c`` would.
+#: configure). Why: five fresh processes each paid those imports, about 1.9 s of CPU per overlay
+#: (9.5 CPU-s for the five); a fork pays them once (2.5 CPU-s for the five, 2026-12-04). A child
+#: starts from the parent's interpreter as a new process would (its own environment, working
+#: folder and argv, nothing of the other overlays' loads) and runs `LOAD_CONFIG` as ``python -c``
+#: would.
 LOADER = """
 import json, os, sys
 # what the chart's config file imports, and what configure(c, mode="kubernetes") and the
