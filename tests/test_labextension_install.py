@@ -10,11 +10,12 @@ them.
 
 The clean clone gets the checkout's ``labextension/node_modules`` so the build runs offline;
 building it with the network takes minutes more and nothing else. Its files are hard links to the
-checkout's (its folders are the clone's own): a copy of its 450 MB cost 3.5 to 25 s of the
-kernel's CPU, more than the panel's build, links about 1.3 s. What the build replaces or adds
-there stays in the clone; a file the build wrote in place through a link would change the
-checkout's too, so the fixture checks that none was (`written_through_links`). ``.yarn``, whose
-install state yarn rewrites, is copied.
+checkout's (its folders are the clone's own): a copy of its 450 MB cost 3.5 to 32 s of the
+kernel's CPU on 2 cores (more the less of it the page cache held), as much as the panel's build or
+more, links 1.3 to 3.5 s. What the build replaces or adds there stays in the clone; a file written
+in place through a link would change the checkout's too, so the fixture checks that none was
+(`written_through_links`; with the checkout's install state, ``jlpm install`` wrote none).
+``.yarn``, whose install state yarn rewrites, is copied.
 """
 
 from __future__ import annotations
