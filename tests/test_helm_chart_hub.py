@@ -373,8 +373,9 @@ def loader():
         proc.stdin.write(json.dumps({"code": LOAD_CONFIG, "args": args, "env": env, "cwd": str(cwd),
                                      "stdout": str(out), "stderr": str(err)}) + "\n")
         proc.stdin.flush()
-        returncode = int(proc.stdout.readline())
-        return returncode, out.read_text(), err.read_text()
+        answer = proc.stdout.readline()
+        assert answer, f"the loader process ended (exit code {proc.wait(timeout=60)})"
+        return int(answer), out.read_text(), err.read_text()
 
     yield load
     proc.stdin.close()
