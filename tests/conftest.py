@@ -60,7 +60,8 @@ def _tier_problems(items: list[pytest.Item]) -> list[str]:
 SLOWEST_FIRST = (  # seconds: the larger of two CI runs' reports (--durations, junit)
     "test_quota_spawns",  # ~285 (estimate): 368 before one hub per database and stand-in servers
     "test_helm_chart_hub",  # ~250 since it restarts the hub mid-job for both job kinds (estimate)
-    "test_labextension_install",  # ~200: builds the panel, an sdist and a wheel of a clean clone (estimate)
+    "test_labextension_install",  # ~200 (estimate): the panel, an sdist and a wheel of a clean clone;
+    # 36-59 alone on 2 cores at load 4 with node_modules linked, 41-70 copied (2026-12-04)
     "test_local_gpu_profiles",  # 162
     "test_browser_lab",  # ~150: one hub (was two); the read-only journey watches the owner's log 10 s
     "test_kube_spawner",  # 137

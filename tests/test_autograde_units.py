@@ -229,6 +229,18 @@ def test_the_grader_module_runs_as_a_command() -> None:
     assert sys.modules["hub_ext.backends.grader"].main(["a", "b"]) == 2
 
 
+def test_the_service_starts_without_the_notebook_runners_libraries() -> None:
+    """nbformat, jupyter_client and nbclient load where a notebook is read or run (the service's
+    worker threads, the grader), not with the service, which every hub starts: about 0.1 s of CPU
+    per start (hub_ext.backends.autograde's docstring)."""
+    code = ("import sys\nimport hub_ext.service.app\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('nbformat', 'jupyter_client', "
+            "'nbclient')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"
+
+
 def test_a_grading_pod_has_no_token_no_home_and_its_profile_limits() -> None:
     """The fake cluster's view of a grading job's pod, as the backend writes it (validated
     against the PyTorchJob CRD the API server checks)."""

@@ -13,6 +13,12 @@ What runs where:
   the teacher's source of every test and locked cell replaces the student's copy
   (`merge_for_grading`; the student's own cells are kept), nbclient runs the notebook with a
   time limit and an output cap, and each graded cell is scored from what it did.
+
+nbformat, jupyter_client and nbclient are imported where they are used, not with this module:
+the service imports it at start (for `OUTPUT_CAP`, the grader's command and its notebook checks)
+and starts with every hub, and those imports cost about 0.1 s of CPU per start that a service
+which never reads a notebook does not need. The service reads notebooks in worker threads, so
+the first read's import is no event-loop work (docs/architecture.md, rule 7).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import re
@@ -28,18 +35,15 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
-
-import nbformat
-from jupyter_client.manager import AsyncKernelManager
-from nbclient import NotebookClient
-from nbclient.exceptions import CellTimeoutError, DeadKernelError
-from nbformat import NotebookNode
+from typing import TYPE_CHECKING, Any
 
 from hub_ext.core import grading as G
 
-__all__ = ["Outcome", "check_release", "grade", "graded_cells", "merge_for_grading", "read_notebook",
-           "student_version"]
+if TYPE_CHECKING:
+    from nbformat import NotebookNode
+
+__all__ = ["Outcome", "capped_client", "check_release", "grade", "graded_cells", "merge_for_grading",
+           "read_notebook", "student_version"]
 
 #: Outputs kept per notebook, in bytes of JSON (a test printing forever is cut off here).
 OUTPUT_CAP = 1024 * 1024
@@ -63,6 +67,8 @@ class Outcome:
 def read_notebook(data: bytes | str, where: str) -> NotebookNode:
     """A notebook (version 4) from its file's bytes; GradingError with a sentence when it is not
     one (not JSON, not a notebook, invalid against nbformat's schema)."""
+    import nbformat
+
     try:
         nb = nbformat.reads(data if isinstance(data, str) else data.decode("utf-8"), as_version=4)
         nbformat.validate(nb)
@@ -123,6 +129,8 @@ def graded_cells(nb: NotebookNode, where: str) -> list[G.GradedCell]:
 def student_version(nb: NotebookNode) -> NotebookNode:
     """The teacher's source with every hidden test removed and outputs cleared: what students
     may be given."""
+    import nbformat
+
     out = nbformat.from_dict(json.loads(json.dumps(nb)))
     for index, cell in enumerate(out.cells):
         cell.source = G.strip_hidden(cell.get("source", ""), f"cell {index + 1}")
@@ -160,6 +168,8 @@ def merge_for_grading(source: NotebookNode, student: NotebookNode) -> tuple[Note
     place of every test and locked cell, matched by grade_id; (notebook, grade_ids the student's
     notebook lacks). A grade_id the student copied onto a second cell counts once (the first);
     the copies lose their nbgrader metadata, so they score nothing."""
+    import nbformat
+
     teacher = {_meta(c)["grade_id"]: c for c in source.cells
                if _meta(c).get("grade_id") and (_is_test(c) or _meta(c).get("locked"))}
     graded = {_meta(c)["grade_id"] for c in source.cells if _meta(c).get("grade")}
@@ -186,27 +196,41 @@ def merge_for_grading(source: NotebookNode, student: NotebookNode) -> tuple[Note
     return out, graded - seen
 
 
-class _CappedClient(NotebookClient):
-    """nbclient's client keeping at most ``cap`` bytes of outputs (a notebook printing forever
-    must not fill the grader's memory or the feedback)."""
+def capped_client(nb: NotebookNode, cap: int, **kw: Any) -> Any:
+    """nbclient's client (``NotebookClient(nb, **kw)``) keeping at most ``cap`` bytes of outputs
+    (a notebook printing forever must not fill the grader's memory or the feedback); its
+    ``capped`` says whether outputs were left out."""
+    return _capped_client_class()(nb, cap, **kw)
 
-    def __init__(self, nb: NotebookNode, cap: int, **kw: Any) -> None:
-        super().__init__(nb, **kw)
-        self.cap, self.kept, self.capped = cap, 0, False
 
-    def output(self, outs: list[NotebookNode], msg: dict[str, Any], display_id: str | None,
-               cell_index: int) -> NotebookNode | None:
-        out = super().output(outs, msg, display_id, cell_index)
-        if out is not None:
-            self.kept += len(json.dumps(out))
-            if self.kept > self.cap:
-                self.capped = True
-                if outs and outs[-1] is out:
-                    outs.pop()
-                if out.get("output_type") == "error":  # an error is kept: it is the verdict
-                    out.traceback = []
-                    outs.append(out)
-        return out
+@functools.cache
+def _capped_client_class() -> type:
+    """The class of `capped_client`, made on first use: nbclient is imported only where a
+    notebook runs (the grader and the competition runner; see the module's docstring)."""
+    from nbclient import NotebookClient
+
+    class CappedClient(NotebookClient):  # type: ignore[misc]
+        """`capped_client`'s class."""
+
+        def __init__(self, nb: NotebookNode, cap: int, **kw: Any) -> None:
+            super().__init__(nb, **kw)
+            self.cap, self.kept, self.capped = cap, 0, False
+
+        def output(self, outs: list[NotebookNode], msg: dict[str, Any], display_id: str | None,
+                   cell_index: int) -> NotebookNode | None:
+            out = super().output(outs, msg, display_id, cell_index)
+            if out is not None:
+                self.kept += len(json.dumps(out))
+                if self.kept > self.cap:
+                    self.capped = True
+                    if outs and outs[-1] is out:
+                        outs.pop()
+                    if out.get("output_type") == "error":  # an error is kept: it is the verdict
+                        out.traceback = []
+                        outs.append(out)
+            return out
+
+    return CappedClient
 
 
 def _error_of(cell: NotebookNode) -> str | None:
@@ -237,12 +261,14 @@ def grade(source: NotebookNode, student_data: bytes, where: str, *, time_limit: 
                                      if c.auto else None, "not run: the notebook could not be read")
                          for c in cells]
         return outcome
+    from jupyter_client.manager import AsyncKernelManager
+
     merged, missing = merge_for_grading(source, student)
     # IPC sockets in a private folder, not TCP ports on localhost: two graders starting kernels at
     # once cannot pick the same port, and no other local account can reach the kernel
     sockets = tempfile.mkdtemp(prefix="classhub-kernel-")
     km = AsyncKernelManager(kernel_name=kernel_name, transport="ipc", ip=os.path.join(sockets, "k"))
-    client = _CappedClient(merged, output_cap, km=km, timeout=max(1, int(time_limit)), allow_errors=True,
+    client = capped_client(merged, output_cap, km=km, timeout=max(1, int(time_limit)), allow_errors=True,
                            kernel_name=kernel_name, resources={"metadata": {"path": cwd}} if cwd else {})
     ran: set[int] = set()
     deadline = time.monotonic() + time_limit
@@ -293,9 +319,11 @@ def undumpable() -> None:
         ctypes.CDLL(None).prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 
-async def _run(client: _CappedClient, nb: NotebookNode, ran: set[int], deadline: float,
+async def _run(client: Any, nb: NotebookNode, ran: set[int], deadline: float,
                private: bool = False) -> str:
     """Run every code cell in order until the deadline; the sentence of how it ended."""
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+
     async with client.async_setup_kernel():
         if private:
             await client.kc.execute_interactive(KERNEL_PREAMBLE, silent=True, store_history=False,
@@ -318,7 +346,7 @@ async def _run(client: _CappedClient, nb: NotebookNode, ran: set[int], deadline:
     return ""
 
 
-def _timed_out(client: _CappedClient, index: int) -> str:
+def _timed_out(client: Any, index: int) -> str:
     return (f"Grading stopped at the time limit in cell {index + 1} (an endless loop, or too slow); "
             "later cells were not run.")
 

@@ -96,7 +96,7 @@ def _notebook(work: Path, config: dict[str, Any], private: bool = True) -> dict[
 
     km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(sockets, "k"))
     time_limit = float(config["time_limit"])
-    client = autograde._CappedClient(nb, autograde.OUTPUT_CAP, km=km, timeout=max(1, int(time_limit)),
+    client = autograde.capped_client(nb, autograde.OUTPUT_CAP, km=km, timeout=max(1, int(time_limit)),
                                      allow_errors=True, kernel_name="python3",
                                      resources={"metadata": {"path": str(work)}})
     try:
