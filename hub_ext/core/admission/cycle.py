@@ -46,7 +46,13 @@ from types import MappingProxyType
 from typing import Any
 
 from hub_ext.core.admission.assigner import NANO, FreeIndex, Placement, nanos
-from hub_ext.core.admission.backfill import Release, Reservation, _place_pinned, earliest_start
+from hub_ext.core.admission.backfill import (
+    InTimeOrder,
+    Release,
+    Reservation,
+    _place_pinned,
+    earliest_start,
+)
 from hub_ext.core.admission.fairness import FairOrder
 from hub_ext.core.admission.preemption import choose_victims, first_reclaimer
 from hub_ext.core.admission.queue import QueueSnapshot, queue_key
@@ -501,17 +507,19 @@ class _Cycle:
                         for name, amount in needs[role]:
                             room[name] = room.get(name, 0) - amount
 
-    def releases(self, victims: tuple[RunningJob, ...] = ()) -> list[Release]:
-        """When running jobs (and this cycle's admissions) give their capacity back; built once
-        per cycle, as every reservation replays them."""
+    def releases(self, victims: tuple[RunningJob, ...] = ()) -> InTimeOrder | list[Release]:
+        """When running jobs (and this cycle's admissions) give their capacity back, in the order
+        the reservation search replays them (`+ list` adds more): the running jobs' releases come
+        in time order (ClusterState keeps them so), and the search reads only as far as it needs
+        (backfill.InTimeOrder). With victims, whose ends move, a list to sort."""
         if self._running_releases is None:  # kept per running job by ClusterState
             self._running_releases = self.s.running_releases
-        out: list[Release] = [*self.started, *self._running_releases]
-        if victims:
-            cut = {run.job.name for run in victims}
-            limit = self.now + self.s.grace
-            out = [(min(end, limit) if name in cut else end, name, held) for end, name, held in out]
-        return out
+        if not victims:
+            return InTimeOrder(self._running_releases, self.started)
+        cut = {run.job.name for run in victims}
+        limit = self.now + self.s.grace
+        return [(min(end, limit) if name in cut else end, name, held)
+                for end, name, held in (*self.started, *self._running_releases)]
 
     def reserve(self, job: Job, borrowed: bool = False, window: CourseWindow | None = None,
                 pinned: Placement | None = None) -> None:
