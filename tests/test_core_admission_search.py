@@ -201,9 +201,17 @@ def test_the_search_gives_the_time_nodes_and_room_of_a_full_replay(case):
 
 
 @settings(max_examples=200, deadline=None)
-@given(searches())
-def test_room_counts_what_a_loop_over_every_node_counts(case):
+@given(st.one_of(searches(), crowded()))
+def test_room_and_free_gpus_count_what_a_loop_over_every_node_counts(case):
+    """The bucket sums the search and the culler's shortfall read are the loops they replace."""
     index = case["index"]
+    gpus: dict[str, int] = {}
+    for i, free in enumerate(index.free):
+        if index.ok[i]:
+            for name, amount in free.items():
+                if name in (G, MIG):
+                    gpus[name] = gpus.get(name, 0) + amount
+    assert {n: a for n, a in index.free_gpus().items() if a} == {n: a for n, a in gpus.items() if a}
     for role in case["job"].roles:
         key = role.key_resource
         if key is None:

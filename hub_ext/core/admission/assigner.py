@@ -274,6 +274,21 @@ class FreeIndex:
                 total += self.free[i].get(resource, 0) // amount
         return total
 
+    def free_gpus(self) -> dict[str, int]:
+        """Per GPU resource, what the schedulable nodes have free in all (from the buckets)."""
+        total: dict[str, int] = {}
+        for (name, _product), buckets in self._buckets.items():
+            for have, bucket in buckets.items():
+                if bucket:
+                    total[name] = total.get(name, 0) + have * len(bucket)
+        for i in self._strays:
+            if self.ok[i]:
+                at = self._at[i]
+                for name, amount in self.free[i].items():
+                    if name not in at and _is_gpu(name):
+                        total[name] = total.get(name, 0) + amount
+        return total
+
     def max_free_any(self, limits: Mapping[int, Mapping[str, int]] | None = None) -> int:
         """The largest free amount of any GPU resource on any node (0 when no GPU is free).
 
