@@ -68,8 +68,8 @@ class FreeIndex:
     (`set_node`), so a cycle no longer builds it from every node.
     """
 
-    __slots__ = ("_at", "_buckets", "_by_resource", "_keys", "_mine", "_unsorted", "free", "names",
-                 "ok", "pods", "positions", "products")
+    __slots__ = ("_at", "_buckets", "_by_resource", "_keys", "_mine", "_strays", "_unsorted", "free",
+                 "names", "ok", "pods", "positions", "products")
 
     def __init__(self, nodes: Sequence[NodeState] = ()) -> None:
         self.names: list[str] = [node.name for node in nodes]
@@ -85,6 +85,9 @@ class FreeIndex:
         """The buckets this copy alone holds (changed in place); the others are shared."""
         self._unsorted: set[tuple[Group, int]] = set()
         """Buckets `set_node` appended to out of node order (sorted again by `clone`)."""
+        self._strays: frozenset[int] = frozenset()
+        """Schedulable nodes whose free capacity names a GPU resource their allocatable does not
+        (so no bucket holds them for it): `room` counts them one by one. None in a sane cluster."""
         self._at: list[dict[str, int]] = []
         for i, node in enumerate(nodes):
             self._at.append(self._enter(i, node))
@@ -99,7 +102,16 @@ class FreeIndex:
                     amount = free.get(name, 0)
                     at[name] = amount
                     self._insert((name, node.gpu_product), amount, i)
+            if node.free is not node.allocatable:  # else every GPU it names is in `at`
+                self._note_stray(i, at)
         return at
+
+    def _note_stray(self, i: int, at: Mapping[str, int]) -> None:
+        """Remember node i if its free capacity names a GPU resource outside its buckets."""
+        for name in self.free[i]:
+            if name not in at and _is_gpu(name):
+                self._strays = self._strays | {i}
+                return
 
     def clone(self) -> FreeIndex:
         """A copy to change freely; this index and the copy then share every bucket and node."""
@@ -113,6 +125,7 @@ class FreeIndex:
         other._by_resource = {r: list(gs) for r, gs in self._by_resource.items()}
         other._buckets = {g: dict(bs) for g, bs in self._buckets.items()}
         other._mine, other._unsorted = set(), set()
+        other._strays = self._strays
         self._mine = set()
         return other
 
@@ -140,6 +153,8 @@ class FreeIndex:
                 values[i] = value
                 setattr(self, attr, values)
         self.free[i] = dict(node.free_nanos)
+        if i in self._strays:
+            self._strays = self._strays - {i}
         at = self._enter(i, node)
         self._at[i] = at
         for name, amount in at.items():
@@ -198,18 +213,24 @@ class FreeIndex:
 
     def take(self, i: int, need: Need, sign: int = 1) -> None:
         """Subtract (sign 1) or give back (sign -1) one replica's request on node i."""
-        free = self.free[i] = dict(self.free[i])
+        before = self.free[i]
+        free = self.free[i] = dict(before)
         for name, amount in need:
             free[name] = free.get(name, 0) - sign * amount
         if self.pods[i]:
             free[PODS] = free.get(PODS, 0) - sign * NANO
+        if len(free) != len(before) and self.ok[i]:  # a resource new to the node
+            self._note_stray(i, self._at[i])
         self._reindex(i)
 
     def release(self, i: int, held: Mapping[str, int]) -> None:
         """Give back what a whole job held on node i (pods slots included in `held`)."""
-        free = self.free[i] = dict(self.free[i])
+        before = self.free[i]
+        free = self.free[i] = dict(before)
         for name, amount in held.items():
             free[name] = free.get(name, 0) + amount
+        if len(free) != len(before) and self.ok[i]:  # a resource new to the node
+            self._note_stray(i, self._at[i])
         self._reindex(i)
 
     # -- queries
@@ -235,6 +256,38 @@ class FreeIndex:
                     best = amount
                     break
         return best
+
+    def room(self, resource: str, product: str | None, amount: int) -> int:
+        """How many replicas asking `amount` of GPU resource `resource` the schedulable nodes (of
+        `product`, when given) could hold by that resource alone: the sum of free // amount.
+
+        From the buckets (a few dozen amounts), not a loop over every node: the reservation
+        search asks it once per reservation (backfill.py)."""
+        groups = [(resource, product)] if product is not None else self._by_resource.get(resource, ())
+        total = 0
+        for group in groups:
+            for have, bucket in self._buckets.get(group, {}).items():
+                if bucket:
+                    total += have // amount * len(bucket)
+        for i in self._strays:
+            if self.ok[i] and resource not in self._at[i] and product in (None, self.products[i]):
+                total += self.free[i].get(resource, 0) // amount
+        return total
+
+    def free_gpus(self) -> dict[str, int]:
+        """Per GPU resource, what the schedulable nodes have free in all (from the buckets)."""
+        total: dict[str, int] = {}
+        for (name, _product), buckets in self._buckets.items():
+            for have, bucket in buckets.items():
+                if bucket:
+                    total[name] = total.get(name, 0) + have * len(bucket)
+        for i in self._strays:
+            if self.ok[i]:
+                at = self._at[i]
+                for name, amount in self.free[i].items():
+                    if name not in at and _is_gpu(name):
+                        total[name] = total.get(name, 0) + amount
+        return total
 
     def max_free_any(self, limits: Mapping[int, Mapping[str, int]] | None = None) -> int:
         """The largest free amount of any GPU resource on any node (0 when no GPU is free).
@@ -341,6 +394,17 @@ class FreeIndex:
         if key is None:
             return True
         return self.max_free(key, role.gpu_product) >= dict(role.need)[key]
+
+
+_GPU_NAMES: dict[str, bool] = {}
+
+
+def _is_gpu(name: str) -> bool:
+    """`is_gpu_resource`, remembered per name (asked for every node of a new index)."""
+    gpu = _GPU_NAMES.get(name)
+    if gpu is None:
+        gpu = _GPU_NAMES[name] = is_gpu_resource(name)
+    return gpu
 
 
 def _extra_ok(extra: Mapping[int, dict[str, int]] | None, i: int, need: Need) -> bool:
