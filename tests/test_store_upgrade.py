@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 from alembic import command
-from alembic.script import ScriptDirectory
 from sqlalchemy import Column, MetaData, String, Table, bindparam, inspect, make_url, select, text
 
 from hub_ext import store
@@ -275,32 +274,3 @@ def test_the_service_and_the_culler_stop_with_the_sentence_on_a_schema_behind(
         result.stderr[-2000:])
     assert "Traceback" not in result.stderr
     assert revision_of(url) == OLD
-
-
-# ---- the check without alembic ---------------------------------------------------------------
-
-
-def test_the_check_knows_alembics_revisions_and_never_imports_alembic(tmp_path: Path) -> None:
-    """The start's check reads the revisions from the migration files itself; they are alembic's
-    own (a migration written another way fails here, not in production). A process that checks a
-    database at head, or refuses one behind with the sentence, imports no alembic: its import is
-    about 0.1 s of CPU in every culler start and every CLI command that opens the store."""
-    scripts = ScriptDirectory.from_config(alembic_config())
-    assert store.engine._revisions() == {
-        s.revision: (s.down_revision,) if isinstance(s.down_revision, str) else tuple(s.down_revision or ())
-        for s in scripts.walk_revisions()}
-    assert head_revision() == scripts.get_current_head()
-    at_head, behind = (f"sqlite:///{tmp_path / name}" for name in ("head.sqlite", "behind.sqlite"))
-    build_at(at_head, "head")
-    build_at(behind, OLD)
-    code = ("import sys\nfrom hub_ext import store\nstore.connect(sys.argv[1]).kw['bind'].dispose()\n"
-            "try:\n    store.connect(sys.argv[2])\nexcept store.SchemaError as e:\n    print(e)\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'alembic'))\n")
-    python = Path(CLASSHUB[0]).parent / "python"
-    done = subprocess.run([str(python), "-c", code, at_head, behind], capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    refusal, imported = done.stdout.strip().splitlines()[-2:]
-    assert refusal.startswith(f"The classhub database {behind} is at revision {OLD}, this classhub "
-                              f"needs {HEAD}: run 'classhub upgrade-db"), done.stdout
-    assert imported == "[]"

@@ -25,17 +25,10 @@ counts free GPUs, a metrics scrape only read. `readers(sessions)` gives sessions
 sqlite an engine of its own whose transactions begin DEFERRED (in WAL mode a reader sees the
 last committed snapshot while a writer holds the lock) and which refuses writes
 (``PRAGMA query_only``); on PostgreSQL the same sessions (MVCC readers never wait on writers).
-
-Alembic is imported only to create or upgrade a schema: the check at start reads the version
-table with SQLAlchemy and knows the revisions from the migration files' ``revision`` and
-``down_revision`` lines (`_revisions`; tests/test_store_upgrade.py checks that they are alembic's
-own), because alembic's import costs about 0.1 s of CPU in every process that checks (the culler
-at every hub start, the CLI's commands) and nothing of it is needed at head.
 """
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import contextlib
 import functools
@@ -51,26 +44,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
-from sqlalchemy import (
-    URL,
-    Connection,
-    Engine,
-    column,
-    create_engine,
-    event,
-    func,
-    inspect,
-    make_url,
-    select,
-    table,
-)
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import URL, Connection, Engine, create_engine, event, func, inspect, make_url, select
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
-
-if TYPE_CHECKING:
-    from alembic.config import Config
 
 __all__ = ["VERSION_TABLE", "SchemaError", "Upgraded", "alembic_config", "connect", "ensure_schema",
            "head_revision", "in_thread", "make_engine", "read_connection", "readers", "shared", "shown_url",
@@ -312,8 +294,6 @@ def _serialize_sqlite_writers(engine: Engine, *, in_memory: bool) -> None:
 
 def alembic_config() -> Config:
     """Alembic configuration without an alembic.ini: the migrations ship inside the package."""
-    from alembic.config import Config
-
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     config.set_main_option("version_table", VERSION_TABLE)
@@ -321,40 +301,22 @@ def alembic_config() -> Config:
 
 
 @functools.cache
-def _revisions() -> dict[str, tuple[str, ...]]:
-    """Every revision of the migrations folder and the revisions it follows, read from its file's
-    ``revision`` and ``down_revision`` assignments (what alembic reads from them, without
-    importing alembic or the files: see the module's docstring)."""
-    found: dict[str, tuple[str, ...]] = {}
-    for path in sorted((MIGRATIONS / "versions").glob("*.py")):
-        values: dict[str, Any] = {}
-        for node in ast.parse(path.read_text(), str(path)).body:
-            if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                    and isinstance(node.targets[0], ast.Name)):
-                name, value = node.targets[0].id, node.value
-            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value:
-                name, value = node.target.id, node.value
-            else:
-                continue
-            if name in ("revision", "down_revision"):
-                values[name] = ast.literal_eval(value)
-        if "revision" not in values:
-            continue  # not a migration (__init__.py)
-        down = values.get("down_revision")
-        found[values["revision"]] = (down,) if isinstance(down, str) else tuple(down or ())
-    return found
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config())
 
 
 def head_revision() -> str:
     """The newest revision of the schema, the one this classhub needs ("0008")."""
-    revisions = _revisions()
-    heads = set(revisions) - {down for downs in revisions.values() for down in downs}
-    assert len(heads) == 1, f"the migrations have {len(heads)} heads: {sorted(heads)}"
-    return heads.pop()
+    head = _scripts().get_current_head()
+    assert head is not None
+    return head
 
 
 def _known(revision: str) -> bool:
-    return revision in _revisions()  # not: a revision of a newer classhub
+    try:
+        return _scripts().get_revision(revision) is not None
+    except Exception:  # alembic's ResolutionError: a revision of a newer classhub
+        return False
 
 
 class SchemaError(RuntimeError):
@@ -427,10 +389,8 @@ def _refusal(url: URL, current: str | None) -> SchemaError:
 def _schema_state(connection: Connection) -> tuple[str | None, bool]:
     """classhub's revision in the database (None: none recorded), and whether it holds any
     classhub table. JupyterHub's own tables and revision (`alembic_version`) do not count."""
-    heads: list[str] = []
-    if inspect(connection).has_table(VERSION_TABLE):  # what alembic's MigrationContext reads
-        heads = list(connection.execute(select(column("version_num")).select_from(table(VERSION_TABLE)))
-                     .scalars())
+    heads = MigrationContext.configure(
+        connection, opts={"version_table": VERSION_TABLE}).get_current_heads()
     if heads:  # a revision says there is a schema; listing the tables is for the case without
         return ",".join(sorted(heads)), True
     return None, any(name.startswith("classhub_") and name != VERSION_TABLE
@@ -465,8 +425,6 @@ def _locked(engine: Engine) -> Iterator[Connection]:
 
 
 def _migrate(connection: Connection, revision: str) -> None:
-    from alembic import command
-
     config = alembic_config()
     config.attributes["connection"] = connection
     command.upgrade(config, revision)
