@@ -17,6 +17,7 @@ import pytest
 from hub_ext.backends.kubernetes import servers
 from hub_ext.backends.kubernetes.reflectors import WakingPodReflector
 from tests.kubefake import FakeCluster
+from tests.kubefake.waiting import async_wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -26,6 +27,13 @@ NODES = [{"name": "cpu-0", "allocatable": {"cpu": "8", "memory": "32Gi"}}]
 def pod(name: str) -> dict:
     return {"metadata": {"name": name, "labels": {"component": "singleuser-server"}},
             "spec": {"containers": [{"name": "notebook", "image": "python:3.11"}]}}
+
+
+async def waiting_on(watching: WakingPodReflector, key: str) -> None:
+    """Until a wait for ``key`` is registered (the task has checked its condition and sleeps)."""
+    async def registered() -> bool:
+        return key in watching._waiters
+    await async_wait_for(registered, timeout=10, what=f"a wait for {key}")
 
 
 def running(pod: dict | None) -> bool:
@@ -77,7 +85,8 @@ async def test_a_deletion_wakes_its_waiter_and_a_cancelled_wait_leaves_nothing(r
 
     gone = asyncio.ensure_future(watching.until("default/jupyter-s2", lambda p: p is None))
     never = asyncio.ensure_future(watching.until("default/jupyter-s3", lambda p: p is not None))
-    await asyncio.sleep(0)
+    await waiting_on(watching, "default/jupyter-s2")
+    await waiting_on(watching, "default/jupyter-s3")
     await core.delete_namespaced_pod("jupyter-s2", "default", grace_period_seconds=0)
     assert await asyncio.wait_for(gone, 30) is None
 
@@ -95,7 +104,7 @@ async def test_a_relist_wakes_every_waiter(reflector):
     with contextlib.suppress(asyncio.CancelledError):
         await watching.watch_task
     seen = asyncio.ensure_future(watching.until("default/jupyter-s4", lambda p: p is not None))
-    await asyncio.sleep(0)
+    await waiting_on(watching, "default/jupyter-s4")
     await core.create_namespaced_pod("default", pod("jupyter-s4"))
     assert not seen.done()
     await watching._list_and_update()  # what a watch restart does first
