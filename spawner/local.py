@@ -387,6 +387,14 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
                              self._log_name)
         return await super().poll()
 
+    async def _signal(self, sig: int) -> bool:
+        """Whether the server's process still exists, after sending it ``sig`` (JupyterHub's poll
+        sends 0 for a server it did not start, as after a hub restart). A zombie has exited:
+        it holds no GPU, and its reaper (not this hub) may take seconds to collect it."""
+        if processes.exited(self.pid):
+            return False
+        return await super()._signal(sig)
+
     async def stop(self, now: bool = False) -> None:
         """Stop the server and every process it started (kernels, terminals)."""
         if not self.pid:

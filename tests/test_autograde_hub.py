@@ -165,20 +165,31 @@ def _graded(hub: LocalHub, token: str, submission: int, after: str | None = None
     return wait_for(done, 240, f"submission {submission} to be graded")
 
 
-def test_autograded_assignment_graded_as_jobs_with_feedback_overrides_and_csv(hub: LocalHub):
-    t = {u: HubSession(hub, u).new_token() for u in ("admin", "teacher1", "ta1", "student1", "student2")}
-    teacher, ta, s1, s2 = t["teacher1"], t["ta1"], t["student1"], t["student2"]
-    released = nbformat.writes(autograde.student_version(source())).encode()
-    assert HIDDEN.encode() not in released
-    for name, nb in (("lab1", released), ("lab2", nbformat.writes(autograde.student_version(
-            source(OTHER_HIDDEN, "triple"))).encode())):
+@pytest.fixture(scope="module")
+def labs(hub: LocalHub) -> None:
+    """lab1 and lab2 published by teacher1 (templates of their released notebooks, assignments
+    due in an hour) and autograded from their sources: what every test here hands in to."""
+    teacher = HubSession(hub, "teacher1").new_token()
+    for name, nb in (("lab1", source()), ("lab2", source(OTHER_HIDDEN, "triple"))):
+        released = nbformat.writes(autograde.student_version(nb)).encode()
         r = api(hub, "POST", f"courses/{COURSE}/templates/{name}/versions?home_folder={name}", teacher,
-                data=_zip({f"{name}.ipynb": nb}), headers={"Content-Type": "application/zip"})
+                data=_zip({f"{name}.ipynb": released}), headers={"Content-Type": "application/zip"})
         assert r.status_code == 201, r.text
         now = datetime.now(timezone.utc)
         r = api(hub, "POST", A, teacher, json={"name": name, "template": name, "late_policy": "accept-late",
                                                "due_at": (now + timedelta(hours=1)).isoformat()})
         assert r.status_code == 201, r.text
+        r = api(hub, "PUT", f"{A}/{name}/autograde", teacher, json={
+            "notebooks": {f"{name}.ipynb": json.loads(nbformat.writes(nb))}, "profile": "cpu",
+            "time_limit": 60})
+        assert r.status_code == 200, r.text
+
+
+def test_autograded_assignment_graded_as_jobs_with_feedback_overrides_and_csv(hub: LocalHub, labs):
+    t = {u: HubSession(hub, u).new_token() for u in ("admin", "teacher1", "ta1", "student1", "student2")}
+    teacher, ta, s1, s2 = t["teacher1"], t["ta1"], t["student1"], t["student2"]
+    # what students are handed (the labs' templates) holds no hidden test
+    assert HIDDEN.encode() not in nbformat.writes(autograde.student_version(source())).encode()
 
     # turning autograding on: the release must not hold hidden tests; the source keeps them
     bad = api(hub, "PUT", f"{A}/lab1/autograde", teacher, json={
@@ -551,7 +562,7 @@ def double(x):
 '''
 
 
-def test_a_daemon_left_by_one_grading_never_reaches_the_next(hub: LocalHub):
+def test_a_daemon_left_by_one_grading_never_reaches_the_next(hub: LocalHub, labs):
     """Two gradings of the one grading account: the second waits (admitted, with a sentence)
     until the first is over, the first's daemon is killed when it ends, and it reaches nothing of
     the second (its submission, its kernel)."""
@@ -585,8 +596,10 @@ def test_a_daemon_left_by_one_grading_never_reaches_the_next(hub: LocalHub):
         assert a["finished_at"] and b["started_at"] and b["started_at"] >= a["finished_at"], (a, b)
         # the daemon is gone, and it reached nothing of the second grading
         pid = int((out / "daemon.pid").read_text())
-        try:
-            alive = psutil.Process(pid).uids().real == pwd.getpwnam(GRADER).pw_uid
+        try:  # a killed daemon may stay a zombie until its reaper (init) collects it: it is dead
+            daemon = psutil.Process(pid)
+            alive = (daemon.status() != psutil.STATUS_ZOMBIE
+                     and daemon.uids().real == pwd.getpwnam(GRADER).pw_uid)
         except psutil.NoSuchProcess:
             alive = False
         assert not alive, "the first grading's daemon outlived its job"

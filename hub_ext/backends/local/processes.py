@@ -41,7 +41,7 @@ async def stop_process_group(
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         reap()
-        if not psutil.pid_exists(pid) or _is_zombie(pid):
+        if exited(pid):
             break
         await asyncio.sleep(0.05)
     for p in group_members(pgid):
@@ -56,7 +56,12 @@ async def stop_process_group(
     return False
 
 
-def _is_zombie(pid: int) -> bool:
+def exited(pid: int) -> bool:
+    """True when ``pid`` has ended: no such process, or a zombie not yet reaped.
+
+    Why a zombie counts: a server that outlived a hub restart is no longer the hub's child, so
+    when it dies its new parent (init, or a container's first process) reaps it, which may take
+    seconds; ``kill(pid, 0)`` succeeds on it all that time."""
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
