@@ -25,7 +25,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from hub_ext.backends import autograde, grader
+from hub_ext.backends import autograde, grader, notebook_run
 from hub_ext.core import grading as G
 
 pytestmark = pytest.mark.unit
@@ -115,12 +115,12 @@ def _scores(outcome: autograde.Outcome) -> dict[str, tuple[str, float | None]]:
 
 
 def test_grading_runs_the_hidden_tests_and_scores_each_cell() -> None:
-    right = autograde.grade(source_notebook(), student("def double(x):\n    return x + x\n"),
+    right = notebook_run.grade(source_notebook(), student("def double(x):\n    return x + x\n"),
                             "lab1.ipynb", time_limit=60)
     assert right.message == ""
     assert _scores(right) == {"q1": ("passed", 2), "q2": ("passed", 3), "essay": ("manual", None)}
     # passes the visible test, fails the hidden one; rewriting q1 does not help
-    wrong = autograde.grade(source_notebook(), student("def double(x):\n    return x if x < 2 else 0\n",
+    wrong = notebook_run.grade(source_notebook(), student("def double(x):\n    return x if x < 2 else 0\n",
                                                        q1="pass"), "lab1.ipynb", time_limit=60)
     assert _scores(wrong)["q1"] == ("failed", 0) and _scores(wrong)["q2"] == ("passed", 3)
     assert "AssertionError" in wrong.cells[0].message
@@ -128,18 +128,18 @@ def test_grading_runs_the_hidden_tests_and_scores_each_cell() -> None:
 
 
 def test_endless_loops_crashes_floods_and_broken_files_end_with_a_sentence() -> None:
-    looping = autograde.grade(source_notebook(), student("while True:\n    pass\n"), "lab1.ipynb",
+    looping = notebook_run.grade(source_notebook(), student("while True:\n    pass\n"), "lab1.ipynb",
                               time_limit=3)
     assert "time limit" in looping.message
     assert {c.status for c in looping.cells if c.grade_id != "essay"} == {"not-run"}
-    crashed = autograde.grade(source_notebook(), student("import os\nos._exit(1)\n"), "lab1.ipynb",
+    crashed = notebook_run.grade(source_notebook(), student("import os\nos._exit(1)\n"), "lab1.ipynb",
                               time_limit=60)
     assert "kernel died" in crashed.message and _scores(crashed)["q2"] == ("not-run", 0)
-    flood = autograde.grade(source_notebook(), student(
+    flood = notebook_run.grade(source_notebook(), student(
         "for i in range(5000):\n    print('x' * 1000)\ndouble = lambda x: 2 * x\n"),
         "lab1.ipynb", time_limit=60, output_cap=100_000)
     assert "left out" in flood.message and _scores(flood)["q2"] == ("passed", 3)
-    broken = autograde.grade(source_notebook(), b"{not json", "lab1.ipynb", time_limit=60)
+    broken = notebook_run.grade(source_notebook(), b"{not json", "lab1.ipynb", time_limit=60)
     assert "not a valid notebook" in broken.message
     assert _scores(broken)["q1"] == ("not-run", 0)
 

@@ -59,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         return args
     folder = Path(args.folder)
     config, private = sandbox_job.settings(folder, "run.json")
+    # Imported before the hand-over: in a grading pod the bundle's files (lib/) are root's and
+    # unreadable after it; `_notebook` and `_run` find it loaded. Not at the top: the service
+    # imports this module for `parse_result` and never runs a notebook (notebook_run's docstring).
+    from hub_ext.backends import notebook_run  # noqa: F401
     folder = sandbox_job.enter(folder, args, config, private, keep="work", one_time=("run.json",))
     nonce = str(config["nonce"])
     work = folder / "work"
@@ -94,9 +98,11 @@ def _notebook(work: Path, config: dict[str, Any], private: bool = True) -> dict[
     sockets = tempfile.mkdtemp(prefix="classhub-kernel-")
     from jupyter_client.manager import AsyncKernelManager
 
+    from hub_ext.backends import notebook_run  # loaded by `main` before the hand-over
+
     km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(sockets, "k"))
     time_limit = float(config["time_limit"])
-    client = autograde.capped_client(nb, autograde.OUTPUT_CAP, km=km, timeout=max(1, int(time_limit)),
+    client = notebook_run.CappedClient(nb, autograde.OUTPUT_CAP, km=km, timeout=max(1, int(time_limit)),
                                      allow_errors=True, kernel_name="python3",
                                      resources={"metadata": {"path": str(work)}})
     try:
@@ -116,6 +122,8 @@ async def _run(client: Any, nb: Any, deadline: float) -> str:
     ("" when every cell ran). Cell numbers are the student's (the preamble is not counted)."""
     from nbclient.exceptions import CellTimeoutError, DeadKernelError
 
+    from hub_ext.backends import notebook_run
+
     async with client.async_setup_kernel():
         for index, cell in enumerate(nb.cells):
             if cell.get("cell_type") != "code":
@@ -131,7 +139,7 @@ async def _run(client: Any, nb: Any, deadline: float) -> str:
             except DeadKernelError:
                 return (f"Your notebook's kernel died in cell {index} (out of memory, or the code "
                         "ended the process); no predictions were collected.")
-            error = autograde._error_of(cell)
+            error = notebook_run.error_of(cell)
             if error is not None:
                 if index == 0:
                     continue  # the preamble: a system without prctl runs the notebook all the same

@@ -14,7 +14,7 @@ Why this shape:
   never saw, tells the grader's line from one the notebook printed.
 - **Limits**: the memory limit becomes the address-space limit of this process, which the kernel
   inherits (local mode; on Kubernetes the pod's memory limit). The time limit bounds every cell
-  (hub_ext.backends.autograde.grade); the job's max_runtime is a little longer, so the job
+  (hub_ext.backends.notebook_run.grade); the job's max_runtime is a little longer, so the job
   service ends a grader that hangs anyway.
 - **Non-dumpable** (``private`` in grading.json, where jobs run as a grading account rather than
   the service's own): this process and its kernels make themselves non-dumpable before any
@@ -42,6 +42,11 @@ HELP = {"inputs": "the job's inputs: grading.json, source/, submission/",
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Here, before the hand-over (in a grading pod the bundle's files are root's and unreadable
+    # after it), not at the top: the service imports this module for `parse_result` only and
+    # never runs a notebook (hub_ext.backends.notebook_run's docstring).
+    from hub_ext.backends import notebook_run
+
     args = sandbox_job.arguments("python -m hub_ext.backends.grader", argv, **HELP)
     if isinstance(args, int):
         return args
@@ -65,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
                                          "not run: the notebook is missing")
                              for c in autograde.graded_cells(source, path)]
         else:
-            outcome = autograde.grade(source, data, path, time_limit=float(config["time_limit"]),
-                                      output_cap=int(config.get("output_cap", autograde.OUTPUT_CAP)),
-                                      cwd=str(target.parent), private=private)
+            outcome = notebook_run.grade(source, data, path, time_limit=float(config["time_limit"]),
+                                         output_cap=int(config.get("output_cap", autograde.OUTPUT_CAP)),
+                                         cwd=str(target.parent), private=private)
         outcomes.append(outcome)
     sandbox_job.report(MARKER, nonce, autograde.summary(outcomes))
     return 0

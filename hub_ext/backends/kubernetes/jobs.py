@@ -729,14 +729,14 @@ class KubernetesJobs:
 
 def grader_bundle() -> dict[str, bytes]:
     """The grader's code as files under ``lib/`` (the grading pod's image need not have classhub):
-    hub_ext.backends.grader, .autograde, .competition_runner, .sandbox_job and hub_ext.core.grading,
-    with empty package files."""
+    hub_ext.backends.grader, .autograde, .notebook_run, .competition_runner, .sandbox_job and
+    hub_ext.core.grading, with empty package files."""
     import hub_ext
 
     root = __import__("pathlib").Path(hub_ext.__file__).resolve().parent
     out = {f"lib/hub_ext/{p}": b"" for p in ("__init__.py", "core/__init__.py", "backends/__init__.py")}
     for p in ("backends/grader.py", "backends/autograde.py", "core/grading.py",
-              "backends/competition_runner.py", "backends/sandbox_job.py"):
+              "backends/competition_runner.py", "backends/sandbox_job.py", "backends/notebook_run.py"):
         out[f"lib/hub_ext/{p}"] = (root / p).read_bytes()
     return out
 
