@@ -252,6 +252,7 @@ class Simulation:
         self.usage: dict[str, ResourceVector] = {}
         self.now = 0.0
         self.reservations: tuple[tuple[str, tuple[tuple[str, int, str], ...]], ...] = ()
+        self.recent_waits: tuple[float, ...] = ()
         self.out = Outcome()
         total = sum((n.allocatable[NVIDIA_GPU] for n in nodes), Fraction(0))
         courses = sorted({t.job.course for t in trace})
@@ -300,7 +301,8 @@ class Simulation:
                            usage=Usage(self.usage.get(c, ResourceVector())))
             for c, nominal in self.nominal.items()
         }
-        return self.cluster.snapshot(self.now, courses, reservations=self.reservations, grace=GRACE)
+        return self.cluster.snapshot(self.now, courses, reservations=self.reservations,
+                                     recent_waits=self.recent_waits, grace=GRACE)
 
     def run(self, decide: Decider) -> Outcome:
         while self._events:
@@ -334,7 +336,7 @@ class Simulation:
 
 def classhub_policy(sim: Simulation) -> tuple[list[tuple[Job, Any, bool]], list[Any]]:
     result = admission_cycle(sim.snapshot(), sim.queue.snapshot(), depth=DEPTH)
-    sim.reservations = result.carried
+    sim.reservations, sim.recent_waits = result.carried, result.recent_waits
     return [(a.job, a.placement, a.borrowed) for a in result.admitted], list(result.preemptions)
 
 

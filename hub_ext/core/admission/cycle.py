@@ -38,6 +38,7 @@ cycle over 10,000 waiting jobs writes no 10,000 sentences.
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -79,8 +80,10 @@ __all__ = [
     "RESERVATION_AGING",
     "RESERVATION_DEPTH",
     "RESERVED",
+    "STARVING_QUANTILE",
     "USER_QUOTA",
     "WAITING_CODES",
+    "WAIT_WINDOW",
     "Admission",
     "CycleResult",
     "Preemption",
@@ -104,6 +107,11 @@ RESERVATION_DEPTH = 4
 RESERVATION_AGING = 300.0
 """Seconds after which a waiting job is served in submit order, ahead of fair order, for the
 reservations (docs/admission.md)."""
+STARVING_QUANTILE = 0.95
+"""A job that needs a whole node's GPUs or more gets the big-job reservation only once it has
+waited longer than this quantile of `Snapshot.recent_waits` (docs/admission.md)."""
+WAIT_WINDOW = 200
+"""How many of the last admissions' waits `CycleResult.recent_waits` keeps."""
 WAITING_CODES = frozenset({CAPACITY, RESERVED, PREEMPTING, BEHIND_RESERVATION, COURSE_QUOTA,
                            USER_QUOTA, BORROWING_LIMIT, COURSE_WINDOW})
 
@@ -171,6 +179,9 @@ class CycleResult:
     reservations: tuple[Reservation, ...] = ()
     """Every reservation after this cycle, in order (the head first): hand them to the next
     snapshot (`Snapshot.reservations`, see `carried`) so that each keeps its place."""
+    recent_waits: tuple[float, ...] = ()
+    """The snapshot's `recent_waits` with this cycle's admissions' waits added, the last
+    `window` of them: hand them to the next snapshot (`Snapshot.recent_waits`)."""
 
     @property
     def carried(self) -> tuple[tuple[str, tuple[tuple[str, int, str], ...]], ...]:
@@ -196,8 +207,9 @@ class _Cycle:
 
     def __init__(self, snapshot: Snapshot, queues: QueueSnapshot,
                  clock: Callable[[float, float], str], depth: int, aging: float,
-                 label: Callable[[str], str] = str) -> None:
+                 label: Callable[[str], str] = str, starving: float | None = None) -> None:
         self.s, self.q, self.clock, self.now = snapshot, queues, clock, snapshot.now
+        self.starving = starving
         self.label = label
         # the snapshot's index, copied on write (ClusterState keeps it between cycles)
         self.index = snapshot.free_index.clone()
@@ -225,6 +237,7 @@ class _Cycle:
         self.res_index: dict[str, int] = {}
         self.plan: FreeIndex | None = None
         self._running_releases: tuple[Release, ...] | None = None
+        self._whole_node: int | None = None
         self.preemptions: list[Preemption] = []
         self.pressure: dict[str, Fraction] = {}
         self.kept = tuple((name, placement) for name, placement in snapshot.kept_reservations
@@ -301,18 +314,31 @@ class _Cycle:
             self.consider(self.q.jobs[name])
         # 3. the head of the whole queue, in the order strict FIFO takes it (priority, submit
         #    time, name), among jobs that waited `aging` seconds or more: each starts now or gets
-        #    a reservation, until `depth` are held (younger jobs: fair order, step 4)
+        #    a reservation, until `depth` are held (younger jobs: fair order, step 4). One of the
+        #    `depth` is kept for the first such job that needs a whole node's GPUs or more and has
+        #    waited longer than `starving` (most recent admissions waited less), while no
+        #    reservation is for such a job (docs/admission.md): it cannot be backfilled. With
+        #    a depth of 1 (EASY) the one reservation stays the head's
+        big = (self._oldest_big() if self.depth > 1 and self.starving is not None
+               and len(self.live()) < self.depth else None)
         if len(self.live()) < self.depth:
             old = self.now - self.aging
             for job in heapq.merge(*self.q.by_course.values(), key=queue_key):
-                if len(self.live()) >= self.depth:
-                    break
                 if (job.submit_time > old or job.name in self.res_index
                         or job.name in self.order.skip):
                     continue
+                is_big = big is not None and job.name == big.name
+                if len(self.live()) >= self.depth - (0 if big is None or is_big else 1):
+                    break
                 examined += 1
                 self.order.skip.add(job.name)
+                if is_big:
+                    big = None
                 self.consider(job, head=True)
+        if big is not None and len(self.live()) < self.depth:
+            examined += 1
+            self.order.skip.add(big.name)
+            self.consider(big, head=True)
         # 4. every other job in fair order: it starts now if it delays no reservation
         for job in self.order:
             if smallest_nanos is not None and len(self.live()) >= self.depth:
@@ -324,6 +350,45 @@ class _Cycle:
             examined += 1
             self.consider(job)
         return examined
+
+    def _big(self, job: Job) -> bool:
+        """Whether `job` needs at least the GPUs of the largest node (it can never be backfilled
+        into the holes smaller jobs leave)."""
+        whole = self.whole_node
+        return whole > 0 and sum(a for n, a in job.total_need.items() if is_gpu_resource(n)) >= whole
+
+    @property
+    def whole_node(self) -> int:
+        if self._whole_node is None:
+            self._whole_node = max((a for node in self.s.nodes for n, a in nanos(node.allocatable).items()
+                                    if is_gpu_resource(n)), default=0)
+        return self._whole_node
+
+    def _oldest_big(self) -> Job | None:
+        """The starving job that needs a whole node's GPUs or more and comes first in strict FIFO
+        order, when no live reservation is for such a job and it holds none. Starving: it waited
+        `aging` or more and longer than `starving` seconds.
+
+        Why the second bound: a reservation kept for any aged big job served big gangs early in
+        an overloaded cluster and cost the small jobs' mean wait about as much as it bought big
+        jobs (docs/admission.md); only a big job that has already waited longer than most recent
+        admissions is one that backfilling keeps passing over."""
+        if self.starving is None or any(self._big(self.res_jobs[k]) for k, _ in self.live()):
+            return None
+        old = self.now - self.aging
+        hungry = self.now - self.starving
+        best = None
+        for jobs in self.q.by_course.values():
+            for job in jobs:
+                if best is not None and queue_key(job) >= queue_key(best):
+                    break
+                if (job.submit_time <= old and job.submit_time < hungry
+                        and job.name not in self.res_index
+                        and job.name not in self.order.skip and job.name not in self.admitted_names
+                        and self._big(job)):
+                    best = job
+                    break
+        return best
 
     def _reclaimer(self) -> Job | None:
         if not self.s.borrowing:
@@ -789,6 +854,14 @@ def _held(job: Job, placement: Placement, positions: Mapping[str, int]) -> dict[
     return held
 
 
+def _quantile(values: tuple[float, ...], q: float) -> float | None:
+    """The nearest-rank `q` quantile of `values` (None when empty), as the benchmark's p95."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered), math.ceil(q * len(ordered))) - 1]
+
+
 def admission_cycle(
     snapshot: Snapshot,
     queues: QueueSnapshot,
@@ -797,6 +870,8 @@ def admission_cycle(
     depth: int = RESERVATION_DEPTH,
     aging: float = RESERVATION_AGING,
     label: Callable[[str], str] = str,
+    quantile: float = STARVING_QUANTILE,
+    window: int = WAIT_WINDOW,
 ) -> CycleResult:
     """Decide which waiting jobs start now (see the module docstring for the rules).
 
@@ -804,14 +879,20 @@ def admission_cycle(
     messages ("14:20"); `label(job)` names a job in them (its name as its owner gave it).
     `depth`: how many jobs hold a reservation at once (1: EASY backfilling); `aging`: seconds of
     waiting after which a job's turn for a reservation follows submit order instead of fair
-    order (backfill.py, docs/admission.md).
+    order (backfill.py, docs/admission.md). `quantile` of the snapshot's `recent_waits`: how long
+    a job needing a whole node's GPUs must have waited to get the reservation kept for such a job;
+    `window`: how many waits `CycleResult.recent_waits` keeps.
     """
     if depth < 1:
         raise ValueError(f"depth must be at least 1 (one reservation: EASY backfilling), not {depth}")
     if aging < 0:
         raise ValueError(f"aging must be >= 0 seconds, not {aging}")
-    cycle = _Cycle(snapshot, queues, clock, depth, aging, label)
+    if not 0 < quantile <= 1 or window < 1:
+        raise ValueError(f"quantile must be in (0, 1] and window >= 1, not {quantile} and {window}")
+    starving = _quantile(snapshot.recent_waits, quantile)
+    cycle = _Cycle(snapshot, queues, clock, depth, aging, label, starving)
     examined = cycle.run()
+    waits = tuple(snapshot.now - a.job.submit_time for a in cycle.admitted)
     return CycleResult(
         now=snapshot.now,
         admitted=tuple(cycle.admitted),
@@ -821,4 +902,5 @@ def admission_cycle(
         examined=examined,
         _explain=cycle.explain,
         reservations=tuple(r for _, r in cycle.live()),
+        recent_waits=(snapshot.recent_waits + waits)[-window:] if waits else snapshot.recent_waits,
     )
