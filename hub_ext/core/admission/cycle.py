@@ -110,6 +110,9 @@ reservations (docs/admission.md)."""
 STARVING_QUANTILE = 0.95
 """A job that needs a whole node's GPUs or more gets the big-job reservation only once it has
 waited longer than this quantile of `Snapshot.recent_waits` (docs/admission.md)."""
+STARVING_EXTRA = 0
+SLOT = 1
+FACTOR = 1.0
 WAIT_WINDOW = 200
 """How many of the last admissions' waits `CycleResult.recent_waits` keeps."""
 WAITING_CODES = frozenset({CAPACITY, RESERVED, PREEMPTING, BEHIND_RESERVATION, COURSE_QUOTA,
@@ -319,7 +322,7 @@ class _Cycle:
         #    waited longer than `starving` (most recent admissions waited less), while no
         #    reservation is for such a job (docs/admission.md): it cannot be backfilled. With
         #    a depth of 1 (EASY) the one reservation stays the head's
-        big = (self._oldest_big() if self.depth > 1 and self.starving is not None
+        big = (self._oldest_big() if SLOT and self.depth > 1 and self.starving is not None
                and len(self.live()) < self.depth else None)
         if len(self.live()) < self.depth:
             old = self.now - self.aging
@@ -339,6 +342,8 @@ class _Cycle:
             examined += 1
             self.order.skip.add(big.name)
             self.consider(big, head=True)
+        if STARVING_EXTRA and self.starving is not None:
+            examined += self._starving_beyond_depth(STARVING_EXTRA)
         # 4. every other job in fair order: it starts now if it delays no reservation
         for job in self.order:
             if smallest_nanos is not None and len(self.live()) >= self.depth:
@@ -390,6 +395,23 @@ class _Cycle:
                     break
         return best
 
+    def _starving_beyond_depth(self, cap: int) -> int:
+        """(experiment) every starving big job, in strict FIFO order, gets a reservation beyond
+        the depth, up to `cap` more than the depth."""
+        old = min(self.now - self.aging, self.now - self.starving)  # type: ignore[operator]
+        n = 0
+        for job in heapq.merge(*self.q.by_course.values(), key=queue_key):
+            if len(self.live()) >= self.depth + cap:
+                break
+            if (job.submit_time > old or job.submit_time >= self.now - self.starving  # type: ignore[operator]
+                    or job.name in self.res_index or job.name in self.order.skip
+                    or not self._big(job)):
+                continue
+            n += 1
+            self.order.skip.add(job.name)
+            self.consider(job, head=True, depth=len(self.live()) + 1)
+        return n
+
     def _reclaimer(self) -> Job | None:
         if not self.s.borrowing:
             return None
@@ -440,8 +462,9 @@ class _Cycle:
                             have[name] = amount
         return merged or None
 
-    def consider(self, job: Job, head: bool = False) -> None:
+    def consider(self, job: Job, head: bool = False, depth: int | None = None) -> None:
         own = self.res_index.get(job.name)
+        depth = self.depth if depth is None else depth
         # the cheap test (no node has one replica's worth free now) may only skip a job that
         # could not get a reservation either: every one of the `depth` is held
         if (own is None and not head and len(self.live()) >= self.depth
@@ -469,7 +492,7 @@ class _Cycle:
                        backfilled=own is None and any(True for _ in self.live()))
         elif own is not None:
             pass  # keeps its reservation (and its code from step 1)
-        elif window is None and len(self.live()) < self.depth:
+        elif window is None and len(self.live()) < depth:
             self.reserve(job, borrowed=borrowed)
         elif window is not None and not self.live():
             self.reserve(job, borrowed=borrowed, window=window)
@@ -890,6 +913,8 @@ def admission_cycle(
     if not 0 < quantile <= 1 or window < 1:
         raise ValueError(f"quantile must be in (0, 1] and window >= 1, not {quantile} and {window}")
     starving = _quantile(snapshot.recent_waits, quantile)
+    if starving is not None:
+        starving *= FACTOR
     cycle = _Cycle(snapshot, queues, clock, depth, aging, label, starving)
     examined = cycle.run()
     waits = tuple(snapshot.now - a.job.submit_time for a in cycle.admitted)
