@@ -7,7 +7,8 @@ the same trace goes through three policies, in one run:
 
 - classhub: `hub_ext.core.admission.admission_cycle` (DRF across courses, conservative
   backfilling: a reservation for each of the first ``--depth`` blocked jobs, kept from cycle to
-  cycle, and no backfill that delays any of them; borrowing with preemption of borrowed jobs);
+  cycle, and no backfill that delays any of them, plus one for each starving job of a whole node
+  or more, up to 8 more; borrowing with preemption of borrowed jobs);
 - strict FIFO gang: jobs in (priority, submit) order; the first job that does not fit blocks all
   others (Kueue's StrictFIFO);
 - best-effort FIFO gang: the same order; a job that does not fit is skipped, with no reservation

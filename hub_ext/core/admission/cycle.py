@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Mapping
+from bisect import bisect_right
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from fractions import Fraction
@@ -81,6 +82,7 @@ __all__ = [
     "RESERVATION_DEPTH",
     "RESERVED",
     "STARVING_QUANTILE",
+    "STARVING_RESERVATIONS",
     "USER_QUOTA",
     "WAITING_CODES",
     "WAIT_WINDOW",
@@ -107,13 +109,13 @@ RESERVATION_DEPTH = 4
 RESERVATION_AGING = 300.0
 """Seconds after which a waiting job is served in submit order, ahead of fair order, for the
 reservations (docs/admission.md)."""
-STARVING_QUANTILE = 0.95
-"""A job that needs a whole node's GPUs or more gets the big-job reservation only once it has
-waited longer than this quantile of `Snapshot.recent_waits` (docs/admission.md)."""
-STARVING_EXTRA = 0
-SLOT = 1
-FACTOR = 1.0
-WAIT_WINDOW = 200
+STARVING_QUANTILE = 0.9
+"""A job that needs a whole node's GPUs or more is starving, and gets a reservation beyond the
+depth, once it has waited longer than this quantile of `Snapshot.recent_waits` (and `aging`)
+(docs/admission.md: chosen by measurement on the public traces)."""
+STARVING_RESERVATIONS = 8
+"""How many reservations starving big jobs may hold beyond `RESERVATION_DEPTH`."""
+WAIT_WINDOW = 1000
 """How many of the last admissions' waits `CycleResult.recent_waits` keeps."""
 WAITING_CODES = frozenset({CAPACITY, RESERVED, PREEMPTING, BEHIND_RESERVATION, COURSE_QUOTA,
                            USER_QUOTA, BORROWING_LIMIT, COURSE_WINDOW})
@@ -210,9 +212,11 @@ class _Cycle:
 
     def __init__(self, snapshot: Snapshot, queues: QueueSnapshot,
                  clock: Callable[[float, float], str], depth: int, aging: float,
-                 label: Callable[[str], str] = str, starving: float | None = None) -> None:
+                 label: Callable[[str], str] = str, starving: float | None = None,
+                 starving_extra: int = 0) -> None:
         self.s, self.q, self.clock, self.now = snapshot, queues, clock, snapshot.now
-        self.starving = starving
+        # a job waiting longer than this many seconds is starving (None: no waits known yet)
+        self.starving, self.starving_extra = starving, starving_extra
         self.label = label
         # the snapshot's index, copied on write (ClusterState keeps it between cycles)
         self.index = snapshot.free_index.clone()
@@ -317,33 +321,23 @@ class _Cycle:
             self.consider(self.q.jobs[name])
         # 3. the head of the whole queue, in the order strict FIFO takes it (priority, submit
         #    time, name), among jobs that waited `aging` seconds or more: each starts now or gets
-        #    a reservation, until `depth` are held (younger jobs: fair order, step 4). One of the
-        #    `depth` is kept for the first such job that needs a whole node's GPUs or more and has
-        #    waited longer than `starving` (most recent admissions waited less), while no
-        #    reservation is for such a job (docs/admission.md): it cannot be backfilled. With
-        #    a depth of 1 (EASY) the one reservation stays the head's
-        big = (self._oldest_big() if SLOT and self.depth > 1 and self.starving is not None
-               and len(self.live()) < self.depth else None)
+        #    a reservation, until `depth` are held (younger jobs: fair order, step 4)
         if len(self.live()) < self.depth:
             old = self.now - self.aging
             for job in heapq.merge(*self.q.by_course.values(), key=queue_key):
+                if len(self.live()) >= self.depth:
+                    break
                 if (job.submit_time > old or job.name in self.res_index
                         or job.name in self.order.skip):
                     continue
-                is_big = big is not None and job.name == big.name
-                if len(self.live()) >= self.depth - (0 if big is None or is_big else 1):
-                    break
                 examined += 1
                 self.order.skip.add(job.name)
-                if is_big:
-                    big = None
                 self.consider(job, head=True)
-        if big is not None and len(self.live()) < self.depth:
-            examined += 1
-            self.order.skip.add(big.name)
-            self.consider(big, head=True)
-        if STARVING_EXTRA and self.starving is not None:
-            examined += self._starving_beyond_depth(STARVING_EXTRA)
+        # 3b. a starving job that needs a whole node's GPUs or more (it waited `aging` and longer
+        #     than the `quantile` of the recent admissions' waits) gets a reservation beyond the
+        #     depth, in strict FIFO order, up to `starving_extra` more (docs/admission.md)
+        if self.starving is not None and self.starving_extra:
+            examined += self._reserve_starving()
         # 4. every other job in fair order: it starts now if it delays no reservation
         for job in self.order:
             if smallest_nanos is not None and len(self.live()) >= self.depth:
@@ -369,48 +363,32 @@ class _Cycle:
                                     if is_gpu_resource(n)), default=0)
         return self._whole_node
 
-    def _oldest_big(self) -> Job | None:
-        """The starving job that needs a whole node's GPUs or more and comes first in strict FIFO
-        order, when no live reservation is for such a job and it holds none. Starving: it waited
-        `aging` or more and longer than `starving` seconds.
+    def _reserve_starving(self) -> int:
+        """Reserve for every starving big job (`starving`), in strict FIFO order, beyond the
+        depth, until `depth + starving_extra` reservations are held; how many it examined.
 
-        Why the second bound: a reservation kept for any aged big job served big gangs early in
-        an overloaded cluster and cost the small jobs' mean wait about as much as it bought big
-        jobs (docs/admission.md); only a big job that has already waited longer than most recent
-        admissions is one that backfilling keeps passing over."""
-        if self.starving is None or any(self._big(self.res_jobs[k]) for k, _ in self.live()):
-            return None
-        old = self.now - self.aging
-        hungry = self.now - self.starving
-        best = None
-        for jobs in self.q.by_course.values():
-            for job in jobs:
-                if best is not None and queue_key(job) >= queue_key(best):
-                    break
-                if (job.submit_time <= old and job.submit_time < hungry
-                        and job.name not in self.res_index
-                        and job.name not in self.order.skip and job.name not in self.admitted_names
-                        and self._big(job)):
-                    best = job
-                    break
-        return best
-
-    def _starving_beyond_depth(self, cap: int) -> int:
-        """(experiment) every starving big job, in strict FIFO order, gets a reservation beyond
-        the depth, up to `cap` more than the depth."""
-        old = min(self.now - self.aging, self.now - self.starving)  # type: ignore[operator]
-        n = 0
-        for job in heapq.merge(*self.q.by_course.values(), key=queue_key):
-            if len(self.live()) >= self.depth + cap:
+        Why: in a cluster overloaded for hours (the public DLRM and openb traces), a dozen jobs
+        of a whole node each wait at once, and only the `depth` first in line are protected: the
+        others see every node they could use refilled by backfilled small jobs with long max
+        runtimes, and wait longer than under strict FIFO. A reservation for each of them holds
+        the nodes as they free up. The wait bar keeps the extra reservations (each costs a
+        replay of the running jobs per cycle, and holds capacity from backfilling) for the jobs
+        that already waited longer than most recent admissions; aged big jobs within it, or
+        with no waits to compare with yet, get none (docs/admission.md: measurements)."""
+        bar = self.now - max(self.aging, self.starving or 0.0)
+        cap = self.depth + self.starving_extra
+        examined = 0
+        for job in heapq.merge(*(_submitted_before(jobs, bar) for jobs in self.q.by_course.values()),
+                               key=queue_key):
+            if len(self.live()) >= cap:
                 break
-            if (job.submit_time > old or job.submit_time >= self.now - self.starving  # type: ignore[operator]
-                    or job.name in self.res_index or job.name in self.order.skip
-                    or not self._big(job)):
+            if (job.name in self.res_index or job.name in self.order.skip
+                    or job.name in self.admitted_names or not self._big(job)):
                 continue
-            n += 1
+            examined += 1
             self.order.skip.add(job.name)
             self.consider(job, head=True, depth=len(self.live()) + 1)
-        return n
+        return examined
 
     def _reclaimer(self) -> Job | None:
         if not self.s.borrowing:
@@ -877,6 +855,20 @@ def _held(job: Job, placement: Placement, positions: Mapping[str, int]) -> dict[
     return held
 
 
+def _submitted_before(jobs: tuple[Job, ...], bar: float) -> Iterator[Job]:
+    """The jobs of one course's queue (priority, submit time, name order) submitted before `bar`,
+    in that order: each priority's jobs are in submit order, so the scan skips to the next
+    priority at the first later one (a cycle over 10,000 waiting jobs reads only the old ones)."""
+    i, n = 0, len(jobs)
+    while i < n:
+        job = jobs[i]
+        if job.submit_time < bar:
+            yield job
+            i += 1
+        else:  # the first job of the next (lower) priority
+            i = bisect_right(jobs, -job.priority, lo=i, key=lambda j: -j.priority)
+
+
 def _quantile(values: tuple[float, ...], q: float) -> float | None:
     """The nearest-rank `q` quantile of `values` (None when empty), as the benchmark's p95."""
     if not values:
@@ -895,6 +887,7 @@ def admission_cycle(
     label: Callable[[str], str] = str,
     quantile: float = STARVING_QUANTILE,
     window: int = WAIT_WINDOW,
+    starving_extra: int = STARVING_RESERVATIONS,
 ) -> CycleResult:
     """Decide which waiting jobs start now (see the module docstring for the rules).
 
@@ -903,19 +896,19 @@ def admission_cycle(
     `depth`: how many jobs hold a reservation at once (1: EASY backfilling); `aging`: seconds of
     waiting after which a job's turn for a reservation follows submit order instead of fair
     order (backfill.py, docs/admission.md). `quantile` of the snapshot's `recent_waits`: how long
-    a job needing a whole node's GPUs must have waited to get the reservation kept for such a job;
-    `window`: how many waits `CycleResult.recent_waits` keeps.
+    a job needing a whole node's GPUs or more must have waited to be starving; `starving_extra`:
+    how many reservations beyond `depth` starving jobs may hold (0: none); `window`: how many
+    waits `CycleResult.recent_waits` keeps.
     """
     if depth < 1:
         raise ValueError(f"depth must be at least 1 (one reservation: EASY backfilling), not {depth}")
     if aging < 0:
         raise ValueError(f"aging must be >= 0 seconds, not {aging}")
-    if not 0 < quantile <= 1 or window < 1:
-        raise ValueError(f"quantile must be in (0, 1] and window >= 1, not {quantile} and {window}")
+    if not 0 < quantile <= 1 or window < 1 or starving_extra < 0:
+        raise ValueError(f"quantile must be in (0, 1], window >= 1 and starving_extra >= 0, not "
+                         f"{quantile}, {window} and {starving_extra}")
     starving = _quantile(snapshot.recent_waits, quantile)
-    if starving is not None:
-        starving *= FACTOR
-    cycle = _Cycle(snapshot, queues, clock, depth, aging, label, starving)
+    cycle = _Cycle(snapshot, queues, clock, depth, aging, label, starving, starving_extra)
     examined = cycle.run()
     waits = tuple(snapshot.now - a.job.submit_time for a in cycle.admitted)
     return CycleResult(
