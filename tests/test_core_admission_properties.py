@@ -177,7 +177,7 @@ def simulate(cluster, jobs, courses=None, limit=400, depth=None, **policy):
     carried to the next cycle, and the last admissions' waits (starving big jobs get reservations
     beyond the depth); returns starts and promises (the first reservation of each job).
     `depth` None: the single-reservation interface (`reserved_job`) with depth 1. `policy`: more
-    arguments of `admission_cycle` (aging, quantile)."""
+    arguments of `admission_cycle` (aging, quantile, starving_after)."""
     now = 0.0
     running: list[RunningJob] = []
     waiting = {j.name: j for j in jobs}
@@ -244,7 +244,8 @@ def test_with_exact_runtimes_no_job_starts_later_than_its_first_reservation(
     starving big jobs hold beyond the depth keep the same promise (short aging and a low
     quantile make them frequent here)."""
     jobs = fitting(jobs, cluster)
-    starts, promised = simulate(cluster, jobs, depth=depth, aging=aging, quantile=quantile)
+    starts, promised = simulate(cluster, jobs, depth=depth, aging=aging, quantile=quantile,
+                                starving_after=aging)
     assert set(starts) == {j.name for j in jobs}
     for name, start in promised.items():
         assert starts[name] <= start, f"{name} promised {start}, started {starts[name]}"
@@ -254,9 +255,10 @@ def test_with_exact_runtimes_no_job_starts_later_than_its_first_reservation(
 @given(clusters(), job_lists(max_jobs=10), st.sampled_from([1, 2]))
 def test_reservations_of_starving_big_jobs_beyond_the_depth_keep_their_promise(cluster, jobs, depth):
     """The same guarantee where reservations beyond the depth are frequent: a depth of 1 or 2,
-    no aging and the median of the recent waits as the starving bar."""
+    no aging, no minimum wait and the median of the recent waits as the starving bar."""
     jobs = fitting(jobs, cluster)
-    starts, promised = simulate(cluster, jobs, depth=depth, aging=0.0, quantile=0.5)
+    starts, promised = simulate(cluster, jobs, depth=depth, aging=0.0, quantile=0.5,
+                                starving_after=0.0)
     assert set(starts) == {j.name for j in jobs}
     for name, start in promised.items():
         assert starts[name] <= start, f"{name} promised {start}, started {starts[name]}"

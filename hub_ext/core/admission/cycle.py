@@ -19,9 +19,10 @@ gang admission"):
    -> `capacity`.
 6. Reservations: each job that passes 2-4 but not 5 gets a reservation at its earliest start,
    around every reservation before it, up to `depth` of them (conservative backfilling,
-   backfill.py; docs/admission.md says why and shows the measurements). For the first one, when
-   its job is within its course's share and borrowed jobs of others hold the room, they are
-   preempted with a grace period (preemption.py) -> `reserved` / `preempting`.
+   backfill.py; docs/admission.md says why and shows the measurements), and up to
+   `starving_extra` more for starving jobs of a whole node or more (`_reserve_starving`).
+   For the first one, when its job is within its course's share and borrowed jobs of others
+   hold the room, they are preempted with a grace period (preemption.py) -> `reserved` / `preempting`.
 7. Backfill: any other job starts only if it fits now and delays no reservation ->
    `behind_reservation`.
 8. A preempted job keeps its place: from the cycle that preempts it until it is back in the
@@ -81,6 +82,7 @@ __all__ = [
     "RESERVATION_AGING",
     "RESERVATION_DEPTH",
     "RESERVED",
+    "STARVING_MIN_WAIT",
     "STARVING_QUANTILE",
     "STARVING_RESERVATIONS",
     "USER_QUOTA",
@@ -113,6 +115,10 @@ STARVING_QUANTILE = 0.9
 """A job that needs a whole node's GPUs or more is starving, and gets a reservation beyond the
 depth, once it has waited longer than this quantile of `Snapshot.recent_waits` (and `aging`)
 (docs/admission.md: chosen by measurement on the public traces)."""
+STARVING_MIN_WAIT = 3600.0
+"""Seconds a job needing a whole node's GPUs must have waited, at least, to be starving: when most
+jobs start at once the quantile of the recent waits is 0, and without this floor every such job
+past `aging` would count as starving (docs/admission.md: chosen by measurement)."""
 STARVING_RESERVATIONS = 8
 """How many reservations starving big jobs may hold beyond `RESERVATION_DEPTH`."""
 WAIT_WINDOW = 1000
@@ -213,10 +219,11 @@ class _Cycle:
     def __init__(self, snapshot: Snapshot, queues: QueueSnapshot,
                  clock: Callable[[float, float], str], depth: int, aging: float,
                  label: Callable[[str], str] = str, starving: float | None = None,
-                 starving_extra: int = 0) -> None:
+                 starving_extra: int = 0, starving_after: float = STARVING_MIN_WAIT) -> None:
         self.s, self.q, self.clock, self.now = snapshot, queues, clock, snapshot.now
         # a job waiting longer than this many seconds is starving (None: no waits known yet)
         self.starving, self.starving_extra = starving, starving_extra
+        self.starving_after = starving_after
         self.label = label
         # the snapshot's index, copied on write (ClusterState keeps it between cycles)
         self.index = snapshot.free_index.clone()
@@ -333,9 +340,10 @@ class _Cycle:
                 examined += 1
                 self.order.skip.add(job.name)
                 self.consider(job, head=True)
-        # 3b. a starving job that needs a whole node's GPUs or more (it waited `aging` and longer
-        #     than the `quantile` of the recent admissions' waits) gets a reservation beyond the
-        #     depth, in strict FIFO order, up to `starving_extra` more (docs/admission.md)
+        # 3b. a starving job that needs a whole node's GPUs or more (it waited `aging`,
+        #     `starving_after` and longer than the `quantile` of the recent admissions' waits)
+        #     gets a reservation beyond the depth, in strict FIFO order, up to `starving_extra`
+        #     more (docs/admission.md)
         if self.starving is not None and self.starving_extra:
             examined += self._reserve_starving()
         # 4. every other job in fair order: it starts now if it delays no reservation
@@ -373,9 +381,10 @@ class _Cycle:
         runtimes, and wait longer than under strict FIFO. A reservation for each of them holds
         the nodes as they free up. The wait bar keeps the extra reservations (each costs a
         replay of the running jobs per cycle, and holds capacity from backfilling) for the jobs
-        that already waited longer than most recent admissions; aged big jobs within it, or
+        that already waited longer than most recent admissions, and at least `starving_after`
+        (an hour: when most jobs start at once, the quantile is 0); aged big jobs within it, or
         with no waits to compare with yet, get none (docs/admission.md: measurements)."""
-        bar = self.now - max(self.aging, self.starving or 0.0)
+        bar = self.now - max(self.aging, self.starving_after, self.starving or 0.0)
         cap = self.depth + self.starving_extra
         examined = 0
         for job in heapq.merge(*(_submitted_before(jobs, bar) for jobs in self.q.by_course.values()),
@@ -888,6 +897,7 @@ def admission_cycle(
     quantile: float = STARVING_QUANTILE,
     window: int = WAIT_WINDOW,
     starving_extra: int = STARVING_RESERVATIONS,
+    starving_after: float = STARVING_MIN_WAIT,
 ) -> CycleResult:
     """Decide which waiting jobs start now (see the module docstring for the rules).
 
@@ -896,7 +906,8 @@ def admission_cycle(
     `depth`: how many jobs hold a reservation at once (1: EASY backfilling); `aging`: seconds of
     waiting after which a job's turn for a reservation follows submit order instead of fair
     order (backfill.py, docs/admission.md). `quantile` of the snapshot's `recent_waits`: how long
-    a job needing a whole node's GPUs or more must have waited to be starving; `starving_extra`:
+    a job needing a whole node's GPUs or more must have waited to be starving, and at least
+    `starving_after` seconds; `starving_extra`:
     how many reservations beyond `depth` starving jobs may hold (0: none); `window`: how many
     waits `CycleResult.recent_waits` keeps.
     """
@@ -904,11 +915,13 @@ def admission_cycle(
         raise ValueError(f"depth must be at least 1 (one reservation: EASY backfilling), not {depth}")
     if aging < 0:
         raise ValueError(f"aging must be >= 0 seconds, not {aging}")
-    if not 0 < quantile <= 1 or window < 1 or starving_extra < 0:
-        raise ValueError(f"quantile must be in (0, 1], window >= 1 and starving_extra >= 0, not "
-                         f"{quantile}, {window} and {starving_extra}")
+    if not 0 < quantile <= 1 or window < 1 or starving_extra < 0 or starving_after < 0:
+        raise ValueError(f"quantile must be in (0, 1], window >= 1, starving_extra >= 0 and "
+                         f"starving_after >= 0, not {quantile}, {window}, {starving_extra} and "
+                         f"{starving_after}")
     starving = _quantile(snapshot.recent_waits, quantile)
-    cycle = _Cycle(snapshot, queues, clock, depth, aging, label, starving, starving_extra)
+    cycle = _Cycle(snapshot, queues, clock, depth, aging, label, starving, starving_extra,
+                   starving_after)
     examined = cycle.run()
     waits = tuple(snapshot.now - a.job.submit_time for a in cycle.admitted)
     return CycleResult(
