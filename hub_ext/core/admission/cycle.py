@@ -366,6 +366,7 @@ class _Cycle:
 
     @property
     def whole_node(self) -> int:
+        """The GPUs (nano-units) of the largest node, computed once per cycle."""
         if self._whole_node is None:
             self._whole_node = max((a for node in self.s.nodes for n, a in nanos(node.allocatable).items()
                                     if is_gpu_resource(n)), default=0)
@@ -907,9 +908,9 @@ def admission_cycle(
     waiting after which a job's turn for a reservation follows submit order instead of fair
     order (backfill.py, docs/admission.md). `quantile` of the snapshot's `recent_waits`: how long
     a job needing a whole node's GPUs or more must have waited to be starving, and at least
-    `starving_after` seconds; `starving_extra`:
-    how many reservations beyond `depth` starving jobs may hold (0: none); `window`: how many
-    waits `CycleResult.recent_waits` keeps.
+    `starving_after` seconds; `starving_extra`: how many reservations beyond `depth` starving
+    jobs may hold (0: none, the policy before); `window`: how many waits
+    `CycleResult.recent_waits` keeps.
     """
     if depth < 1:
         raise ValueError(f"depth must be at least 1 (one reservation: EASY backfilling), not {depth}")
