@@ -7,7 +7,8 @@ the same trace goes through three policies, in one run:
 
 - classhub: `hub_ext.core.admission.admission_cycle` (DRF across courses, conservative
   backfilling: a reservation for each of the first ``--depth`` blocked jobs, kept from cycle to
-  cycle, and no backfill that delays any of them; borrowing with preemption of borrowed jobs);
+  cycle, and no backfill that delays any of them, plus one for each starving job of a whole node
+  or more, up to 8 more; borrowing with preemption of borrowed jobs);
 - strict FIFO gang: jobs in (priority, submit) order; the first job that does not fit blocks all
   others (Kueue's StrictFIFO);
 - best-effort FIFO gang: the same order; a job that does not fit is skipped, with no reservation
@@ -252,6 +253,7 @@ class Simulation:
         self.usage: dict[str, ResourceVector] = {}
         self.now = 0.0
         self.reservations: tuple[tuple[str, tuple[tuple[str, int, str], ...]], ...] = ()
+        self.recent_waits: tuple[float, ...] = ()
         self.out = Outcome()
         total = sum((n.allocatable[NVIDIA_GPU] for n in nodes), Fraction(0))
         courses = sorted({t.job.course for t in trace})
@@ -300,7 +302,8 @@ class Simulation:
                            usage=Usage(self.usage.get(c, ResourceVector())))
             for c, nominal in self.nominal.items()
         }
-        return self.cluster.snapshot(self.now, courses, reservations=self.reservations, grace=GRACE)
+        return self.cluster.snapshot(self.now, courses, reservations=self.reservations,
+                                     recent_waits=self.recent_waits, grace=GRACE)
 
     def run(self, decide: Decider) -> Outcome:
         while self._events:
@@ -334,7 +337,7 @@ class Simulation:
 
 def classhub_policy(sim: Simulation) -> tuple[list[tuple[Job, Any, bool]], list[Any]]:
     result = admission_cycle(sim.snapshot(), sim.queue.snapshot(), depth=DEPTH)
-    sim.reservations = result.carried
+    sim.reservations, sim.recent_waits = result.carried, result.recent_waits
     return [(a.job, a.placement, a.borrowed) for a in result.admitted], list(result.preemptions)
 
 

@@ -17,6 +17,9 @@ from hub_ext.core.admission import (
     RESERVATION_AGING,
     RESERVATION_DEPTH,
     RESERVED,
+    STARVING_MIN_WAIT,
+    STARVING_QUANTILE,
+    STARVING_RESERVATIONS,
     USER_QUOTA,
     CourseQuota,
     CourseWindow,
@@ -162,6 +165,73 @@ def test_a_job_waiting_longer_than_the_aging_time_goes_first_whatever_its_course
     assert result.waiting("l1").code == RESERVED
     assert result.reservations[1].start == NOW + 1000 + 3600
     assert dominant_share({G: 4}, {G: 8}, 2) == 0.25
+
+
+def starving_cycle(waits, big_waited=6000.0, **kw):
+    """Both nodes full (a until NOW+4900, b until NOW+8900), depth 1: the oldest job, 1 GPU,
+    holds the one reservation; a job of a whole node (8 GPUs) has waited `big_waited` seconds
+    and a 1-GPU job 8,000 s. `waits`: what the last admissions waited (`Snapshot.recent_waits`)."""
+    run = [running(job("r1", 1, 8, rt=5000), ["a"]), running(job("r2", 1, 8, rt=9000), ["b"])]
+    queued = [job("head", 1, 1, t=NOW - 9000), job("old-small", 1, 1, t=NOW - 8000),
+              job("big", 1, 8, t=NOW - big_waited)]
+    snap = Snapshot(NOW, (node("a", 0), node("b", 0)), tuple(run), recent_waits=tuple(waits))
+    return admission_cycle(snap, QueueSnapshot.of(queued), depth=1, **kw)
+
+
+def reserved_jobs(result):
+    return [r.job for r in result.reservations]
+
+
+def test_a_whole_node_job_gets_a_reservation_beyond_the_depth_only_once_it_starves():
+    """A job needing a whole node's GPUs that has waited longer than STARVING_QUANTILE (p90) of
+    the recent admissions' waits, and at least STARVING_MIN_WAIT, is starving: it gets a
+    reservation beyond the depth, so that backfilled jobs stop taking the nodes it needs
+    (docs/admission.md, issue 30). Below that bar, with no waits known yet, or when the job is
+    small, the depth alone decides."""
+    assert (STARVING_QUANTILE, STARVING_MIN_WAIT, STARVING_RESERVATIONS) == (0.9, 3600.0, 8)
+    # most recent admissions waited 7,000 s: 6,000 s is not starving
+    below = starving_cycle([100.0] * 5 + [7000.0] * 5)
+    assert reserved_jobs(below) == ["head"]
+    assert below.waiting("big").code == CAPACITY
+    # they waited 5,000 s at most: the big job starves and holds a second reservation, when a
+    # node is whole again: a, once the head's reservation there (NOW+4900, 1 h) has ended
+    above = starving_cycle([100.0] * 5 + [5000.0] * 5)
+    assert reserved_jobs(above) == ["head", "big"]
+    assert above.waiting("big").code == RESERVED
+    assert above.reservations[0].placement.nodes == ("a",)
+    assert above.reservations[1].start == NOW + 4900 + 3600
+    assert above.reservations[1].placement.nodes == ("a",)
+    # the 1-GPU job waited longer still, but any hole fits it: no reservation beyond the depth
+    assert above.waiting("old-small").code == CAPACITY
+    # the bar is the p90 of the window: one long wait in ten does not raise it
+    assert reserved_jobs(starving_cycle([5000.0] * 9 + [99_999.0])) == ["head", "big"]
+    # most jobs started at once (the p90 is 0): the big job starves only after an hour
+    assert reserved_jobs(starving_cycle([0.0] * 10, big_waited=3000.0)) == ["head"]
+    assert reserved_jobs(starving_cycle([0.0] * 10, big_waited=4000.0)) == ["head", "big"]
+    # no waits known (a loop just started), or no reservation beyond the depth allowed
+    assert reserved_jobs(starving_cycle([])) == ["head"]
+    assert reserved_jobs(starving_cycle([0.0] * 10, starving_extra=0)) == ["head"]
+    # kept by the next cycle like any reservation (it can only move earlier)
+    snap = Snapshot(NOW + 10, (node("a", 0), node("b", 0)), tuple(
+        running(job(n, 1, 8, rt=rt), [at]) for n, rt, at in (("r1", 5000, "a"), ("r2", 9000, "b"))),
+        reservations=above.carried, recent_waits=above.recent_waits)
+    queued = QueueSnapshot.of([job("head", 1, 1, t=NOW - 9000), job("old-small", 1, 1, t=NOW - 8000),
+                               job("big", 1, 8, t=NOW - 6000)])
+    assert reserved_jobs(admission_cycle(snap, queued, depth=1)) == ["head", "big"]
+
+
+def test_the_cycle_carries_the_last_admissions_waits_for_the_next_one():
+    """`CycleResult.recent_waits`: the snapshot's waits, then this cycle's admissions' (now minus
+    submit time), the last `window` of them; the loop and the benchmark pass them on."""
+    jobs = [job("a", t=NOW - 50), job("b", t=NOW - 20)]
+    result = admission_cycle(Snapshot(NOW, (node("n", 2),), recent_waits=(7.0, 8.0)),
+                             QueueSnapshot.of(jobs), window=3)
+    assert names(result) == ["a", "b"]
+    assert result.recent_waits == (8.0, 50.0, 20.0)
+    idle = admission_cycle(Snapshot(NOW, (node("n", 0),), recent_waits=(7.0,)), QueueSnapshot.of(jobs))
+    assert idle.recent_waits == (7.0,)
+    with pytest.raises(ValueError, match="quantile"):
+        admission_cycle(Snapshot(NOW, (node("n", 0),)), QueueSnapshot.of(jobs), quantile=0)
 
 
 def test_the_reserved_job_of_the_last_cycle_comes_first():

@@ -25,6 +25,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hub_ext.core.admission import (
+    STARVING_RESERVATIONS,
     CourseQuota,
     NodeState,
     QueueSnapshot,
@@ -171,16 +172,18 @@ def test_the_same_input_gives_the_same_decisions(situation, rnd):
         {j.name: again.waiting(j.name) for j in waiting}
 
 
-def simulate(cluster, jobs, courses=None, limit=400, depth=None):
+def simulate(cluster, jobs, courses=None, limit=400, depth=None, **policy):
     """Run cycles at every job end and arrival, runtimes exactly max_runtime, every reservation
-    carried to the next cycle; returns starts and promises (the first reservation of each job).
-    `depth` None: the single-reservation interface (`reserved_job`) with depth 1."""
+    carried to the next cycle, and the last admissions' waits (starving big jobs get reservations
+    beyond the depth); returns starts and promises (the first reservation of each job).
+    `depth` None: the single-reservation interface (`reserved_job`) with depth 1. `policy`: more
+    arguments of `admission_cycle` (aging, quantile, starving_after)."""
     now = 0.0
     running: list[RunningJob] = []
     waiting = {j.name: j for j in jobs}
     starts: dict[str, float] = {}
     promised: dict[str, float] = {}
-    reserved, placement, carried = None, (), ()
+    reserved, placement, carried, waits = None, (), (), ()
     for _ in range(limit):
         arrived = [j for j in waiting.values() if j.submit_time <= now]
         usage = {c: sum_vectors(r.job.total for r in running if r.job.course == c) for c in COURSES}
@@ -191,10 +194,11 @@ def simulate(cluster, jobs, courses=None, limit=400, depth=None):
                                 reserved_placement=placement)
             result = admission_cycle(snap, QueueSnapshot.of(arrived), depth=1)
         else:
-            snap = snapshot_for(cluster, running, now, courses=quotas, reservations=carried)
-            result = admission_cycle(snap, QueueSnapshot.of(arrived), depth=depth)
-            assert len(result.reservations) <= depth
-            carried = result.carried
+            snap = snapshot_for(cluster, running, now, courses=quotas, reservations=carried,
+                                recent_waits=waits)
+            result = admission_cycle(snap, QueueSnapshot.of(arrived), depth=depth, **policy)
+            assert len(result.reservations) <= depth + STARVING_RESERVATIONS
+            carried, waits = result.carried, result.recent_waits
         for a in result.admitted:
             running.append(RunningJob(a.job, a.placement.replicas, now, a.borrowed))
             starts[a.job.name] = now
@@ -230,25 +234,46 @@ def test_with_exact_runtimes_backfill_never_delays_the_reserved_job(cluster, job
 
 
 @settings(max_examples=80, deadline=None)
-@given(clusters(), job_lists(max_jobs=10), st.integers(1, 6))
-def test_with_exact_runtimes_no_job_starts_later_than_its_first_reservation(cluster, jobs, depth):
+@given(clusters(), job_lists(max_jobs=10), st.integers(1, 6), st.sampled_from([0.0, 300.0]),
+       st.sampled_from([0.5, 0.9]))
+def test_with_exact_runtimes_no_job_starts_later_than_its_first_reservation(
+        cluster, jobs, depth, aging, quantile):
     """The guarantee of conservative backfilling: once a job holds a reservation, neither a job
     backfilled around it nor one submitted later (whatever its priority or course) makes it
-    start later. Jobs arrive over time (submit 0-50 s) while others run."""
+    start later. Jobs arrive over time (submit 0-50 s) while others run. Reservations that
+    starving big jobs hold beyond the depth keep the same promise (short aging and a low
+    quantile make them frequent here)."""
     jobs = fitting(jobs, cluster)
-    starts, promised = simulate(cluster, jobs, depth=depth)
+    starts, promised = simulate(cluster, jobs, depth=depth, aging=aging, quantile=quantile,
+                                starving_after=aging)
+    assert set(starts) == {j.name for j in jobs}
+    for name, start in promised.items():
+        assert starts[name] <= start, f"{name} promised {start}, started {starts[name]}"
+
+
+@settings(max_examples=80, deadline=None)
+@given(clusters(), job_lists(max_jobs=10), st.sampled_from([1, 2]))
+def test_reservations_of_starving_big_jobs_beyond_the_depth_keep_their_promise(cluster, jobs, depth):
+    """The same guarantee where reservations beyond the depth are frequent: a depth of 1 or 2,
+    no aging, no minimum wait and the median of the recent waits as the starving bar."""
+    jobs = fitting(jobs, cluster)
+    starts, promised = simulate(cluster, jobs, depth=depth, aging=0.0, quantile=0.5,
+                                starving_after=0.0)
     assert set(starts) == {j.name for j in jobs}
     for name, start in promised.items():
         assert starts[name] <= start, f"{name} promised {start}, started {starts[name]}"
 
 
 @settings(max_examples=60, deadline=None)
-@given(situations(), st.integers(1, 6))
-def test_the_reservations_of_a_cycle_fit_together(situation, depth):
+@given(situations(), st.integers(1, 6),
+       st.lists(st.floats(0, 12_000), max_size=20).map(tuple))
+def test_the_reservations_of_a_cycle_fit_together(situation, depth, waits):
+    """`waits`: the last admissions' waits; jobs waited up to 10,000 s, so big ones may starve
+    and hold reservations beyond the depth."""
     cluster, running, waiting, courses, now = situation
-    snap = snapshot_for(cluster, running, now, courses=courses)
+    snap = snapshot_for(cluster, running, now, courses=courses, recent_waits=waits)
     result = admission_cycle(snap, QueueSnapshot.of(waiting), depth=depth)
-    assert len(result.reservations) <= depth
+    assert len(result.reservations) <= depth + STARVING_RESERVATIONS
     jobs = {j.name: j for j in waiting}
     spans = [(r.started, r.expected_end, r.job, r.placement) for r in running]
     spans += [(now, now + a.job.max_runtime, a.job, a.placement.replicas) for a in result.admitted]
@@ -291,6 +316,7 @@ def simulate_with_preemption(cluster, jobs, shares, depth, notebooks, limit=300)
     running: list[RunningJob] = []
     waiting = {j.name: j for j in jobs}
     carried: tuple = ()
+    waits: tuple = ()
     requeued: set[str] = set()
     for _ in range(limit):
         arrived = [j for j in waiting.values() if j.submit_time <= now]
@@ -303,7 +329,8 @@ def simulate_with_preemption(cluster, jobs, shares, depth, notebooks, limit=300)
                       for name, size in cluster)
         usage = {c: sum_vectors(r.job.total for r in running if r.job.course == c) for c in COURSES}
         quotas = {c: CourseQuota(nominal=rv(n), usage=Usage(usage[c])) for c, n in shares.items()}
-        snap = Snapshot(now, nodes, tuple(running), quotas, reservations=carried)
+        snap = Snapshot(now, nodes, tuple(running), quotas, reservations=carried,
+                        recent_waits=waits)
         result = admission_cycle(snap, QueueSnapshot.of(arrived), depth=depth)
         queued = {j.name: j for j in arrived}
 
@@ -330,7 +357,7 @@ def simulate_with_preemption(cluster, jobs, shares, depth, notebooks, limit=300)
         cut = {p.job: p.ends_by for p in result.preemptions}
         running = [RunningJob(r.job, r.placement, r.started, r.borrowed, cut[r.job.name])
                    if r.job.name in cut else r for r in running]
-        carried = result.carried
+        carried, waits = result.carried, result.recent_waits
 
         # no node holds more than its allocatable: notebooks, running and stopping jobs
         held = {name: rv(notebooks.get(name, 0)) for name in sizes}

@@ -19,9 +19,10 @@ gang admission"):
    -> `capacity`.
 6. Reservations: each job that passes 2-4 but not 5 gets a reservation at its earliest start,
    around every reservation before it, up to `depth` of them (conservative backfilling,
-   backfill.py; docs/admission.md says why and shows the measurements). For the first one, when
-   its job is within its course's share and borrowed jobs of others hold the room, they are
-   preempted with a grace period (preemption.py) -> `reserved` / `preempting`.
+   backfill.py; docs/admission.md says why and shows the measurements), and up to
+   `starving_extra` more for starving jobs of a whole node or more (`_reserve_starving`).
+   For the first one, when its job is within its course's share and borrowed jobs of others
+   hold the room, they are preempted with a grace period (preemption.py) -> `reserved` / `preempting`.
 7. Backfill: any other job starts only if it fits now and delays no reservation ->
    `behind_reservation`.
 8. A preempted job keeps its place: from the cycle that preempts it until it is back in the
@@ -38,7 +39,9 @@ cycle over 10,000 waiting jobs writes no 10,000 sentences.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Mapping
+import math
+from bisect import bisect_right
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from fractions import Fraction
@@ -79,8 +82,12 @@ __all__ = [
     "RESERVATION_AGING",
     "RESERVATION_DEPTH",
     "RESERVED",
+    "STARVING_MIN_WAIT",
+    "STARVING_QUANTILE",
+    "STARVING_RESERVATIONS",
     "USER_QUOTA",
     "WAITING_CODES",
+    "WAIT_WINDOW",
     "Admission",
     "CycleResult",
     "Preemption",
@@ -104,6 +111,18 @@ RESERVATION_DEPTH = 4
 RESERVATION_AGING = 300.0
 """Seconds after which a waiting job is served in submit order, ahead of fair order, for the
 reservations (docs/admission.md)."""
+STARVING_QUANTILE = 0.9
+"""A job that needs a whole node's GPUs or more is starving, and gets a reservation beyond the
+depth, once it has waited longer than this quantile of `Snapshot.recent_waits` (and `aging`)
+(docs/admission.md: chosen by measurement on the public traces)."""
+STARVING_MIN_WAIT = 3600.0
+"""Seconds a job needing a whole node's GPUs must have waited, at least, to be starving: when most
+jobs start at once the quantile of the recent waits is 0, and without this floor every such job
+past `aging` would count as starving (docs/admission.md: chosen by measurement)."""
+STARVING_RESERVATIONS = 8
+"""How many reservations starving big jobs may hold beyond `RESERVATION_DEPTH`."""
+WAIT_WINDOW = 1000
+"""How many of the last admissions' waits `CycleResult.recent_waits` keeps."""
 WAITING_CODES = frozenset({CAPACITY, RESERVED, PREEMPTING, BEHIND_RESERVATION, COURSE_QUOTA,
                            USER_QUOTA, BORROWING_LIMIT, COURSE_WINDOW})
 
@@ -171,6 +190,9 @@ class CycleResult:
     reservations: tuple[Reservation, ...] = ()
     """Every reservation after this cycle, in order (the head first): hand them to the next
     snapshot (`Snapshot.reservations`, see `carried`) so that each keeps its place."""
+    recent_waits: tuple[float, ...] = ()
+    """The snapshot's `recent_waits` with this cycle's admissions' waits added, the last
+    `window` of them: hand them to the next snapshot (`Snapshot.recent_waits`)."""
 
     @property
     def carried(self) -> tuple[tuple[str, tuple[tuple[str, int, str], ...]], ...]:
@@ -196,8 +218,12 @@ class _Cycle:
 
     def __init__(self, snapshot: Snapshot, queues: QueueSnapshot,
                  clock: Callable[[float, float], str], depth: int, aging: float,
-                 label: Callable[[str], str] = str) -> None:
+                 label: Callable[[str], str] = str, starving: float | None = None,
+                 starving_extra: int = 0, starving_after: float = STARVING_MIN_WAIT) -> None:
         self.s, self.q, self.clock, self.now = snapshot, queues, clock, snapshot.now
+        # a job waiting longer than this many seconds is starving (None: no waits known yet)
+        self.starving, self.starving_extra = starving, starving_extra
+        self.starving_after = starving_after
         self.label = label
         # the snapshot's index, copied on write (ClusterState keeps it between cycles)
         self.index = snapshot.free_index.clone()
@@ -225,6 +251,7 @@ class _Cycle:
         self.res_index: dict[str, int] = {}
         self.plan: FreeIndex | None = None
         self._running_releases: tuple[Release, ...] | None = None
+        self._whole_node: int | None = None
         self.preemptions: list[Preemption] = []
         self.pressure: dict[str, Fraction] = {}
         self.kept = tuple((name, placement) for name, placement in snapshot.kept_reservations
@@ -313,6 +340,12 @@ class _Cycle:
                 examined += 1
                 self.order.skip.add(job.name)
                 self.consider(job, head=True)
+        # 3b. a starving job that needs a whole node's GPUs or more (it waited `aging`,
+        #     `starving_after` and longer than the `quantile` of the recent admissions' waits)
+        #     gets a reservation beyond the depth, in strict FIFO order, up to `starving_extra`
+        #     more (docs/admission.md)
+        if self.starving is not None and self.starving_extra:
+            examined += self._reserve_starving()
         # 4. every other job in fair order: it starts now if it delays no reservation
         for job in self.order:
             if smallest_nanos is not None and len(self.live()) >= self.depth:
@@ -323,6 +356,48 @@ class _Cycle:
                     break
             examined += 1
             self.consider(job)
+        return examined
+
+    def _big(self, job: Job) -> bool:
+        """Whether `job` needs at least the GPUs of the largest node (it can never be backfilled
+        into the holes smaller jobs leave)."""
+        whole = self.whole_node
+        return whole > 0 and sum(a for n, a in job.total_need.items() if is_gpu_resource(n)) >= whole
+
+    @property
+    def whole_node(self) -> int:
+        """The GPUs (nano-units) of the largest node, computed once per cycle."""
+        if self._whole_node is None:
+            self._whole_node = max((a for node in self.s.nodes for n, a in nanos(node.allocatable).items()
+                                    if is_gpu_resource(n)), default=0)
+        return self._whole_node
+
+    def _reserve_starving(self) -> int:
+        """Reserve for every starving big job (`starving`), in strict FIFO order, beyond the
+        depth, until `depth + starving_extra` reservations are held; how many it examined.
+
+        Why: in a cluster overloaded for hours (the public DLRM and openb traces), a dozen jobs
+        of a whole node each wait at once, and only the `depth` first in line are protected: the
+        others see every node they could use refilled by backfilled small jobs with long max
+        runtimes, and wait longer than under strict FIFO. A reservation for each of them holds
+        the nodes as they free up. The wait bar keeps the extra reservations (each costs a
+        replay of the running jobs per cycle, and holds capacity from backfilling) for the jobs
+        that already waited longer than most recent admissions, and at least `starving_after`
+        (an hour: when most jobs start at once, the quantile is 0); aged big jobs within it, or
+        with no waits to compare with yet, get none (docs/admission.md: measurements)."""
+        bar = self.now - max(self.aging, self.starving_after, self.starving or 0.0)
+        cap = self.depth + self.starving_extra
+        examined = 0
+        for job in heapq.merge(*(_submitted_before(jobs, bar) for jobs in self.q.by_course.values()),
+                               key=queue_key):
+            if len(self.live()) >= cap:
+                break
+            if (job.name in self.res_index or job.name in self.order.skip
+                    or job.name in self.admitted_names or not self._big(job)):
+                continue
+            examined += 1
+            self.order.skip.add(job.name)
+            self.consider(job, head=True, depth=len(self.live()) + 1)
         return examined
 
     def _reclaimer(self) -> Job | None:
@@ -375,8 +450,9 @@ class _Cycle:
                             have[name] = amount
         return merged or None
 
-    def consider(self, job: Job, head: bool = False) -> None:
+    def consider(self, job: Job, head: bool = False, depth: int | None = None) -> None:
         own = self.res_index.get(job.name)
+        depth = self.depth if depth is None else depth
         # the cheap test (no node has one replica's worth free now) may only skip a job that
         # could not get a reservation either: every one of the `depth` is held
         if (own is None and not head and len(self.live()) >= self.depth
@@ -404,7 +480,7 @@ class _Cycle:
                        backfilled=own is None and any(True for _ in self.live()))
         elif own is not None:
             pass  # keeps its reservation (and its code from step 1)
-        elif window is None and len(self.live()) < self.depth:
+        elif window is None and len(self.live()) < depth:
             self.reserve(job, borrowed=borrowed)
         elif window is not None and not self.live():
             self.reserve(job, borrowed=borrowed, window=window)
@@ -789,6 +865,28 @@ def _held(job: Job, placement: Placement, positions: Mapping[str, int]) -> dict[
     return held
 
 
+def _submitted_before(jobs: tuple[Job, ...], bar: float) -> Iterator[Job]:
+    """The jobs of one course's queue (priority, submit time, name order) submitted before `bar`,
+    in that order: each priority's jobs are in submit order, so the scan skips to the next
+    priority at the first later one (a cycle over 10,000 waiting jobs reads only the old ones)."""
+    i, n = 0, len(jobs)
+    while i < n:
+        job = jobs[i]
+        if job.submit_time < bar:
+            yield job
+            i += 1
+        else:  # the first job of the next (lower) priority
+            i = bisect_right(jobs, -job.priority, lo=i, key=lambda j: -j.priority)
+
+
+def _quantile(values: tuple[float, ...], q: float) -> float | None:
+    """The nearest-rank `q` quantile of `values` (None when empty), as the benchmark's p95."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered), math.ceil(q * len(ordered))) - 1]
+
+
 def admission_cycle(
     snapshot: Snapshot,
     queues: QueueSnapshot,
@@ -797,6 +895,10 @@ def admission_cycle(
     depth: int = RESERVATION_DEPTH,
     aging: float = RESERVATION_AGING,
     label: Callable[[str], str] = str,
+    quantile: float = STARVING_QUANTILE,
+    window: int = WAIT_WINDOW,
+    starving_extra: int = STARVING_RESERVATIONS,
+    starving_after: float = STARVING_MIN_WAIT,
 ) -> CycleResult:
     """Decide which waiting jobs start now (see the module docstring for the rules).
 
@@ -804,14 +906,25 @@ def admission_cycle(
     messages ("14:20"); `label(job)` names a job in them (its name as its owner gave it).
     `depth`: how many jobs hold a reservation at once (1: EASY backfilling); `aging`: seconds of
     waiting after which a job's turn for a reservation follows submit order instead of fair
-    order (backfill.py, docs/admission.md).
+    order (backfill.py, docs/admission.md). `quantile` of the snapshot's `recent_waits`: how long
+    a job needing a whole node's GPUs or more must have waited to be starving, and at least
+    `starving_after` seconds; `starving_extra`: how many reservations beyond `depth` starving
+    jobs may hold (0: none, the policy before); `window`: how many waits
+    `CycleResult.recent_waits` keeps.
     """
     if depth < 1:
         raise ValueError(f"depth must be at least 1 (one reservation: EASY backfilling), not {depth}")
     if aging < 0:
         raise ValueError(f"aging must be >= 0 seconds, not {aging}")
-    cycle = _Cycle(snapshot, queues, clock, depth, aging, label)
+    if not 0 < quantile <= 1 or window < 1 or starving_extra < 0 or starving_after < 0:
+        raise ValueError(f"quantile must be in (0, 1], window >= 1, starving_extra >= 0 and "
+                         f"starving_after >= 0, not {quantile}, {window}, {starving_extra} and "
+                         f"{starving_after}")
+    starving = _quantile(snapshot.recent_waits, quantile)
+    cycle = _Cycle(snapshot, queues, clock, depth, aging, label, starving, starving_extra,
+                   starving_after)
     examined = cycle.run()
+    waits = tuple(snapshot.now - a.job.submit_time for a in cycle.admitted)
     return CycleResult(
         now=snapshot.now,
         admitted=tuple(cycle.admitted),
@@ -821,4 +934,5 @@ def admission_cycle(
         examined=examined,
         _explain=cycle.explain,
         reservations=tuple(r for _, r in cycle.live()),
+        recent_waits=(snapshot.recent_waits + waits)[-window:] if waits else snapshot.recent_waits,
     )

@@ -213,6 +213,10 @@ class Snapshot:
     placement), ...) as `CycleResult.carried` gives them. Each is planned again first, on its
     nodes, so it can only move earlier (docs/admission.md). When empty, `reserved_job` and
     `reserved_placement` stand for a single one (the interface before conservative backfilling)."""
+    recent_waits: tuple[float, ...] = ()
+    """Seconds the last jobs admitted waited (submit to admission), oldest first, as
+    `CycleResult.recent_waits` gives them: the cycle keeps its big-job reservation for a job that
+    waited longer than most of them (docs/admission.md). Empty: no big-job reservation yet."""
 
     @property
     def kept_reservations(self) -> tuple[tuple[str, tuple[tuple[str, int, str], ...]], ...]:
@@ -276,6 +280,7 @@ class Snapshot:
         grace: float = 30.0,
         reserved_placement: tuple[tuple[str, int, str], ...] = (),
         reservations: tuple[tuple[str, tuple[tuple[str, int, str], ...]], ...] = (),
+        recent_waits: tuple[float, ...] = (),
     ) -> Snapshot:
         """From the capacity snapshot the spawn form uses: notebooks' and jobs' pods are counted
         in each node's `free` already, so a job never lands on capacity a notebook holds."""
@@ -290,6 +295,7 @@ class Snapshot:
             reserved_placement=reserved_placement,
             grace=grace,
             reservations=reservations,
+            recent_waits=recent_waits,
         )
 
 
@@ -439,14 +445,14 @@ class ClusterState:
                  windows: Iterable[CourseWindow] = (), reserved_job: str | None = None,
                  reserved_placement: tuple[tuple[str, int, str], ...] = (),
                  reservations: tuple[tuple[str, tuple[tuple[str, int, str], ...]], ...] = (),
-                 grace: float = 30.0) -> Snapshot:
+                 recent_waits: tuple[float, ...] = (), grace: float = 30.0) -> Snapshot:
         if self._running_tuple is None:
             self._running_tuple = tuple(self._running.values())
         nodes = self.nodes
         snapshot = Snapshot(now=now, nodes=nodes, running=self._running_tuple,
                             courses=MappingProxyType(dict(courses or {})), windows=tuple(windows),
                             reserved_job=reserved_job, reserved_placement=reserved_placement,
-                            reservations=reservations, grace=grace)
+                            reservations=reservations, recent_waits=recent_waits, grace=grace)
         if self._total is None or self._total[0] is not nodes:
             self._total = (nodes, snapshot.total_allocatable)
         else:  # the same nodes as last cycle: their sum is known (a cached property's value)

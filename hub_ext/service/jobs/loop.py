@@ -115,6 +115,9 @@ class JobLoop:
         #: The cycle's reservations, carried into the next cycle's snapshot so that each keeps
         #: its place (conservative backfilling: docs/admission.md).
         self._reserved: tuple[tuple[str, tuple[tuple[str, int, str], ...]], ...] = ()
+        #: How long the last jobs admitted waited, carried the same way: the cycle keeps its
+        #: big-job reservation for a big job that waited longer than most of them.
+        self._waits: tuple[float, ...] = ()
         self._limits = limits or course_limits(store)
         self._culler = CullerAsk(store.sessions)
         self._told: dict[str, tuple[Any, ...]] = {}
@@ -426,13 +429,13 @@ class JobLoop:
         courses = set(queues.by_course) | {h.record.course.name for h in self.holding.values()}
         quotas = await self._quotas(courses, now)
         snapshot = self.cluster.snapshot(now.timestamp(), quotas, reservations=self._reserved,
-                                         grace=self.grace)
+                                         recent_waits=self._waits, grace=self.grace)
         # reasons name the owner's running jobs by the name they gave them, and carry times as
         # ISO 8601 that pages and the panel show in the reader's format (docs/teachers/jobs.md)
         labels = {job_id: held.record.name for job_id, held in self.holding.items()}
         result = await asyncio.to_thread(admission_cycle, snapshot, queues, clock=iso_clock,
                                          label=lambda job_id: labels.get(job_id, job_id))
-        self._reserved = result.carried
+        self._reserved, self._waits = result.carried, result.recent_waits
         taken = {u for uuids in held.values() for u in uuids}
         started = set()
         for admission in result.admitted:
