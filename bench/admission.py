@@ -91,6 +91,7 @@ sys.path.insert(0, str(ROOT))
 # checks that these are the loop's own).
 from hub_ext.core.admission import (  # noqa: E402
     RESERVATION_DEPTH,
+    WAIT_WINDOW,
     CourseQuota,
     FreeIndex,
     NodeState,
@@ -494,6 +495,12 @@ class CycleTiming:
     rss_mib: float
 
 
+STARVING_EVERY_BIG_JOB = (0.0,) * WAIT_WINDOW
+"""Recent waits for the timed cycles: all 0, so every job of a whole node that waited an hour
+(about half of the scenario's queue) is starving and the cycle plans the most reservations it
+can (the depth and every one beyond it): the costliest cycle the policy allows."""
+
+
 def time_cycles(n_nodes: int, n_waiting: int, runs: int) -> CycleTiming:
     """Cycles as the loop runs them: `ClusterState.snapshot()` + `QueueManager.snapshot()` +
     `admission_cycle`, over four scenarios, after one untimed warm-up cycle each (a service
@@ -506,7 +513,8 @@ def time_cycles(n_nodes: int, n_waiting: int, runs: int) -> CycleTiming:
 
     def one(k: int) -> Any:
         cluster, manager, courses, now = scenarios[k % len(scenarios)]
-        return admission_cycle(cluster.snapshot(now, courses, grace=GRACE), manager.snapshot(), depth=DEPTH)
+        snapshot = cluster.snapshot(now, courses, recent_waits=STARVING_EVERY_BIG_JOB, grace=GRACE)
+        return admission_cycle(snapshot, manager.snapshot(), depth=DEPTH)
 
     for k in range(len(scenarios)):
         one(k)

@@ -256,3 +256,24 @@ def test_a_preemption_decided_on_a_stale_snapshot_never_cancels_a_waiting_job(wo
     assert len(after.events) == len(before.events)
     cancelled = store.request_stop(waiting, J.STOP_CANCEL, "student1", datetime.now(timezone.utc), "cancel")
     assert cancelled.state == J.CANCELLED
+
+
+def test_a_restarted_loop_knows_how_long_the_last_jobs_waited(world):
+    """The starving bar of the admission cycle (docs/admission.md) is the recent admissions'
+    waits: a service restart reads them from the store, so a big job that starved before the
+    restart is still starving after it."""
+    store, loop, backend = world
+    first = submit(store, "student1", {"name": "a", "command": command(), "replicas": 2,
+                                       "resources": {"nvidia.com/gpu": 1}})
+    second = submit(store, "student2", {"name": "b", "command": command(), "replicas": 1,
+                                        "resources": {"nvidia.com/gpu": 1}})
+    asyncio.run(until(loop, lambda: all(store.get(j).state in J.FINAL for j in (first, second))))
+    records = sorted((store.get(j) for j in (first, second)), key=lambda r: r.admitted_at)
+    expected = tuple((r.admitted_at - r.submitted_at).total_seconds() for r in records)
+    assert store.recent_waits(10) == expected  # oldest first
+    assert store.recent_waits(1) == expected[-1:]  # the last admissions
+    assert len(loop._waits) == 2  # what the running loop carried from cycle to cycle
+
+    restarted = JobLoop(store, backend, interval=0.2, grace=2.0)
+    asyncio.run(restarted.cycle())
+    assert restarted._waits == expected

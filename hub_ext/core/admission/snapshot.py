@@ -215,8 +215,9 @@ class Snapshot:
     `reserved_placement` stand for a single one (the interface before conservative backfilling)."""
     recent_waits: tuple[float, ...] = ()
     """Seconds the last jobs admitted waited (submit to admission), oldest first, as
-    `CycleResult.recent_waits` gives them: the cycle keeps its big-job reservation for a job that
-    waited longer than most of them (docs/admission.md). Empty: no big-job reservation yet."""
+    `CycleResult.recent_waits` gives them: a job needing a whole node's GPUs that waited longer
+    than most of them is starving and gets a reservation beyond the depth (docs/admission.md).
+    Empty: no job counts as starving yet."""
 
     @property
     def kept_reservations(self) -> tuple[tuple[str, tuple[tuple[str, int, str], ...]], ...]:

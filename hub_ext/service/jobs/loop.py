@@ -40,7 +40,14 @@ from sqlalchemy import select
 from hub_ext import heap
 from hub_ext.backends.jobs import ENDED, PENDING, RUNNING, JobBackend, Launch, ReplicaLaunch
 from hub_ext.core import jobs as J
-from hub_ext.core.admission import CourseQuota, NodeState, RunningJob, admission_cycle, iso_clock
+from hub_ext.core.admission import (
+    WAIT_WINDOW,
+    CourseQuota,
+    NodeState,
+    RunningJob,
+    admission_cycle,
+    iso_clock,
+)
 from hub_ext.core.admission.preemption import preemption_message
 from hub_ext.core.admission.queue import QueueManager, QueueSnapshot
 from hub_ext.core.admission.snapshot import ClusterState
@@ -115,8 +122,9 @@ class JobLoop:
         #: The cycle's reservations, carried into the next cycle's snapshot so that each keeps
         #: its place (conservative backfilling: docs/admission.md).
         self._reserved: tuple[tuple[str, tuple[tuple[str, int, str], ...]], ...] = ()
-        #: How long the last jobs admitted waited, carried the same way: the cycle keeps its
-        #: big-job reservation for a big job that waited longer than most of them.
+        #: How long the last jobs admitted waited, carried the same way (and read from the store
+        #: at start): a big job that waited longer than most of them is starving and gets a
+        #: reservation beyond the depth.
         self._waits: tuple[float, ...] = ()
         self._limits = limits or course_limits(store)
         self._culler = CullerAsk(store.sessions)
@@ -207,6 +215,7 @@ class JobLoop:
         records = await asyncio.to_thread(self.store.in_states, (J.QUEUED, *J.HOLDING))
         for record in records:
             self._apply(record.job_id, record)
+        self._waits = await asyncio.to_thread(self.store.recent_waits, WAIT_WINDOW)
         self._loaded = True
 
     async def _refresh(self) -> None:

@@ -156,6 +156,19 @@ class JobStore:
                 .order_by(JobRecord.submitted_at, JobRecord.id)
             ))
 
+    def recent_waits(self, limit: int) -> tuple[float, ...]:
+        """Seconds the last `limit` jobs admitted waited (submit to admission), oldest first: the
+        admission cycle's `recent_waits` after a restart, so a starving big job keeps counting
+        as starving (docs/admission.md)."""
+        with self.readers() as session:
+            rows = session.execute(
+                select(JobRecord.submitted_at, JobRecord.admitted_at)
+                .where(JobRecord.admitted_at.is_not(None))
+                .order_by(JobRecord.admitted_at.desc(), JobRecord.id.desc()).limit(limit)
+            ).all()
+        return tuple(max((admitted - submitted).total_seconds(), 0.0)
+                     for submitted, admitted in reversed(rows))
+
     def by_ids(self, job_ids: Iterable[str]) -> list[JobRecord]:
         """The jobs named (those that exist), with replicas and course loaded: what the loop
         reads of the jobs it was told changed."""
