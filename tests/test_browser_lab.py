@@ -185,9 +185,27 @@ def palette_search(page, text: str) -> None:
 
 
 def use_theme(page, theme: str) -> None:
-    palette_search(page, f"Use Theme: {theme}")
-    page.locator(".lm-CommandPalette-item.lm-mod-active", has_text=f"Use Theme: {theme}").wait_for()
-    page.keyboard.press("Enter")  # the palette re-renders its items as it filters: no click target
+    """Choose ``theme`` in the command palette, as a user does, until JupyterLab says it is in use
+    (``data-jp-theme-name`` on the body). The palette closes when a panel refresh takes the focus,
+    even between the search and the Enter: then it is opened and searched again."""
+    item = page.locator(".lm-CommandPalette-item.lm-mod-active", has_text=f"Use Theme: {theme}")
+
+    def in_use() -> bool:
+        if page.evaluate("document.body.dataset.jpThemeName") == theme:
+            return True
+        palette_search(page, f"Use Theme: {theme}")
+        try:
+            item.wait_for(timeout=5000)
+        except PlaywrightTimeout:
+            return False
+        page.keyboard.press("Enter")  # the palette re-renders its items as it filters: no click target
+        try:
+            page.wait_for_function(f"document.body.dataset.jpThemeName === {theme!r}", timeout=5000)
+        except PlaywrightTimeout:
+            return False
+        return True
+
+    wait_for(in_use, 60, f"JupyterLab to use the theme {theme!r}")
 
 
 def is_dark(page, selector: str, prop: str = "backgroundColor") -> bool:
