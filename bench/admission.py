@@ -98,6 +98,7 @@ from hub_ext.core.admission import (  # noqa: E402
     RunningJob,
     Snapshot,
     admission_cycle,
+    nearest_rank,
 )
 from hub_ext.core.admission.queue import QueueManager  # noqa: E402
 from hub_ext.core.admission.snapshot import ClusterState  # noqa: E402
@@ -374,10 +375,7 @@ class Metrics:
 
 
 def p95(values: Sequence[float]) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+    return nearest_rank(values, 0.95) or 0.0
 
 
 def measure(nodes: Sequence[NodeState], trace: Sequence[TraceJob], decide: Decider,
@@ -532,10 +530,9 @@ def time_cycles(n_nodes: int, n_waiting: int, runs: int) -> CycleTiming:
         result = one(k)
         times.append((time.perf_counter() - began) * 1000)
         cpus.append((time.process_time() - cpu) * 1000)
-    ordered = sorted(times)
-    p99 = ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
+    p99 = nearest_rank(times, 0.99)
     assert result is not None
-    cpu_p99 = sorted(cpus)[min(len(cpus) - 1, math.ceil(0.99 * len(cpus)) - 1)]
+    cpu_p99 = nearest_rank(cpus, 0.99)
     return CycleTiming(statistics.median(times), p99, statistics.median(cpus), cpu_p99, len(result.admitted),
                        result.examined, state / 2**20, peak / 2**20, _rss_mib())
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from types import SimpleNamespace
 
 import psutil
@@ -15,6 +14,7 @@ import pytest
 
 from hub_ext.backends.local import processes
 from spawner.local import ClasshubLocalSpawner
+from tests.hubproc import wait_for
 
 pytestmark = pytest.mark.unit
 
@@ -24,10 +24,8 @@ def _zombie() -> int:
     pid = os.fork()
     if pid == 0:
         os._exit(0)
-    deadline = time.monotonic() + 10
-    while psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-        assert time.monotonic() < deadline, "the child never exited"
-        time.sleep(0.01)
+    wait_for(lambda: psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, 10, "the child to exit",
+             interval=0.01)
     return pid
 
 
@@ -57,7 +55,7 @@ async def test_a_server_that_is_a_zombie_polls_as_stopped():
 async def test_a_running_server_polls_as_running():
     pid = os.fork()
     if pid == 0:
-        time.sleep(60)
+        signal.pause()  # runs until the test kills it
         os._exit(0)
     try:
         spawner = ClasshubLocalSpawner(user=SimpleNamespace(name="student1"))

@@ -27,11 +27,9 @@ import asyncio
 import base64
 import os
 import runpy
-import shutil
 import signal
 import stat
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -95,23 +93,15 @@ def _notebook(work: Path, config: dict[str, Any], private: bool = True) -> dict[
         return {"error": "Your notebook has no code cell; it must write " + name + "."}
     from nbformat.v4 import new_code_cell
     nb.cells.insert(0, new_code_cell(KERNEL_PREAMBLE if private else "pass"))
-    sockets = tempfile.mkdtemp(prefix="classhub-kernel-")
-    from jupyter_client.manager import AsyncKernelManager
-
     from hub_ext.backends import notebook_run  # loaded by `main` before the hand-over
 
-    km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=os.path.join(sockets, "k"))
     time_limit = float(config["time_limit"])
-    client = notebook_run.CappedClient(nb, autograde.OUTPUT_CAP, km=km, timeout=max(1, int(time_limit)),
-                                     allow_errors=True, kernel_name="python3",
-                                     resources={"metadata": {"path": str(work)}})
-    try:
-        failure = asyncio.run(_run(client, nb, time.monotonic() + time_limit))
-    except Exception as e:  # the kernel could not start: nothing of the student's ran
-        failure = (f"The kernel could not start ({type(e).__name__}: {G.truncate(str(e), 300)}); "
-                   "submit again later or ask your teacher.")
-    finally:
-        shutil.rmtree(sockets, ignore_errors=True)
+    with notebook_run.private_client(nb, autograde.OUTPUT_CAP, time_limit, str(work)) as client:
+        try:
+            failure = asyncio.run(_run(client, nb, time.monotonic() + time_limit))
+        except Exception as e:  # the kernel could not start: nothing of the student's ran
+            failure = (f"The kernel could not start ({type(e).__name__}: {G.truncate(str(e), 300)}); "
+                       "submit again later or ask your teacher.")
     if failure:
         return {"error": failure}
     return _predictions(work, name, int(config["max_bytes"]))

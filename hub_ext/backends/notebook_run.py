@@ -11,12 +11,14 @@ imports). It travels in the grading pod's bundle (`hub_ext.backends.kubernetes.j
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from jupyter_client.manager import AsyncKernelManager
@@ -27,7 +29,7 @@ from nbformat import NotebookNode
 from hub_ext.backends import autograde
 from hub_ext.core import grading as G
 
-__all__ = ["CappedClient", "error_of", "grade"]
+__all__ = ["CappedClient", "error_of", "grade", "private_client"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 
@@ -67,6 +69,22 @@ def error_of(cell: NotebookNode) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def private_client(nb: NotebookNode, output_cap: int, time_limit: float, cwd: str | None,
+                   kernel_name: str = "python3") -> Iterator[CappedClient]:
+    """A client for ``nb`` (each cell bounded by ``time_limit``, outputs by ``output_cap``) whose
+    kernel talks over IPC sockets in a folder of its own, removed afterwards: not TCP ports on
+    localhost, so two jobs starting kernels at once cannot pick the same port and no other local
+    account can reach the kernel. The grader and the competition runner both run notebooks so."""
+    sockets = tempfile.mkdtemp(prefix="classhub-kernel-")  # 0700, this process's own
+    try:
+        km = AsyncKernelManager(kernel_name=kernel_name, transport="ipc", ip=os.path.join(sockets, "k"))
+        yield CappedClient(nb, output_cap, km=km, timeout=max(1, int(time_limit)), allow_errors=True,
+                           kernel_name=kernel_name, resources={"metadata": {"path": cwd}} if cwd else {})
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
+
+
 def grade(source: NotebookNode, student_data: bytes, where: str, *, time_limit: float,
           output_cap: int = autograde.OUTPUT_CAP, kernel_name: str = "python3",
           cwd: str | None = None, private: bool = False) -> autograde.Outcome:
@@ -86,21 +104,14 @@ def grade(source: NotebookNode, student_data: bytes, where: str, *, time_limit: 
                          for c in cells]
         return outcome
     merged, missing = autograde.merge_for_grading(source, student)
-    # IPC sockets in a private folder, not TCP ports on localhost: two graders starting kernels at
-    # once cannot pick the same port, and no other local account can reach the kernel
-    sockets = tempfile.mkdtemp(prefix="classhub-kernel-")
-    km = AsyncKernelManager(kernel_name=kernel_name, transport="ipc", ip=os.path.join(sockets, "k"))
-    client = CappedClient(merged, output_cap, km=km, timeout=max(1, int(time_limit)), allow_errors=True,
-                           kernel_name=kernel_name, resources={"metadata": {"path": cwd}} if cwd else {})
     ran: set[int] = set()
     deadline = time.monotonic() + time_limit
-    try:
-        outcome.message = asyncio.run(_run(client, merged, ran, deadline, private))
-    except Exception as e:  # the kernel could not start: nothing of the student's ran
-        outcome.message = (f"The grader could not start a kernel ({type(e).__name__}: "
-                           f"{G.truncate(str(e), 300)}); ask your teacher to regrade")
-    finally:
-        shutil.rmtree(sockets, ignore_errors=True)
+    with private_client(merged, output_cap, time_limit, cwd, kernel_name) as client:
+        try:
+            outcome.message = asyncio.run(_run(client, merged, ran, deadline, private))
+        except Exception as e:  # the kernel could not start: nothing of the student's ran
+            outcome.message = (f"The grader could not start a kernel ({type(e).__name__}: "
+                               f"{G.truncate(str(e), 300)}); ask your teacher to regrade")
     if client.capped:
         outcome.message = " ".join(filter(None, [outcome.message, (
             f"Outputs over {output_cap} bytes were left out; print less.")]))

@@ -37,6 +37,7 @@ from hub_ext.core.admission.cycle import (
     admission_cycle,
     format_clock,
     iso_clock,
+    nearest_rank,
 )
 from hub_ext.core.admission.fairness import FairOrder, dominant_share
 from hub_ext.core.admission.queue import QueueManager, QueueSnapshot, queue_key
@@ -85,6 +86,7 @@ __all__ = [
     "earliest_start",
     "format_clock",
     "iso_clock",
+    "nearest_rank",
     "queue_key",
     "refuse_at_submit",
     "weekly_windows",

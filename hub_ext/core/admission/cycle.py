@@ -41,10 +41,11 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from fractions import Fraction
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any, Generic, TypeVar
 
@@ -95,6 +96,7 @@ __all__ = [
     "admission_cycle",
     "format_clock",
     "iso_clock",
+    "nearest_rank",
 ]
 
 # Reason codes of waiting jobs: stable strings (Prometheus labels); never reword them.
@@ -251,7 +253,6 @@ class _Cycle:
         self.res_index: dict[str, int] = {}
         self.plan: FreeIndex | None = None
         self._running_releases: tuple[Release, ...] | None = None
-        self._whole_node: int | None = None
         self.preemptions: list[Preemption] = []
         self.pressure: dict[str, Fraction] = {}
         self.kept = tuple((name, placement) for name, placement in snapshot.kept_reservations
@@ -361,16 +362,13 @@ class _Cycle:
     def _big(self, job: Job) -> bool:
         """Whether `job` needs at least the GPUs of the largest node (it can never be backfilled
         into the holes smaller jobs leave)."""
-        whole = self.whole_node
-        return whole > 0 and sum(a for n, a in job.total_need.items() if is_gpu_resource(n)) >= whole
+        return self.whole_node > 0 and job.gpus >= self.whole_node
 
-    @property
-    def whole_node(self) -> int:
-        """The GPUs (nano-units) of the largest node, computed once per cycle."""
-        if self._whole_node is None:
-            self._whole_node = max((a for node in self.s.nodes for n, a in nanos(node.allocatable).items()
-                                    if is_gpu_resource(n)), default=0)
-        return self._whole_node
+    @cached_property
+    def whole_node(self) -> float:
+        """The GPUs of one kind on the largest node, computed once per cycle."""
+        return float(max((a for node in self.s.nodes for n, a in node.allocatable.items()
+                          if is_gpu_resource(n)), default=0))
 
     def _reserve_starving(self) -> int:
         """Reserve for every starving big job (`starving`), in strict FIFO order, beyond the
@@ -879,8 +877,9 @@ def _submitted_before(jobs: tuple[Job, ...], bar: float) -> Iterator[Job]:
             i = bisect_right(jobs, -job.priority, lo=i, key=lambda j: -j.priority)
 
 
-def _quantile(values: tuple[float, ...], q: float) -> float | None:
-    """The nearest-rank `q` quantile of `values` (None when empty), as the benchmark's p95."""
+def nearest_rank(values: Sequence[float], q: float) -> float | None:
+    """The nearest-rank `q` quantile of `values` (None when empty): the p90 of the recent waits
+    here, the benchmark's p95 and p99."""
     if not values:
         return None
     ordered = sorted(values)
@@ -920,7 +919,7 @@ def admission_cycle(
         raise ValueError(f"quantile must be in (0, 1], window >= 1, starving_extra >= 0 and "
                          f"starving_after >= 0, not {quantile}, {window}, {starving_extra} and "
                          f"{starving_after}")
-    starving = _quantile(snapshot.recent_waits, quantile)
+    starving = nearest_rank(snapshot.recent_waits, quantile)
     cycle = _Cycle(snapshot, queues, clock, depth, aging, label, starving, starving_extra,
                    starving_after)
     examined = cycle.run()
