@@ -8,7 +8,8 @@ the same trace goes through three policies, in one run:
 - classhub: `hub_ext.core.admission.admission_cycle` (DRF across courses, conservative
   backfilling: a reservation for each of the first ``--depth`` blocked jobs, kept from cycle to
   cycle, and no backfill that delays any of them, plus one for each starving job of a whole node
-  or more, up to 8 more; borrowing with preemption of borrowed jobs);
+  or more, up to ``--starving-reservations`` (8) more; borrowing with preemption of borrowed
+  jobs); the two options are `c.ClasshubJobs.reservation_depth` and `starving_reservations`;
 - strict FIFO gang: jobs in (priority, submit) order; the first job that does not fit blocks all
   others (Kueue's StrictFIFO);
 - best-effort FIFO gang: the same order; a job that does not fit is skipped, with no reservation
@@ -91,6 +92,7 @@ sys.path.insert(0, str(ROOT))
 # checks that these are the loop's own).
 from hub_ext.core.admission import (  # noqa: E402
     RESERVATION_DEPTH,
+    STARVING_RESERVATIONS,
     WAIT_WINDOW,
     CourseQuota,
     FreeIndex,
@@ -108,6 +110,7 @@ from hub_ext.core.resources import CPU, MEMORY, NVIDIA_GPU, ResourceVector  # no
 
 GRACE = 30.0
 DEPTH = RESERVATION_DEPTH
+STARVING = STARVING_RESERVATIONS
 BIG_JOB_GPUS = 8
 COURSES = (("cs101", 0.40), ("ml201", 0.30), ("dl501", 0.20), ("research", 0.10))
 
@@ -338,7 +341,8 @@ class Simulation:
 
 
 def classhub_policy(sim: Simulation) -> tuple[list[tuple[Job, Any, bool]], list[Any]]:
-    result = admission_cycle(sim.snapshot(), sim.queue.snapshot(), depth=DEPTH)
+    result = admission_cycle(sim.snapshot(), sim.queue.snapshot(), depth=DEPTH,
+                             starving_extra=STARVING)
     sim.reservations, sim.recent_waits = result.carried, result.recent_waits
     return [(a.job, a.placement, a.borrowed) for a in result.admitted], list(result.preemptions)
 
@@ -512,7 +516,7 @@ def time_cycles(n_nodes: int, n_waiting: int, runs: int) -> CycleTiming:
     def one(k: int) -> Any:
         cluster, manager, courses, now = scenarios[k % len(scenarios)]
         snapshot = cluster.snapshot(now, courses, recent_waits=STARVING_EVERY_BIG_JOB, grace=GRACE)
-        return admission_cycle(snapshot, manager.snapshot(), depth=DEPTH)
+        return admission_cycle(snapshot, manager.snapshot(), depth=DEPTH, starving_extra=STARVING)
 
     for k in range(len(scenarios)):
         one(k)
@@ -696,6 +700,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--loop-runs", type=int, default=10)
     p.add_argument("--depth", type=int, default=RESERVATION_DEPTH,
                    help="how many waiting jobs hold a reservation at once (1: EASY backfilling)")
+    p.add_argument("--starving-reservations", type=int, default=STARVING_RESERVATIONS,
+                   help="how many reservations beyond the depth starving jobs of a whole node or "
+                        "more may hold (0: none)")
     p.add_argument("--baseline-cache", type=Path, metavar="DIR",
                    help="keep the strict and best-effort FIFO figures of each trace in DIR and "
                         "reuse them (keyed by the trace and the code they ran): a rerun of a "
@@ -720,7 +727,8 @@ def main_seeds(args: argparse.Namespace) -> dict[str, Any]:
         args.synthetic = seed
         result = run(args, quiet=True)
         rows.append((seed, result))
-    print(f"goals, each seed: {GOALS}; depth {args.depth}")
+    print(f"goals, each seed: {GOALS}; depth {args.depth}, "
+          f"{args.starving_reservations} starving reservations")
     print("seed  util_vs_besteffort  delay_vs_strict  bigjob_delay_vs_strict  cycle_ms_p50  "
           "cycle_ms_p99  cycle_cpu_ms_p50  load_avg_1m  goals  goals_cycle_by_cpu")
     for seed, r in rows:
@@ -745,10 +753,14 @@ def _line(util: float, delay: float, big: float, cycle_ms: float) -> str:
 
 
 def run(args: argparse.Namespace, quiet: bool = False) -> dict[str, Any]:
-    global DEPTH
+    global DEPTH, STARVING
     if args.depth < 1:
         raise SystemExit(f"--depth must be at least 1 (one reservation: EASY backfilling), not {args.depth}")
+    if args.starving_reservations < 0:
+        raise SystemExit("--starving-reservations must be 0 (none) or more, "
+                         f"not {args.starving_reservations}")
     DEPTH = args.depth
+    STARVING = args.starving_reservations
     if (args.nodes is None) != (args.jobs is None):
         raise SystemExit("--nodes and --jobs go together")
     errors: list[str] = []

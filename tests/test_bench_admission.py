@@ -115,6 +115,18 @@ def test_a_bad_seed_range_is_refused_with_a_sentence(capsys):
     assert "--seeds takes a range such as 1-20" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("args", "says"), [
+    (["--depth", "0"], "--depth must be at least 1 (one reservation: EASY backfilling), not 0"),
+    (["--starving-reservations", "-1"], "--starving-reservations must be 0 (none) or more, not -1"),
+])
+def test_a_policy_option_out_of_range_is_refused_with_a_sentence(args, says):
+    """The policy's two options, as `c.ClasshubJobs` takes them (docs/admission.md)."""
+    bench = load_bench()
+    with pytest.raises(SystemExit) as refused:
+        bench.main(["--synthetic", "3", *args])
+    assert str(refused.value) == says
+
+
 def test_the_baseline_cache_reuses_a_trace_s_fifo_figures_and_only_that_trace_s(tmp_path, capsys):
     bench = load_bench()
     small = ["--synthetic-nodes", "6", "--synthetic-jobs", "80", "--cycle-nodes", "20",

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from traitlets.config import Config
 
 from hub_ext.backends.local import gpus
 from hub_ext.backends.local.jobs import LocalJobs, job_devices, job_processes, notebook_devices
@@ -25,6 +26,7 @@ from hub_ext.core.quota import parse_limits
 from hub_ext.service.jobs.bodies import parse_submission
 from hub_ext.service.jobs.loop import JobLoop
 from hub_ext.service.jobs.records import JobStore, job_key
+from hub_ext.service.jobs.settings import ClasshubJobs, JobService
 from hub_ext.store import Ledger, add_member, connect, ensure_course, set_course_limits
 from tests.hubproc import wait_for
 
@@ -277,3 +279,26 @@ def test_a_restarted_loop_knows_how_long_the_last_jobs_waited(world):
     restarted = JobLoop(store, backend, interval=0.2, grace=2.0)
     asyncio.run(restarted.cycle())
     assert restarted._waits == expected
+
+
+@pytest.mark.parametrize("depth, second_code", [(1, "capacity"), (2, "reserved")])
+def test_the_configured_reservation_depth_is_how_many_blocked_jobs_hold_one(world, depth, second_code):
+    """`c.ClasshubJobs.reservation_depth` reaches the cycle the service's loop runs: with 1 (EASY
+    backfilling) only the first blocked job holds a reservation; with 2 the next one does as well,
+    and its owner reads "reserved" instead of waiting for capacity (docs/admission.md)."""
+    _, _, backend = world
+    settings = ClasshubJobs(config=Config({"ClasshubJobs": {"reservation_depth": depth, "interval": 0.2}}))
+    service = JobService.make(world[0].sessions, backend, settings)
+    store, loop = service.store, service.loop  # the loop hears of submits to its own store
+    running = submit(store, "student1", {"name": "both", "command": command("600"), "replicas": 2,
+                                         "resources": {"nvidia.com/gpu": 1}})
+    asyncio.run(until(loop, lambda: store.get(running).state == J.RUNNING))
+    waiting = [submit(store, "student2", {"name": f"w{k}", "command": command(), "replicas": 2,
+                                          "resources": {"nvidia.com/gpu": 1}}) for k in (1, 2)]
+    asyncio.run(until(loop, lambda: all(store.get(j).reason_code for j in waiting)))
+    first, second = (store.get(j) for j in waiting)
+    assert first.state == second.state == J.QUEUED
+    assert first.reason_code == "reserved"
+    assert second.reason_code == second_code, second.reason
+    store.request_stop(running, J.STOP_CANCEL, "student1", datetime.now(timezone.utc), "cancel")
+    asyncio.run(until(loop, lambda: store.get(running).state in J.FINAL))

@@ -158,6 +158,7 @@ def test_job_and_template_settings_of_the_hub_config_reach_the_service(tmp_path)
     c = hub_config(tmp_path)
     c.ClasshubJobs.image = "registry.example.org/jobs:7"
     c.ClasshubJobs.kueue_queue = "{course}-queue"
+    c.ClasshubJobs.reservation_depth = 2
     c.ClasshubTemplates.max_files = 99
     c.ClasshubService.share_interval = 2.5
     env = handed_env(c)
@@ -173,6 +174,7 @@ def test_job_and_template_settings_of_the_hub_config_reach_the_service(tmp_path)
         os.environ.update(old)
     assert app.job_settings.image == "registry.example.org/jobs:7"
     assert app.job_settings.kueue_queue == "{course}-queue"
+    assert app.job_settings.reservation_depth == 2
     assert app.templates.max_files == 99
     assert app.share_interval == 2.5 and app.mode == "kubernetes" and app.bind_ip == "0.0.0.0"
 
@@ -180,6 +182,8 @@ def test_job_and_template_settings_of_the_hub_config_reach_the_service(tmp_path)
 @pytest.mark.parametrize(("section", "name", "value", "says"), [
     ("ClasshubJobs", "interval", "soon", "expected a float"),
     ("ClasshubJobs", "job_kind", "mpijob", "pytorchjob"),
+    ("ClasshubJobs", "reservation_depth", 0, "must be 1 or more (1: EASY backfilling"),
+    ("ClasshubJobs", "starving_reservations", -1, "must be 0 (none) or more"),
     ("ClasshubService", "reconcile_grace", -5, "must be a number of seconds > 0"),
     ("ClasshubTemplates", "max_bytes", "4G", "expected an int"),
     ("ClasshubJobs", "imag", "x", "is not a setting of ClasshubJobs: remove it or use one of"),

@@ -41,6 +41,9 @@ from hub_ext import heap
 from hub_ext.backends.jobs import ENDED, PENDING, RUNNING, JobBackend, Launch, ReplicaLaunch
 from hub_ext.core import jobs as J
 from hub_ext.core.admission import (
+    RESERVATION_AGING,
+    RESERVATION_DEPTH,
+    STARVING_RESERVATIONS,
     WAIT_WINDOW,
     CourseQuota,
     NodeState,
@@ -90,7 +93,9 @@ class JobLoop:
 
     def __init__(self, store: JobStore, backend: JobBackend, *, interval: float = 3.0,
                  grace: float = 10.0, limits: Any = None, start_timeout: float = 120.0,
-                 delegate: str | None = None, explain_limit: int = 20) -> None:
+                 delegate: str | None = None, explain_limit: int = 20,
+                 depth: int = RESERVATION_DEPTH, aging: float = RESERVATION_AGING,
+                 starving_extra: int = STARVING_RESERVATIONS) -> None:
         self.store = store
         self.backend = backend
         self.interval = interval
@@ -99,6 +104,9 @@ class JobLoop:
         self.delegate = delegate
         """Who admits instead of the core ("Kueue"): jobs are handed over as they come, and the
         loop only follows them."""
+        self.policy = {"depth": depth, "aging": aging, "starving_extra": starving_extra}
+        """The reservation policy's settings (`ClasshubJobs.reservation_depth` and its siblings),
+        passed to every `admission_cycle` (docs/admission.md, "Choosing the trade-off")."""
         self.explain_limit = explain_limit
         """Why a job waits is worked out (and written) for this many jobs at the head of each
         course's queue, in the cycles after something changed (a job, a node, a quota); the jobs
@@ -443,7 +451,8 @@ class JobLoop:
         # ISO 8601 that pages and the panel show in the reader's format (docs/teachers/jobs.md)
         labels = {job_id: held.record.name for job_id, held in self.holding.items()}
         result = await asyncio.to_thread(admission_cycle, snapshot, queues, clock=iso_clock,
-                                         label=lambda job_id: labels.get(job_id, job_id))
+                                         label=lambda job_id: labels.get(job_id, job_id),
+                                         **self.policy)
         self._reserved, self._waits = result.carried, result.recent_waits
         taken = {u for uuids in held.values() for u in uuids}
         started = set()

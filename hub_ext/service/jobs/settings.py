@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
-from traitlets import Bool, CaselessStrEnum, Dict, Float, List, TraitError, Unicode, validate
+from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from hub_ext.backends.jobs import JobBackend
+from hub_ext.core.admission import RESERVATION_AGING, RESERVATION_DEPTH, STARVING_RESERVATIONS
 from hub_ext.envtraits import apply_env
 from hub_ext.service.jobs.loop import JobLoop, course_limits
 from hub_ext.service.jobs.records import JobStore
@@ -104,6 +105,44 @@ class ClasshubJobs(Configurable):
                          "within its share needs it; without one every GPU job borrows. Not a ceiling: "
                          "course quotas are. Without Kueue only (docs/kueue.md).")
 
+    reservation_depth = Integer(
+        RESERVATION_DEPTH, config=True,
+        help="How many blocked jobs hold a reservation at once: none of them starts later than its "
+        "first reservation, and nothing is backfilled that would delay one. 1 is EASY backfilling "
+        "(only the first blocked job is protected: more small jobs start, but big jobs behind it "
+        "can wait far longer); more protects more jobs and leaves more GPUs idle before a big job "
+        "starts (docs/admission.md, \"Choosing the trade-off\").")
+    reservation_aging = Float(
+        RESERVATION_AGING, config=True,
+        help="Seconds after which a waiting job's turn for a reservation follows submit order "
+        "instead of fair order across courses.")
+    starving_reservations = Integer(
+        STARVING_RESERVATIONS, config=True,
+        help="How many reservations beyond reservation_depth go to starving jobs of a whole "
+        "node's GPUs or more (waited an hour and longer than 90 % of recent jobs); 0: none, so "
+        "such jobs wait their turn among the reservation_depth.")
+
+    @validate("reservation_depth")
+    def _valid_depth(self, proposal: Any) -> int:
+        if proposal["value"] < 1:
+            raise TraitError(f"ClasshubJobs.reservation_depth must be 1 or more (1: EASY backfilling, "
+                             f"one reservation), not {proposal['value']}")
+        return proposal["value"]
+
+    @validate("reservation_aging")
+    def _valid_aging(self, proposal: Any) -> float:
+        if not proposal["value"] >= 0:
+            raise TraitError(f"ClasshubJobs.reservation_aging must be a number of seconds >= 0, "
+                             f"not {proposal['value']}")
+        return proposal["value"]
+
+    @validate("starving_reservations")
+    def _valid_starving(self, proposal: Any) -> int:
+        if proposal["value"] < 0:
+            raise TraitError(f"ClasshubJobs.starving_reservations must be 0 (none) or more, "
+                             f"not {proposal['value']}")
+        return proposal["value"]
+
     @validate("course_shares")
     def _valid_shares(self, proposal: Any) -> dict:
         try:
@@ -167,6 +206,8 @@ class JobService:
              settings: ClasshubJobs) -> JobService:
         store = JobStore(sessions, Ledger(sessions))
         loop = JobLoop(store, backend, interval=settings.interval, grace=settings.grace,
+                       depth=settings.reservation_depth, aging=settings.reservation_aging,
+                       starving_extra=settings.starving_reservations,
                        delegate="Kueue" if settings.kueue_queue else None,
                        limits=with_shares(course_limits(store), parse_shares(settings.course_shares)))
         return cls(store, loop, backend, settings)
