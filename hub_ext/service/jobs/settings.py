@@ -122,24 +122,17 @@ class ClasshubJobs(Configurable):
         "node's GPUs or more (waited an hour and longer than 90 % of recent jobs); 0: none, so "
         "such jobs wait their turn among the reservation_depth.")
 
-    @validate("reservation_depth")
-    def _valid_depth(self, proposal: Any) -> int:
-        if proposal["value"] < 1:
-            raise TraitError(f"ClasshubJobs.reservation_depth must be 1 or more (1: EASY backfilling, "
-                             f"one reservation), not {proposal['value']}")
-        return proposal["value"]
+    _POLICY_BOUNDS = {
+        "reservation_depth": (1, "1 or more (1: EASY backfilling, one reservation)"),
+        "reservation_aging": (0, "a number of seconds >= 0"),
+        "starving_reservations": (0, "0 (none) or more"),
+    }
 
-    @validate("reservation_aging")
-    def _valid_aging(self, proposal: Any) -> float:
-        if not proposal["value"] >= 0:
-            raise TraitError(f"ClasshubJobs.reservation_aging must be a number of seconds >= 0, "
-                             f"not {proposal['value']}")
-        return proposal["value"]
-
-    @validate("starving_reservations")
-    def _valid_starving(self, proposal: Any) -> int:
-        if proposal["value"] < 0:
-            raise TraitError(f"ClasshubJobs.starving_reservations must be 0 (none) or more, "
+    @validate(*_POLICY_BOUNDS)
+    def _valid_policy(self, proposal: Any) -> float:
+        least, says = self._POLICY_BOUNDS[proposal["trait"].name]
+        if not proposal["value"] >= least:
+            raise TraitError(f"ClasshubJobs.{proposal['trait'].name} must be {says}, "
                              f"not {proposal['value']}")
         return proposal["value"]
 
