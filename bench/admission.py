@@ -101,6 +101,7 @@ from hub_ext.core.admission import (  # noqa: E402
     Snapshot,
     admission_cycle,
     nearest_rank,
+    policy_problem,
 )
 from hub_ext.core.admission.queue import QueueManager  # noqa: E402
 from hub_ext.core.admission.snapshot import ClusterState  # noqa: E402
@@ -756,9 +757,9 @@ def run(args: argparse.Namespace, quiet: bool = False) -> dict[str, Any]:
     global DEPTH, STARVING
     if args.depth < 1:
         raise SystemExit(f"--depth must be at least 1 (one reservation: EASY backfilling), not {args.depth}")
-    if args.starving_reservations < 0:
-        raise SystemExit("--starving-reservations must be 0 (none) or more, "
-                         f"not {args.starving_reservations}")
+    problem = policy_problem("starving_extra", args.starving_reservations)
+    if problem:
+        raise SystemExit(f"--starving-reservations {problem}")
     DEPTH = args.depth
     STARVING = args.starving_reservations
     if (args.nodes is None) != (args.jobs is None):

@@ -38,6 +38,7 @@ from hub_ext.core.admission.cycle import (
     format_clock,
     iso_clock,
     nearest_rank,
+    policy_problem,
 )
 from hub_ext.core.admission.fairness import FairOrder, dominant_share
 from hub_ext.core.admission.queue import QueueManager, QueueSnapshot, queue_key
@@ -87,6 +88,7 @@ __all__ = [
     "format_clock",
     "iso_clock",
     "nearest_rank",
+    "policy_problem",
     "queue_key",
     "refuse_at_submit",
     "weekly_windows",

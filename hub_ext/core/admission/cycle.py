@@ -97,6 +97,7 @@ __all__ = [
     "format_clock",
     "iso_clock",
     "nearest_rank",
+    "policy_problem",
 ]
 
 # Reason codes of waiting jobs: stable strings (Prometheus labels); never reword them.
@@ -886,6 +887,24 @@ def nearest_rank(values: Sequence[float], q: float) -> float | None:
     return ordered[min(len(ordered), math.ceil(q * len(ordered))) - 1]
 
 
+POLICY_BOUNDS: Mapping[str, tuple[float, str]] = MappingProxyType({
+    "depth": (1, "1 or more (1: EASY backfilling, one reservation)"),
+    "aging": (0, "a number of seconds >= 0"),
+    "window": (1, "1 or more"),
+    "starving_extra": (0, "0 (none) or more"),
+    "starving_after": (0, "a number of seconds >= 0"),
+})
+"""The least value of each numeric argument of `admission_cycle`, and how to say it."""
+
+
+def policy_problem(name: str, value: float) -> str | None:
+    """What is wrong with `value` as `admission_cycle`'s argument `name` ("must be ..., not
+    ..."), or None. The one statement of the bounds: the cycle checks its arguments with it, and
+    so do the service's settings (`ClasshubJobs`) and the benchmark's options."""
+    least, says = POLICY_BOUNDS[name]
+    return None if value >= least else f"must be {says}, not {value}"
+
+
 def admission_cycle(
     snapshot: Snapshot,
     queues: QueueSnapshot,
@@ -911,14 +930,13 @@ def admission_cycle(
     jobs may hold (0: none, the policy before); `window`: how many waits
     `CycleResult.recent_waits` keeps.
     """
-    if depth < 1:
-        raise ValueError(f"depth must be at least 1 (one reservation: EASY backfilling), not {depth}")
-    if aging < 0:
-        raise ValueError(f"aging must be >= 0 seconds, not {aging}")
-    if not 0 < quantile <= 1 or window < 1 or starving_extra < 0 or starving_after < 0:
-        raise ValueError(f"quantile must be in (0, 1], window >= 1, starving_extra >= 0 and "
-                         f"starving_after >= 0, not {quantile}, {window}, {starving_extra} and "
-                         f"{starving_after}")
+    for name, value in (("depth", depth), ("aging", aging), ("window", window),
+                        ("starving_extra", starving_extra), ("starving_after", starving_after)):
+        problem = policy_problem(name, value)
+        if problem:
+            raise ValueError(f"{name} {problem}")
+    if not 0 < quantile <= 1:
+        raise ValueError(f"quantile must be in (0, 1], not {quantile}")
     starving = nearest_rank(snapshot.recent_waits, quantile)
     cycle = _Cycle(snapshot, queues, clock, depth, aging, label, starving, starving_extra,
                    starving_after)

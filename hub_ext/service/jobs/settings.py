@@ -20,7 +20,12 @@ from traitlets import Bool, CaselessStrEnum, Dict, Float, Integer, List, TraitEr
 from traitlets.config import Configurable
 
 from hub_ext.backends.jobs import JobBackend
-from hub_ext.core.admission import RESERVATION_AGING, RESERVATION_DEPTH, STARVING_RESERVATIONS
+from hub_ext.core.admission import (
+    RESERVATION_AGING,
+    RESERVATION_DEPTH,
+    STARVING_RESERVATIONS,
+    policy_problem,
+)
 from hub_ext.envtraits import apply_env
 from hub_ext.service.jobs.loop import JobLoop, course_limits
 from hub_ext.service.jobs.records import JobStore
@@ -122,18 +127,16 @@ class ClasshubJobs(Configurable):
         "node's GPUs or more (waited an hour and longer than 90 % of recent jobs); 0: none, so "
         "such jobs wait their turn among the reservation_depth.")
 
-    _POLICY_BOUNDS = {
-        "reservation_depth": (1, "1 or more (1: EASY backfilling, one reservation)"),
-        "reservation_aging": (0, "a number of seconds >= 0"),
-        "starving_reservations": (0, "0 (none) or more"),
-    }
+    #: Each policy setting and the argument of the admission cycle it becomes (whose bounds apply).
+    _POLICY = {"reservation_depth": "depth", "reservation_aging": "aging",
+               "starving_reservations": "starving_extra"}
 
-    @validate(*_POLICY_BOUNDS)
+    @validate(*_POLICY)
     def _valid_policy(self, proposal: Any) -> float:
-        least, says = self._POLICY_BOUNDS[proposal["trait"].name]
-        if not proposal["value"] >= least:
-            raise TraitError(f"ClasshubJobs.{proposal['trait'].name} must be {says}, "
-                             f"not {proposal['value']}")
+        name = proposal["trait"].name
+        problem = policy_problem(self._POLICY[name], proposal["value"])
+        if problem:
+            raise TraitError(f"ClasshubJobs.{name} {problem}")
         return proposal["value"]
 
     @validate("course_shares")
@@ -198,9 +201,8 @@ class JobService:
     def make(cls, sessions: sessionmaker[Session], backend: JobBackend,
              settings: ClasshubJobs) -> JobService:
         store = JobStore(sessions, Ledger(sessions))
-        loop = JobLoop(store, backend, interval=settings.interval, grace=settings.grace,
-                       depth=settings.reservation_depth, aging=settings.reservation_aging,
-                       starving_extra=settings.starving_reservations,
+        policy = {arg: getattr(settings, name) for name, arg in ClasshubJobs._POLICY.items()}
+        loop = JobLoop(store, backend, interval=settings.interval, grace=settings.grace, **policy,
                        delegate="Kueue" if settings.kueue_queue else None,
                        limits=with_shares(course_limits(store), parse_shares(settings.course_shares)))
         return cls(store, loop, backend, settings)
