@@ -41,7 +41,6 @@ import json
 import logging
 import os
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
@@ -63,6 +62,7 @@ from traitlets.config import Config  # noqa: E402
 
 from culler.app import ClasshubCuller  # noqa: E402
 from hub_ext import store  # noqa: E402
+from hub_ext.ports import free_port  # noqa: E402
 
 SHIFT = timedelta(minutes=58)
 TIMEOUT = 1800.0
@@ -120,12 +120,6 @@ c.JupyterHub.log_level = "WARN"
 c.JupyterHub.services = [{{"name": "bench", "api_token": "{token}"}}]
 c.JupyterHub.load_roles = [{{"name": "bench", "scopes": {scopes!r}, "services": ["bench"]}}]
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Counter:

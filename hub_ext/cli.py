@@ -24,6 +24,7 @@ from traitlets.config import Config
 
 from hub_ext import __version__, demo, heap, store
 from hub_ext.config import configure, hand_over_at_start, retired_settings
+from hub_ext.ports import free_port
 
 PROXY_ENV = "CLASSHUB_PROXY_CMD"
 MIN_NODE = 18
@@ -321,13 +322,6 @@ def require_port_free(ip: str, port: int) -> None:
                     f"port {port} on {ip} is in use; stop what uses it or pick another with --port"
                 ) from None
             raise CLIError(f"cannot listen on {ip}:{port} ({e.strerror}); check --ip") from None
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 for the hub's internal endpoints."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def find_proxy() -> list[str]:

@@ -27,6 +27,7 @@ from hub_ext.core.devices import AssignmentError, DevicesUnavailable, cuda_visib
 from hub_ext.core.profiles import Profile, Room, Selection, propose_profiles, room_on_machine
 from hub_ext.core.resources import format_quantity
 from hub_ext.core.seeding import TemplateRefused
+from hub_ext.ports import free_port
 from spawner.pressure import reclaim_notice
 from spawner.profiles import ProfilesMixin
 
@@ -244,6 +245,8 @@ class ClasshubLocalSpawner(ProfilesMixin, LocalProcessSpawner):
         await self._show_course_data(home)
         # A process of an earlier start that a hub crash orphaned must not outlive this start.
         await processes.stop_recorded(str(record), 0)
+        if self.port == 0:  # upstream would take the kernel's choice, which a kernel can take too
+            self.port = free_port()
         return await super().start()
 
     def _home_and_record(self) -> tuple[Path, Path]:

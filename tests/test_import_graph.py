@@ -92,6 +92,7 @@ PLACES = {
     "hub_ext.envtraits": "helpers",
     "hub_ext.logs": "helpers",
     "hub_ext.heap": "helpers",
+    "hub_ext.ports": "helpers",
     "hub_ext.hubapi": "helpers",
     "hub_ext.jobclient": "helpers",
     "hub_ext.store": "store",
@@ -154,9 +155,9 @@ def test_every_layer_imports_only_the_layers_below_it():
 
     - ``core`` is pure (rule 1). ``helpers`` are leaves: the package's ``__version__``, traits read
       from the environment (``envtraits``), log routing (``logs``), the hub's heap freeze
-      (``heap``), the hub REST client of the service and the culler (``hubapi``), the job API
-      client (``jobclient``). They import no classhub code, so any layer but core may use them
-      without tying two layers together.
+      (``heap``), ports outside the kernel's ephemeral range (``ports``), the hub REST client of
+      the service and the culler (``hubapi``), the job API client (``jobclient``). They import
+      no classhub code, so any layer but core may use them without tying two layers together.
     - ``backends`` (the modules of hub_ext/backends outside kubernetes/ and local/) is what both
       run modes share: the job backend interface, template storage and its settings, seeding a
       home, what a spawner does with templates. The Kubernetes and the local backend each stand

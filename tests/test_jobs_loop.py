@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from traitlets.config import Config
 
+from hub_ext import ports
 from hub_ext.backends.local import gpus
 from hub_ext.backends.local.jobs import LocalJobs, job_devices, job_processes, notebook_devices
 from hub_ext.core import jobs as J
@@ -92,6 +93,9 @@ def test_two_replicas_meet_at_the_master_and_report_their_ranks(world):
     logs = [(folder / f"worker-{i}.log").read_text() for i in (0, 1)]
     assert "rank 0 of 2 ready; ranks seen [0, 1]" in logs[0]
     assert "rank 1 of 2 ready" in logs[1]
+    # the rendezvous port is one no kernel's port-0 bind can take before the master binds it
+    master_port = int(logs[0].rsplit("master port ", 1)[1])
+    assert master_port < ports.ephemeral_low(), master_port
     gpu_sets = {r.devices["gpu_uuids"][0] for r in record.replicas}
     assert len(gpu_sets) == 2  # each replica its own GPU
     assert [e.state for e in record.events] == ["queued", "admitted", "running", "succeeded"]

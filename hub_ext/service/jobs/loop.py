@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import socket
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -57,6 +56,7 @@ from hub_ext.core.admission.snapshot import ClusterState
 from hub_ext.core.jobs import Job, JobError
 from hub_ext.core.quota import Limits, Usage
 from hub_ext.core.resources import ResourceVector, is_gpu_resource, sum_vectors
+from hub_ext.ports import free_port
 from hub_ext.service.jobs.kueue import KUEUE_QUEUE, queue_refusals
 from hub_ext.service.jobs.pressure import CullerAsk
 from hub_ext.service.jobs.records import Admitted, JobStore, to_core, utcnow
@@ -70,13 +70,6 @@ log = logging.getLogger(__name__)
 FREEZE_FROM = 10_000
 
 __all__ = ["JobLoop", "course_limits", "launch_of"]
-
-
-def free_port() -> int:
-    """A TCP port free now on this machine, for a job's rendezvous (MASTER_PORT)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass(frozen=True)

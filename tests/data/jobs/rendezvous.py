@@ -19,7 +19,7 @@ if rank == 0:
         conn.sendall(b"go")
         conn.close()
     seen = sorted([0] + [r for r, _ in peers])
-    print(f"rank 0 of {world} ready; ranks seen {seen}; gpus {gpus}", flush=True)
+    print(f"rank 0 of {world} ready; ranks seen {seen}; gpus {gpus}; master port {port}", flush=True)
 else:
     deadline = time.monotonic() + 60
     while True:
