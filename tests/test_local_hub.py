@@ -59,31 +59,42 @@ def test_student_logs_in_and_gets_jupyterlab_through_the_proxy(login, demo_hub):
     assert listing.json()["type"] == "directory"
 
 
-def test_no_port_the_local_hub_listens_on_can_be_handed_to_a_kernel(login, demo_hub):
-    """The hub's internal port, the proxy's API, the services and a student's server listen on
-    ports below the kernel's ephemeral range: a kernel's port-0 bind (five per kernel) cannot
-    take one between classhub's choice and the bind (seen in CI: the hub exited "address in use"
-    and the proxy's error pages reached a kernel's ZeroMQ socket). docs/architecture.md."""
-    student = login("student1")
-    student.get("/hub/spawn/student1")
-    wait_for(lambda: (page := student.get("/user/student1/lab")).status_code == 200
-             and "/user/student1/" in page.url, 60, "student1's server", interval=0.5)
-    tree = [psutil.Process(demo_hub.proc.pid)]
+def open_lab(student: HubSession) -> None:
+    """What a browser does: /hub/spawn starts the server; wait until JupyterLab is served."""
+    name = student.username
+    student.get(f"/hub/spawn/{name}")
+    wait_for(lambda: (page := student.get(f"/user/{name}/lab")).status_code == 200
+             and f"/user/{name}/" in page.url, 60, f"{name}'s server", interval=0.5)
+
+
+def listening(hub) -> dict[int, str]:
+    """{port: command} of what the hub and its children listen on, kernels left out."""
+    tree = [psutil.Process(hub.proc.pid)]
     tree += tree[0].children(recursive=True)
-    listening = {}
+    found = {}
     for proc in tree:
         try:
             if "ipykernel" in " ".join(proc.cmdline()):
                 continue  # a kernel's own ports are the kernel's choice
             for conn in proc.net_connections("tcp"):
                 if conn.status == psutil.CONN_LISTEN:
-                    listening[conn.laddr.port] = " ".join(proc.cmdline()[:3])
-        except psutil.NoSuchProcess:
+                    found[conn.laddr.port] = " ".join(proc.cmdline()[:3])
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-    listening.pop(demo_hub.port)  # the public port: the test's choice (tests/ports.py)
-    assert len(listening) >= 4, listening  # hub, proxy API, classhub service, the server
+    return found
+
+
+def test_no_port_the_local_hub_listens_on_can_be_handed_to_a_kernel(login, demo_hub):
+    """The hub's internal port, the proxy's API, the services and a student's server listen on
+    ports below the kernel's ephemeral range: a kernel's port-0 bind (five per kernel) cannot
+    take one between classhub's choice and the bind (seen in CI: the hub exited "address in use"
+    and the proxy's error pages reached a kernel's ZeroMQ socket). docs/architecture.md."""
+    open_lab(login("student1"))
+    ports_in_use = listening(demo_hub)
+    ports_in_use.pop(demo_hub.port)  # the public port: the test's choice (tests/ports.py)
+    assert len(ports_in_use) >= 4, ports_in_use  # hub, proxy API, classhub service, the server
     low = ports.ephemeral_low()
-    assert {port: who for port, who in listening.items() if port >= low} == {}
+    assert {port: who for port, who in ports_in_use.items() if port >= low} == {}
 
 
 def test_me_reports_name_groups_and_role(login, demo_hub):
