@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import random
 import socket
+from collections.abc import Iterable
 from pathlib import Path
 
 #: Below the default ephemeral range and below the test suite's own ports (20000-31999,
@@ -50,14 +51,19 @@ def _bindable(port: int) -> bool:
         return True
 
 
+def first_free(candidates: Iterable[int]) -> int | None:
+    """The first of `candidates` nothing is bound to on 127.0.0.1 now, or None (the test suite's
+    own port blocks, tests/ports.py, take theirs the same way)."""
+    return next((port for port in candidates if _bindable(port)), None)
+
+
 def free_port() -> int:
     """A TCP port free now on 127.0.0.1 that no port-0 bind or outgoing connection can take."""
     low = ephemeral_low()
     if low is None or low >= RANGE.stop:  # unreadable: every default range starts above it
-        for _ in range(len(RANGE)):
-            port = RANGE[next(_next) % len(RANGE)]
-            if _bindable(port):
-                return port
+        port = first_free(RANGE[next(_next) % len(RANGE)] for _ in range(len(RANGE)))
+        if port is not None:
+            return port
     # no shelter below the ephemeral range (or all of it bound): the kernel's choice
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

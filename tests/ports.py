@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import fcntl
 import itertools
-import socket
 import tempfile
 from pathlib import Path
 from typing import IO
+
+from hub_ext.ports import first_free
 
 FIRST = 20000
 BLOCK = 500
@@ -54,12 +55,7 @@ def _block() -> int:
 def free_port() -> int:
     """A port nobody listens on, from this process's block (each used once before wrapping)."""
     start = FIRST + _block() * BLOCK
-    for _ in range(BLOCK):
-        port = start + next(_next) % BLOCK
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {start}-{start + BLOCK - 1}")
+    port = first_free(start + next(_next) % BLOCK for _ in range(BLOCK))
+    if port is None:
+        raise RuntimeError(f"no free port in {start}-{start + BLOCK - 1}")
+    return port

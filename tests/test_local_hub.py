@@ -39,32 +39,30 @@ def test_unknown_user_is_refused_even_with_the_demo_password(demo_hub):
         raise AssertionError("an account outside the demo list logged in")
 
 
+def open_lab(student: HubSession) -> requests.Response:
+    """What a browser does: /hub/spawn starts the server (its page answers), then JupyterLab's
+    page, once the student's own server serves it."""
+    name = student.username
+    assert student.get(f"/hub/spawn/{name}").status_code == 200
+
+    def lab_page() -> requests.Response | None:
+        page = student.get(f"/user/{name}/lab")
+        return page if page.status_code == 200 and f"/user/{name}/" in page.url else None
+
+    return wait_for(lab_page, 60, f"JupyterLab of {name}", interval=0.5)
+
+
 def test_student_logs_in_and_gets_jupyterlab_through_the_proxy(login, demo_hub):
     student = login("student1")
     # What a browser does after login: /hub/spawn starts the server, the spawn-pending page
     # waits, then /user/student1/lab is served by the student's own jupyter-server.
-    r = student.get("/hub/spawn/student1")
-    assert r.status_code == 200
-
-    def lab_page():
-        page = student.get("/user/student1/lab")
-        return page if page.status_code == 200 and "/user/student1/" in page.url else None
-
-    page = wait_for(lab_page, 60, "JupyterLab of student1", interval=0.5)
+    page = open_lab(student)
     assert "JupyterLab" in page.text
     assert '"baseUrl": "/user/student1/"' in page.text
     # The server's contents API works through the proxy with the browser's cookies.
     listing = student.get("/user/student1/api/contents/")
     assert listing.status_code == 200
     assert listing.json()["type"] == "directory"
-
-
-def open_lab(student: HubSession) -> None:
-    """What a browser does: /hub/spawn starts the server; wait until JupyterLab is served."""
-    name = student.username
-    student.get(f"/hub/spawn/{name}")
-    wait_for(lambda: (page := student.get(f"/user/{name}/lab")).status_code == 200
-             and f"/user/{name}/" in page.url, 60, f"{name}'s server", interval=0.5)
 
 
 def listening(hub) -> dict[int, str]:
