@@ -56,21 +56,27 @@ class HubProcess:
                 timeout: float = START_TIMEOUT) -> None:
         self.log_path = log_path
         log = open(log_path, "ab")  # noqa: SIM115 - the hub process keeps writing to it
+        # a crash (SIGSEGV, SIGABRT, ...) prints each thread's Python stack into the log
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, env=env, cwd=cwd)
+                                     stdin=subprocess.DEVNULL, env={**env, "PYTHONFAULTHANDLER": "1"},
+                                     cwd=cwd)
         try:
             wait_for(self._ready, timeout, f"the hub on port {self.port}")
         except AssertionError as e:
             log = self.log()
             self.stop()
-            raise AssertionError(f"{e}\n--- the hub's log ends with:\n{log}") from None
+            raise AssertionError(f"{e}\n--- the hub's log ends with:\n{log}\n--- the hub on port "
+                                 f"{self.port} (pid {self.proc.pid}) did not answer within "
+                                 f"{timeout} s") from None
         except BaseException:
             self.stop()
             raise
 
     def _ready(self) -> bool:
         if self.proc.poll() is not None:
-            raise RuntimeError(f"the hub exited with {self.proc.returncode}:\n{self.log()}")
+            # what ended it last, after the log: a report's tail (CI's) shows the log's end and this
+            raise RuntimeError(f"the hub exited with {self.proc.returncode}:\n{self.log()}\n--- the "
+                               f"hub on port {self.port} (pid {self.proc.pid}) {_ended(self.proc)}")
         try:
             hub = requests.get(f"{self.url}/hub/api/", timeout=2)
             service = requests.get(f"{self.url}/services/classhub/api/health", timeout=2)
@@ -142,6 +148,15 @@ class Shutdown:
 
     seconds: float
     survivors: list[str]
+
+
+def _ended(proc: subprocess.Popen) -> str:
+    """How a process ended, in words: its exit status, or the signal that killed it."""
+    code = proc.returncode
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with status {code}"
 
 
 def _is_server(p: psutil.Process) -> bool:
