@@ -63,7 +63,7 @@ class HubProcess:
         try:
             wait_for(self._ready, timeout, f"the hub on port {self.port}")
         except AssertionError as e:
-            log = self.log()
+            log = self._log_with_stacks()
             self.stop()
             raise AssertionError(f"{e}\n--- the hub's log ends with:\n{log}\n--- the hub on port "
                                  f"{self.port} (pid {self.proc.pid}) did not answer within "
@@ -71,6 +71,23 @@ class HubProcess:
         except BaseException:
             self.stop()
             raise
+
+    def _log_with_stacks(self) -> str:
+        """The log of a hub that did not answer, ending with where each of its threads was: it
+        gets SIGABRT, on which faulthandler (``PYTHONFAULTHANDLER``) prints the stacks and the
+        process ends. Its children (proxy, services, servers) are killed, since a dead hub cannot
+        stop them."""
+        try:
+            children = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return self.log()
+        self.proc.send_signal(signal.SIGABRT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(10)
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        return self.log()
 
     def _ready(self) -> bool:
         if self.proc.poll() is not None:

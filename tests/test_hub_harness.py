@@ -1,9 +1,10 @@
-"""The hub harness says how a hub that died during its start ended.
+"""The hub harness says how a hub that died during its start ended, and where a hung one hung.
 
 Why: a CI report shows the end of the output only. A hub that dies before it answers fails its
 test with the hub's log; the last line after it says whether the hub exited with a status or was
-killed by a signal (and which), and a crash prints the hub's Python stacks into the log
-(faulthandler). Without them, a log that stops mid-start says nothing of why it stopped.
+killed by a signal (and which); a crash prints the hub's Python stacks into the log
+(faulthandler), and so does a hub that never answered, before it is stopped. Without them, a log
+that stops mid-start says nothing of why it stopped.
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ class _Dies(HubProcess):
     proc: subprocess.Popen | None = None
     log_path: Path | None = None
 
-    def run(self, code: str, log: Path) -> None:
+    def run(self, code: str, log: Path, timeout: float = 30) -> None:
         self._launch([sys.executable, "-c", f"print('starting', flush=True)\n{code}"], log, {},
-                     timeout=30)
+                     timeout=timeout)
 
     def stop(self, timeout: float = 15) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -58,3 +59,15 @@ def test_a_crashing_hub_prints_its_stack_into_the_log(tmp_path):
         hub.run("import ctypes\nctypes.string_at(0)", tmp_path / "hub.log")
     assert "Fatal Python error: Segmentation fault" in str(e.value)
     assert str(e.value).splitlines()[-1].endswith("was killed by SIGSEGV")
+
+
+def test_a_hub_that_never_answers_is_shown_where_it_waits_then_stopped(tmp_path):
+    hub = _Dies(port=free_port())
+    with pytest.raises(AssertionError) as e:
+        hub.run("import time\ndef waiting_forever():\n    time.sleep(600)\nwaiting_forever()",
+                tmp_path / "hub.log", timeout=3)
+    said = str(e.value)
+    assert "most recent call first" in said and "in waiting_forever" in said, said
+    assert said.splitlines()[-1] == (f"--- the hub on port {hub.port} (pid {hub.proc.pid}) did not "
+                                     "answer within 3 s")
+    assert hub.proc.poll() is not None
