@@ -20,6 +20,7 @@ from pathlib import Path
 
 import jsonschema
 import nbformat
+import psutil
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -127,11 +128,25 @@ def test_grading_runs_the_hidden_tests_and_scores_each_cell() -> None:
     assert G.total(wrong.cells).score == 3
 
 
+def _kernels_left() -> list[str]:
+    """Kernels this process started that still run (a zombie has ended)."""
+    left = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "ipykernel" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(f"{p.pid} at {p.cpu_percent(0.2)} % CPU")
+        except psutil.Error:
+            continue
+    return left
+
+
 def test_endless_loops_crashes_floods_and_broken_files_end_with_a_sentence() -> None:
     looping = notebook_run.grade(source_notebook(), student("while True:\n    pass\n"), "lab1.ipynb",
                               time_limit=3)
     assert "time limit" in looping.message
     assert {c.status for c in looping.cells if c.grade_id != "essay"} == {"not-run"}
+    # the loop ends with its grading, not with the process that graded it
+    assert _kernels_left() == []
     crashed = notebook_run.grade(source_notebook(), student("import os\nos._exit(1)\n"), "lab1.ipynb",
                               time_limit=60)
     assert "kernel died" in crashed.message and _scores(crashed)["q2"] == ("not-run", 0)
@@ -142,6 +157,7 @@ def test_endless_loops_crashes_floods_and_broken_files_end_with_a_sentence() -> 
     broken = notebook_run.grade(source_notebook(), b"{not json", "lab1.ipynb", time_limit=60)
     assert "not a valid notebook" in broken.message
     assert _scores(broken)["q1"] == ("not-run", 0)
+    assert _kernels_left() == []
 
 
 def test_the_grader_deletes_its_inputs_and_its_result_line_needs_the_nonce(tmp_path, capfd) -> None:

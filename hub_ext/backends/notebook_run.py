@@ -37,11 +37,22 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 class CappedClient(NotebookClient):
     """nbclient's client keeping at most ``cap`` bytes of outputs (a notebook printing forever
     must not fill the grader's memory or the feedback); ``capped`` says whether outputs were left
-    out."""
+    out. The kernel ends with the run (`async_setup_kernel`)."""
 
     def __init__(self, nb: NotebookNode, cap: int, **kw: Any) -> None:
-        super().__init__(nb, **kw)
+        super().__init__(nb, shutdown_kernel="immediate", **kw)
         self.cap, self.kept, self.capped = cap, 0, False
+
+    def async_setup_kernel(self, **kwargs: Any) -> Any:
+        """The kernel for a run, killed when the run ends, however it ended.
+
+        Why: nbclient leaves running a kernel whose manager it was handed (``private_client``
+        hands it one, for the IPC sockets), so a notebook stopped at its time limit went on
+        spinning in its endless loop, a core's worth, for as long as the process that graded it
+        lived. Killed at once: its cells' outputs are read already, and a busy kernel would not
+        answer a polite shutdown request anyway."""
+        kwargs.setdefault("cleanup_kc", True)
+        return super().async_setup_kernel(**kwargs)
 
     def output(self, outs: list[NotebookNode], msg: dict[str, Any], display_id: str | None,
                cell_index: int) -> NotebookNode | None:
