@@ -134,7 +134,7 @@ def _kernels_left() -> list[str]:
     for p in psutil.Process().children(recursive=True):
         try:
             if "ipykernel" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
-                left.append(f"{p.pid} at {p.cpu_percent(0.2)} % CPU")
+                left.append(f"{p.pid}, {sum(p.cpu_times()[:2]):.1f} s of CPU so far")
         except psutil.Error:
             continue
     return left

@@ -64,8 +64,8 @@ def test_a_crashing_hub_prints_its_stack_into_the_log(tmp_path):
 def test_a_hub_that_never_answers_is_shown_where_it_waits_then_stopped(tmp_path):
     hub = _Dies(port=free_port())
     with pytest.raises(AssertionError) as e:
-        hub.run("import time\ndef waiting_forever():\n    time.sleep(600)\nwaiting_forever()",
-                tmp_path / "hub.log", timeout=3)
+        hub.run("import threading\ndef waiting_forever():\n    threading.Event().wait()\n"
+                "waiting_forever()", tmp_path / "hub.log", timeout=3)
     said = str(e.value)
     assert "most recent call first" in said and "in waiting_forever" in said, said
     assert said.splitlines()[-1] == (f"--- the hub on port {hub.port} (pid {hub.proc.pid}) did not "
