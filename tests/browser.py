@@ -150,5 +150,33 @@ def screenshot(page, name: str) -> Path:
     """Save a docs screenshot ``docs/screenshots/<name>.png`` of the current page."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     path = SCREENSHOTS / f"{name}.png"
+    # from the top: a sticky bar (a course page's section links) would otherwise be drawn over
+    # the middle of the full page, where the window stood
+    page.evaluate("() => window.scrollTo(0, 0)")
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+#: Each run of letters and digits in the text under a selector whose glyphs lie on more than one
+#: line: what a reader sees as a word cut in two ("Cours|e", "nvidia.com/gp|u").
+_CUT_WORDS = """(selector) => {
+  const cut = [];
+  for (const root of document.querySelectorAll(selector)) {
+    const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const m of node.textContent.matchAll(/[A-Za-z0-9]+/g)) {
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const tops = new Set([...range.getClientRects()].map((r) => Math.round(r.top)));
+        if (tops.size > 1) cut.push(m[0]);
+      }
+    }
+  }
+  return cut;
+}"""
+
+
+def words_cut_in_two(page, selector: str) -> list[str]:
+    """The words under ``selector`` that the page's layout breaks across two lines."""
+    return page.evaluate(_CUT_WORDS, selector)

@@ -197,4 +197,20 @@ def test_no_page_scrolls_sideways_at_1280px_and_the_audit_log_reads_as_sentences
     assert "quota.user.set" in entry.locator(".classhub-audit-details").inner_text()
     # Add says how the people it adds log in (the roster preview says it too)
     assert "demo password" in page.inner_text("#add-member .classhub-login-help")  # DemoAuthenticator
+
+    # The long course page: one click on its section links brings a section into view, and the
+    # links stay at the top of the window for the next jump.
+    links = page.locator("#section-links a")
+    assert links.all_inner_texts() == [
+        "Assignments", "Competitions", "Members", "Limits", "Usage this week", "Running servers",
+        "No-cull windows and TA access", "Data", "Audit log"]
+    page.evaluate("() => window.scrollTo(0, 0)")
+    links.filter(has_text="Audit log").click()
+    page.wait_for_function("""() => {
+        const title = document.querySelector('#audit h2').getBoundingClientRect();
+        const links = document.getElementById('section-links').getBoundingClientRect();
+        return window.scrollY > 0 && title.top >= links.bottom && title.bottom <= window.innerHeight;
+    }""")  # scrolled to it, in view and not under the links
+    nav = page.locator("#section-links").bounding_box()
+    assert nav is not None and nav["y"] == 0, nav
     context.close()

@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from tests.browser import Clicks, hub_login, screenshot
+from tests.browser import Clicks, hub_login, screenshot, words_cut_in_two
 from tests.hubproc import HubSession, api, traits, wait_for
 from tests.test_jobs_hub import CONFIG, JOBS
 from tests.tutorial import follows_the_tutorial
@@ -91,6 +91,8 @@ def test_a_waiting_job_says_what_it_waits_for_in_the_pages_one_time_format(hub, 
         times = re.findall(US_TIME, reason)
         assert times, reason
         assert re.fullmatch(US_TIME, row.locator("td").nth(6).inner_text().strip())  # Submitted
+        # nine columns at 1280 px: headers, course names and resources wrap between words only
+        assert words_cut_in_two(page, "#my-jobs-table") == []
         screenshot(page, "page-jobs-waiting")
     finally:
         context.close()

@@ -176,7 +176,27 @@ const classhub = (() => {
     }
   }
 
+  /** Fill `nav` with a link to each titled section of the page: a long page (a course's) is read
+   * by jumping to the part one came for. Built from the sections the page holds, so a student's
+   * course page lists its own, fewer, sections. */
+  function sectionLinks(nav) {
+    const list = document.createElement("ul");
+    list.className = "nav small";
+    document.querySelectorAll("section.classhub-section[id] > h2").forEach((title) => {
+      const item = document.createElement("li");
+      item.className = "nav-item";
+      const link = document.createElement("a");
+      link.className = "nav-link px-2 py-1";
+      link.href = `#${title.parentElement.id}`;
+      link.textContent = title.textContent.trim();
+      item.append(link);
+      list.append(item);
+    });
+    if (list.children.length > 1) nav.append(list);
+  }
+
   document.addEventListener("DOMContentLoaded", () => {
+    document.querySelectorAll("nav.classhub-section-links").forEach(sectionLinks);
     document.querySelectorAll("table.classhub-sortable").forEach(sortable);
     document.querySelectorAll("[data-local-time]").forEach(localTime);
     document.querySelectorAll("[data-local-times]").forEach((el) => { el.textContent = timesIn(el.textContent); });
