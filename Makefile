@@ -55,8 +55,10 @@ run: $(STAMP)
 
 # The suite runs its modules on TEST_WORKERS pytest-xdist workers (each module on one worker,
 # the slowest first: tests/conftest.py): most of its time is spent waiting for hub, server and
-# cluster processes, so three workers share two cores well. TEST_WORKERS=0 runs it in one process.
-TEST_WORKERS ?= 3
+# cluster processes, so four workers share two cores well (with one core kept busy, 4 workers ran
+# the suite 3-8 % faster than 3: docs/contributing/reliability.md). TEST_WORKERS=0 runs it in one
+# process.
+TEST_WORKERS ?= 4
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest $(XDIST) $(ARGS)
@@ -98,7 +100,7 @@ lint: $(STAMP)
 # J=3 runs three at a time. Prints "<module>: n of N passed (mean, max seconds)".
 N ?= 20
 flake-check: $(STAMP)
-	$(VENV)/bin/python -m tests.flakecheck -n $(N) $(if $(LOAD),--load) $(if $(SUITE),--suite) $(if $(J),-j $(J)) $(MODULES)
+	TEST_WORKERS=$(TEST_WORKERS) $(VENV)/bin/python -m tests.flakecheck -n $(N) $(if $(LOAD),--load) $(if $(SUITE),--suite) $(if $(J),-j $(J)) $(MODULES)
 
 clean:
 	rm -rf $(VENV) var

@@ -19,6 +19,7 @@ under ``--logs`` (default ``var/flakecheck-logs/``); the exit status is 1 when a
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -29,8 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-#: How ``make test`` runs the suite (Makefile, TEST_WORKERS).
-SUITE_ARGS = ["-n", "3", "--dist", "loadfile"]
+#: How ``make test`` runs the suite (the Makefile passes its TEST_WORKERS).
+SUITE_ARGS = ["-n", os.environ.get("TEST_WORKERS", "4"), "--dist", "loadfile"]
 
 
 @dataclass
