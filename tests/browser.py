@@ -180,3 +180,30 @@ _CUT_WORDS = """(selector) => {
 def words_cut_in_two(page, selector: str) -> list[str]:
     """The words under ``selector`` that the page's layout breaks across two lines."""
     return page.evaluate(_CUT_WORDS, selector)
+
+
+_FORM_LAYOUT = """(form) => {
+  const shown = (e) => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== 'hidden';
+  const problems = [];
+  for (const label of form.querySelectorAll('label[for]')) {
+    const control = document.getElementById(label.htmlFor);
+    if (!shown(label) || !control || !shown(control)) continue;
+    const l = label.getBoundingClientRect(), c = control.getBoundingClientRect();
+    const middle = (l.top + l.bottom) / 2;
+    if (middle < c.top || middle > c.bottom || l.right > c.left + 1)
+      problems.push(`${label.textContent.trim()}: not left of its control, on its line`);
+  }
+  for (const item of form.children) {
+    // a control's wrapper (JupyterLab's select styling adds one) shown with nothing in it
+    if (shown(item) && item.querySelector('select, input') &&
+        ![...item.querySelectorAll('select, input')].some(shown))
+      problems.push(`a ${item.className || item.tagName} shown without its control`);
+  }
+  return problems;
+}"""
+
+
+def form_layout_problems(form) -> list[str]:
+    """What a reader of the form (a Locator) sees out of place: a label not on its control's line
+    and left of it, or the frame of a hidden control still drawn."""
+    return form.evaluate(_FORM_LAYOUT)

@@ -20,7 +20,7 @@ import pytest
 import requests
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from tests.browser import Clicks, hub_login, screenshot
+from tests.browser import Clicks, form_layout_problems, hub_login, screenshot
 from tests.hubproc import (
     HubSession,
     LocalHub,
@@ -225,7 +225,15 @@ def test_student_shares_from_the_file_browser_and_the_ta_opens_it_read_only(brow
         page = student.new_page()
         open_lab(page, hub, "student1", "lab?reset")  # JupyterLab's default layout: the file browser
         clicks, dialog = context_menu_dialog(page, "week1.ipynb", "Share…")
+        # each label on its control's line, for every choice of "With" (the course's select is
+        # shown only for "My course")
+        form = dialog.locator(".classhub-share-form")
+        dialog.get_by_label("With").select_option("course")
+        assert dialog.get_by_label("Course").is_visible()
+        assert form_layout_problems(form) == []
+        dialog.get_by_label("With").select_option("user")
         dialog.get_by_label("User name").fill("ta1")
+        assert form_layout_problems(form) == []
         screenshot(page, "lab-share")
         clicks.click_locator(dialog.get_by_role("button", name="Share"))
         page.get_by_text("Shared week1.ipynb with ta1.").wait_for()
