@@ -207,3 +207,24 @@ def form_layout_problems(form) -> list[str]:
     """What a reader of the form (a Locator) sees out of place: a label not on its control's line
     and left of it, or the frame of a hidden control still drawn."""
     return form.evaluate(_FORM_LAYOUT)
+
+
+def cut_off_at_the_right(page, container: str, items: str) -> list[str]:
+    """The ``items`` (a selector) inside ``container`` drawn past the right edge of a box that
+    clips them (an ancestor whose overflow is not visible), or whose own content is wider than
+    they are (a button squeezed narrower than its label): what a reader of a narrow side panel
+    sees cut off."""
+    return page.evaluate("""([container, items]) => {
+      const clippedAt = (e) => {
+        let right = Infinity;
+        for (let a = e.parentElement; a; a = a.parentElement) {
+          if (getComputedStyle(a).overflowX !== 'visible')
+            right = Math.min(right, a.getBoundingClientRect().right);
+        }
+        return right;
+      };
+      return [...document.querySelectorAll(`${container} ${items}`)]
+        .filter((e) => e.getClientRects().length
+          && (e.getBoundingClientRect().right > clippedAt(e) + 0.5 || e.scrollWidth > e.clientWidth + 1))
+        .map((e) => (e.innerText || e.getAttribute('aria-label') || e.tagName).trim());
+    }""", [container, items])

@@ -12,6 +12,7 @@ Clicks are counted (docs/teachers/lab-panel.md, "The JupyterLab panel").
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -20,7 +21,7 @@ import pytest
 import requests
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from tests.browser import Clicks, form_layout_problems, hub_login, screenshot
+from tests.browser import Clicks, cut_off_at_the_right, form_layout_problems, hub_login, screenshot
 from tests.hubproc import (
     HubSession,
     LocalHub,
@@ -371,6 +372,11 @@ def test_student_submits_a_script_as_a_job_and_reads_its_log(page, hub, tokens, 
     assert clicks.count == 4, clicks.count
     mine = api(hub, "GET", f"courses/{COURSE}/competitions/digits/submissions", tokens["student1"]).json()
     assert len(mine) == 1 and mine[0]["public_score"] == 1.0
+    # the competition's line is long (its end, score, rank, what is left): its buttons wrap
+    # under it in the narrow panel instead of being cut off at its edge
+    assert cut_off_at_the_right(page, "#classhub-panel", "button") == []
+    assert re.search(r"ends [A-Z][a-z]{2} \d{1,2}, \d{4}, \d{1,2}:\d\d\s?[AP]M:", competition.inner_text()), (
+        "the panel shows times as the classhub pages do")
     screenshot(page, "lab-competition")
 
 

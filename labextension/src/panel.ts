@@ -23,6 +23,7 @@ import {
   describeShare,
   formatBytes,
   formatDuration,
+  formatTime,
   quotaBars,
   secondsLeft,
   waitingText
@@ -257,7 +258,6 @@ export class ClasshubPanel extends Widget {
     if (!assignments.length) {
       s.append(el('p', {}, 'No open assignments in your courses.'));
     }
-    const when = (iso: string) => new Date(iso).toLocaleString();
     const list = el('ul', { class: 'classhub-list classhub-assignments' });
     for (const a of assignments) {
       const name = a.title || a.name;
@@ -273,7 +273,7 @@ export class ClasshubPanel extends Widget {
       const item = el(
         'li',
         { 'data-assignment': `${a.course}/${a.name}` },
-        el('span', {}, describeAssignment(a, when)),
+        el('span', {}, describeAssignment(a, formatTime)),
         button('Start', () => this.actions.startAssignment(a), `Start ${name}: its files in ${a.folder}`),
         submit
       );
@@ -306,7 +306,6 @@ export class ClasshubPanel extends Widget {
     if (!competitions.length) {
       s.append(el('p', {}, 'No open competitions in your courses.'));
     }
-    const when = (iso: string) => new Date(iso).toLocaleString();
     const list = el('ul', { class: 'classhub-list classhub-competitions' });
     for (const c of competitions) {
       const submit = button(
@@ -318,7 +317,7 @@ export class ClasshubPanel extends Widget {
         submit.setAttribute('disabled', '');
         submit.title = c.accepting ? 'No submissions left today (UTC)' : 'Not accepting submissions now';
       }
-      const item = el('li', { 'data-competition': c.name }, el('span', {}, describeCompetition(c, when)), submit);
+      const item = el('li', { 'data-competition': c.name }, el('span', {}, describeCompetition(c, formatTime)), submit);
       if (c.takes_notebooks) {
         const notebook = button(
           'Submit notebook',

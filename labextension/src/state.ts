@@ -275,6 +275,15 @@ export function timesIn(text: string, format: Intl.DateTimeFormat = TIME_FORMAT)
   return text.replace(ISO_TIME, iso => format.format(new Date(iso)));
 }
 
+/**
+ * One ISO time as the classhub pages show it ("Dec 4, 2026, 2:20 PM" for an en-US reader): the
+ * panel's assignments and competitions read like the course page. Not a time: the text as is.
+ */
+export function formatTime(iso: string, format: Intl.DateTimeFormat = TIME_FORMAT): string {
+  const date = new Date(iso);
+  return Number.isNaN(date.getTime()) ? String(iso ?? '') : format.format(date);
+}
+
 export function waitingText(job: IJob): string | null {
   if ((job.state !== 'queued' && job.state !== 'preempted') || !job.reason) {
     return null;

@@ -18,6 +18,7 @@ import {
   describeShare,
   formatBytes,
   formatDuration,
+  formatTime,
   isActiveJob,
   isReadOnly,
   jobName,
@@ -219,6 +220,11 @@ describe('waitingText', () => {
       'held by your job a (until Dec 4, 2026, 1:55 PM at the latest); estimated start Dec 4, 2026, 2:20 PM'
     );
     expect(waitingText({ ...job, reason })).not.toContain('2026-12-04T');
+  });
+  it('shows one time as the pages do, and leaves what is not a time as it is', () => {
+    const h12 = new Intl.DateTimeFormat('en-US', { dateStyle: 'medium', timeStyle: 'short', timeZone: 'UTC' });
+    expect(formatTime('2026-12-05T13:22:05Z', h12)).toBe('Dec 5, 2026, 1:22 PM');
+    expect(formatTime('soon', h12)).toBe('soon');
   });
   it('says in plain words what Cancel did', () => {
     expect(cancelledText('train', 'cancelled')).toBe('Cancelled train: it left the queue and will not start.');
