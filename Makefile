@@ -21,6 +21,8 @@ LABEXT_OUT := labextension/prebuilt/package.json
 LABEXT_SRC := $(wildcard labextension/src/*.ts labextension/style/*) labextension/package.json \
 	labextension/tsconfig.json labextension/yarn.lock labextension/scripts/build-labextension.js
 LABEXT_LINK := $(VENV)/share/jupyter/labextensions/classhub-jupyterlab
+# classhub's JupyterLab settings (setup.py, OVERRIDES), linked like the panel in the editable install
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.d/classhub.json
 
 $(LABEXT_OUT): $(LABEXT_SRC) | $(VENV)/bin/python
 	$(VENV)/bin/pip install -q 'jupyterlab>=4.0'
@@ -44,6 +46,7 @@ $(STAMP): $(VENV)/bin/python setup.cfg setup.py build_backend.py pyproject.toml 
 	@# No schema of JupyterHub, jupyter_server, JupyterLab or classhub uses the "iri" format.
 	$(VENV)/bin/pip uninstall -q -y rfc3987-syntax
 	mkdir -p $(dir $(LABEXT_LINK)) && ln -sfn $(abspath labextension/prebuilt) $(LABEXT_LINK)
+	mkdir -p $(dir $(LAB_OVERRIDES)) && ln -sfn $(abspath labextension/overrides.d/classhub.json) $(LAB_OVERRIDES)
 	@command -v npm >/dev/null || { echo "make: npm not found; install Node.js 18+ and npm (apt-get install nodejs npm)"; exit 1; }
 	npm install --silent --no-audit --no-fund --prefix $(VENV)/chp configurable-http-proxy@$(CHP_VERSION)
 	touch $(STAMP)

@@ -25,6 +25,11 @@ from build_backend import PREBUILT, ROOT, panel_built
 LABEXT = ROOT / "labextension"
 #: Where JupyterLab looks for prebuilt extensions, under the installation's prefix.
 TARGET = "share/jupyter/labextensions/classhub-jupyterlab"
+#: JupyterLab's default settings that classhub changes, one file among any other package's in
+#: ``overrides.d`` (jupyterlab_server reads every file there, before the site's own
+#: ``overrides.json``, which still wins): students are not asked on their first JupyterLab whether
+#: to fetch Jupyter's news, nor told of newer JupyterLab releases they cannot install.
+OVERRIDES = ("share/jupyter/lab/settings/overrides.d", ["labextension/overrides.d/classhub.json"])
 NO_NODE = ("classhub: the JupyterLab panel (labextension/) is not built and Node.js is not on the "
            "PATH: install Node.js 18+ and npm (e.g. apt-get install nodejs npm) and build again, "
            "or install classhub from its sdist or wheel, which carry the panel prebuilt.")
@@ -50,13 +55,14 @@ def build_panel() -> None:
 
 
 def panel_data_files() -> list[tuple[str, list[str]]]:
-    """The prebuilt panel as data files (paths relative to this folder, as setuptools wants)."""
+    """The prebuilt panel and classhub's JupyterLab settings as data files (paths relative to
+    this folder, as setuptools wants)."""
     files: dict[str, list[str]] = {}
     for path in sorted(PREBUILT.rglob("*")):
         if path.is_file():
             folder = Path(TARGET, path.parent.relative_to(PREBUILT)).as_posix()
             files.setdefault(folder, []).append(path.relative_to(ROOT).as_posix())
-    return sorted(files.items())
+    return [*sorted(files.items()), OVERRIDES]
 
 
 class BuildPyWithPanel(build_py):
@@ -78,5 +84,5 @@ class SdistWithPanel(sdist):
 
 setup(
     cmdclass={"build_py": BuildPyWithPanel, "sdist": SdistWithPanel},
-    data_files=panel_data_files() if panel_built() else [],
+    data_files=panel_data_files() if panel_built() else [OVERRIDES],
 )

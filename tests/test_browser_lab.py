@@ -368,6 +368,14 @@ def test_student_submits_a_script_as_a_job_and_reads_its_log(page, hub, tokens, 
     clicks.click_locator(competition.get_by_role("button", name="Submit a predictions CSV to Cats or dogs",
                                                  exact=False))
     page.locator(".Toastify__toast", has_text="Scored Cats or dogs: public accuracy 1.0000.").wait_for()
+    # minutes into this JupyterLab, JupyterLab's own question whether to fetch Jupyter's news (a
+    # toast at its start) never came: classhub's settings answer it (setup.py, OVERRIDES)
+    assert page.locator(".Toastify__toast", has_text="Jupyter news").count() == 0
+    notification = server_api(hub, "student1", "GET",
+                              "lab/api/settings/@jupyterlab/apputils-extension:notification",
+                              tokens["student1"]).json()["schema"]["properties"]
+    defaults = (notification["fetchNews"]["default"], notification["checkForUpdates"]["default"])
+    assert defaults == ("false", False), defaults
     competition.filter(has_text="best public accuracy 1.0000, rank 1 of 1; 2 of 3 left today").wait_for()
     assert clicks.count == 4, clicks.count
     mine = api(hub, "GET", f"courses/{COURSE}/competitions/digits/submissions", tokens["student1"]).json()

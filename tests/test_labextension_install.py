@@ -162,6 +162,9 @@ def test_the_sdist_and_the_wheel_of_a_clean_clone_carry_the_panel(dist: dict[str
     wheel = _names(dist["wheel"])
     assert any(n.endswith(f".data/data/{SHARED}/package.json") for n in wheel), wheel
     assert any(f".data/data/{SHARED}/static/remoteEntry." in n for n in wheel), wheel
+    # and classhub's JupyterLab settings (no news prompt), built from the sdist, so carried by both
+    assert any(n.endswith(".data/data/share/jupyter/lab/settings/overrides.d/classhub.json")
+               for n in wheel), wheel
     sdist = _names(dist["sdist"])
     top = sdist[0].split("/")[0]
     assert f"{top}/labextension/prebuilt/package.json" in sdist
