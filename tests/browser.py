@@ -153,7 +153,9 @@ def screenshot(page, name: str) -> Path:
     # from the top: a sticky bar (a course page's section links) would otherwise be drawn over
     # the middle of the full page, where the window stood
     page.evaluate("() => window.scrollTo(0, 0)")
-    page.screenshot(path=str(path), full_page=True)
+    # a notification still sliding in would be drawn cut off at the window's edge: finite
+    # animations are run to their end for the picture (Playwright's "disabled")
+    page.screenshot(path=str(path), full_page=True, animations="disabled")
     return path
 
 
