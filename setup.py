@@ -54,11 +54,11 @@ def build_panel() -> None:
         raise SystemExit(f"classhub: building the JupyterLab panel left no entry point in {PREBUILT}/static")
 
 
-def panel_data_files() -> list[tuple[str, list[str]]]:
-    """The prebuilt panel and classhub's JupyterLab settings as data files (paths relative to
-    this folder, as setuptools wants)."""
+def data_files() -> list[tuple[str, list[str]]]:
+    """The prebuilt panel (once built) and classhub's JupyterLab settings as data files (paths
+    relative to this folder, as setuptools wants)."""
     files: dict[str, list[str]] = {}
-    for path in sorted(PREBUILT.rglob("*")):
+    for path in sorted(PREBUILT.rglob("*")) if panel_built() else ():
         if path.is_file():
             folder = Path(TARGET, path.parent.relative_to(PREBUILT)).as_posix()
             files.setdefault(folder, []).append(path.relative_to(ROOT).as_posix())
@@ -70,7 +70,7 @@ class BuildPyWithPanel(build_py):
 
     def run(self) -> None:
         build_panel()
-        self.distribution.data_files = panel_data_files()
+        self.distribution.data_files = data_files()
         super().run()
 
 
@@ -84,5 +84,5 @@ class SdistWithPanel(sdist):
 
 setup(
     cmdclass={"build_py": BuildPyWithPanel, "sdist": SdistWithPanel},
-    data_files=panel_data_files() if panel_built() else [OVERRIDES],
+    data_files=data_files(),
 )

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
 from hub_ext.backends import autograde, grader, notebook_run
+from hub_ext.backends.local.processes import exited
 from hub_ext.core import grading as G
 
 pytestmark = pytest.mark.unit
@@ -129,11 +130,11 @@ def test_grading_runs_the_hidden_tests_and_scores_each_cell() -> None:
 
 
 def _kernels_left() -> list[str]:
-    """Kernels this process started that still run (a zombie has ended)."""
+    """Kernels this process started that still run (`processes.exited`: a zombie has ended)."""
     left = []
     for p in psutil.Process().children(recursive=True):
         try:
-            if "ipykernel" in " ".join(p.cmdline()) and p.status() != psutil.STATUS_ZOMBIE:
+            if "ipykernel" in " ".join(p.cmdline()) and not exited(p.pid):
                 left.append(f"{p.pid}, {sum(p.cpu_times()[:2]):.1f} s of CPU so far")
         except psutil.Error:
             continue

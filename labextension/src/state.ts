@@ -272,7 +272,7 @@ const ISO_TIME = /\b\d{4}-\d\d-\d\dT\d\d:\d\d(?::\d\d(?:\.\d+)?)?(?:Z|[+-]\d\d:\
  * 2026-12-04T14:20Z") with each time as the classhub pages show times.
  */
 export function timesIn(text: string, format: Intl.DateTimeFormat = TIME_FORMAT): string {
-  return text.replace(ISO_TIME, iso => format.format(new Date(iso)));
+  return text.replace(ISO_TIME, iso => formatTime(iso, format));
 }
 
 /**
