@@ -52,6 +52,7 @@ import escapism
 from traitlets import Bool, Dict, Float, Integer, Unicode
 from traitlets.config import Configurable
 
+from hub_ext.backends.seeding import walk_tree
 from hub_ext.core.coursedata import (
     RESERVED_PREFIX,
     DataExists,
@@ -261,10 +262,11 @@ def _writable(fd: int) -> Iterator[None]:
 
 def tree_size(root_fd: int) -> tuple[int, int]:
     """(bytes, files) of the regular files under the folder ``root_fd``, links never followed,
-    hard links counted once."""
+    hard links counted once. The tree may be a student's home, changing under the walk:
+    `walk_tree` opens nothing a link names and enters at most ``WALK_MAX_DEPTH`` levels."""
     seen: set[tuple[int, int]] = set()
     total = files = 0
-    for _, _, names, fd in os.fwalk(".", dir_fd=root_fd, follow_symlinks=False):
+    for _, _, names, fd in walk_tree(root_fd):
         for name in names:
             try:
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
@@ -383,7 +385,7 @@ class CourseDataStore:
         total = count = 0
         truncated = False
         try:
-            for top, dirs, names, dfd in os.fwalk(".", dir_fd=fd, follow_symlinks=False):
+            for top, dirs, names, dfd in walk_tree(fd):
                 dirs.sort()
                 prefix = "" if top == "." else top[2:] + "/"
                 for name in sorted(dirs + names):
@@ -502,7 +504,7 @@ class CourseDataStore:
         staged_fd = os.open(staged, _DIR_FLAGS)
         try:
             size, files = tree_size(staged_fd)
-            for _, dirs, names, fd in os.fwalk(".", dir_fd=staged_fd, follow_symlinks=False):
+            for _, dirs, names, fd in walk_tree(staged_fd):
                 for name in names:
                     if gid is not None:
                         os.chown(name, -1, gid, dir_fd=fd, follow_symlinks=False)
@@ -532,7 +534,7 @@ class CourseDataStore:
                 finally:
                     os.close(parent)
             # in place: the folders lose their write bit (the files' modes were set above)
-            for _, dirs, _, fd in os.fwalk(".", dir_fd=staged_fd, follow_symlinks=False, topdown=False):
+            for _, dirs, _, fd in walk_tree(staged_fd):
                 for name in dirs:
                     os.chmod(name, self.dir_mode, dir_fd=fd, follow_symlinks=False)
             if gid is not None:
@@ -589,9 +591,15 @@ class CourseDataStore:
 
 def _make_owner_writable(path: Path) -> None:
     """Give the owner the write bit on every folder under ``path`` (so it can be removed)."""
-    for folder, _, _ in os.walk(path):
-        if not os.path.islink(folder):
-            os.chmod(folder, stat.S_IMODE(os.lstat(folder).st_mode) | stat.S_IRWXU)
+    fd = os.open(path, _DIR_FLAGS)
+    try:
+        os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) | stat.S_IRWXU)
+        for _, dirs, _, dfd in walk_tree(fd):
+            for name in dirs:
+                mode = stat.S_IMODE(os.stat(name, dir_fd=dfd, follow_symlinks=False).st_mode)
+                os.chmod(name, mode | stat.S_IRWXU, dir_fd=dfd, follow_symlinks=False)
+    finally:
+        os.close(fd)
 
 
 def no_room(room: int, limit: int | None, course: str) -> DataFull:

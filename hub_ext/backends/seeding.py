@@ -84,6 +84,7 @@ __all__ = [
     "scan_template",
     "seed_home",
     "verify_template",
+    "walk_tree",
     "write_marker",
 ]
 
@@ -136,6 +137,70 @@ class _Walker:
             os.close(fd)
         self.chain.clear()
         os.close(self.root)
+
+
+#: Folder levels :func:`walk_tree` enters below its root by default (no real tree is deeper; each
+#: level holds one descriptor while the walk is below it).
+WALK_MAX_DEPTH = 256
+
+
+def walk_tree(root_fd: int,
+              max_depth: int = WALK_MAX_DEPTH) -> Iterator[tuple[str, list[str], list[str], int]]:
+    """``os.fwalk(".", dir_fd=root_fd, follow_symlinks=False)`` (top-down) for a tree someone else
+    may change while root walks it: ``(path, folders, other names, folder fd)``, ``path`` being
+    ``"."``, ``"./a"``, ``"./a/b"``...; emptying or shortening ``folders`` prunes the walk.
+
+    Why not ``os.fwalk``: it checks a folder with ``lstat`` and then opens it by name without
+    ``O_NOFOLLOW``, so a link swapped in between is followed (root opens a FIFO, blocking for
+    good, or a device the link names), and it recurses once per level (a deep enough tree raises
+    ``RecursionError``). Here a folder is whatever ``lstat`` says (a link is never one), each is
+    opened with ``O_DIRECTORY|O_NOFOLLOW`` relative to its parent's descriptor (a link or file
+    swapped in meanwhile fails to open and is passed over: nothing blocks, nothing is followed),
+    the walk keeps its own stack, and folders more than ``max_depth`` levels below the root are
+    not entered. ``root_fd`` is the caller's (not closed); the others are closed as the walk
+    leaves them, or when the generator is closed.
+    """
+
+    def listing(fd: int) -> tuple[list[str], list[str]]:
+        folders, names = [], []
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                try:
+                    (folders if entry.is_dir(follow_symlinks=False) else names).append(entry.name)
+                except OSError:  # gone meanwhile
+                    continue
+        return folders, names
+
+    folders, names = listing(root_fd)
+    yield ".", folders, names, root_fd
+    # each frame: (path, fd, depth, the folders still to enter); the root's fd is the caller's
+    stack: list[tuple[str, int, int, Iterator[str]]] = [(".", root_fd, 0, iter(folders))]
+    try:
+        while stack:
+            path, fd, depth, pending = stack[-1]
+            name = next(pending, None)
+            if name is None:
+                stack.pop()
+                if fd != root_fd:
+                    os.close(fd)
+                continue
+            if depth >= max_depth:
+                continue
+            try:
+                sub = os.open(name, _O_DIR, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (*_NOT_A_FOLDER, errno.EACCES):  # gone, or a link/file swapped in
+                    continue
+                raise
+            here = f"{path}/{name}"
+            stack.append((here, sub, depth + 1, iter(())))
+            folders, names = listing(sub)
+            yield here, folders, names, sub
+            stack[-1] = (here, sub, depth + 1, iter(folders))
+    finally:
+        for _, fd, _, _ in stack:
+            if fd != root_fd:
+                os.close(fd)
 
 
 def printable(name: str) -> str:
