@@ -27,6 +27,7 @@ from hub_ext.backends.templates import TemplateStorage
 from hub_ext.core import templates as rules
 from hub_ext.core.authz import Caller
 from hub_ext.core.seeding import SeedLimits
+from hub_ext.store.assignment_models import hidden_from
 from hub_ext.store.engine import read_connection
 from hub_ext.store.models import AuditLog, Course, Membership
 from hub_ext.store.template_models import TemplateSettings, find_version
@@ -119,8 +120,9 @@ def resolve(db_url: str, username: str, admin: bool, option: Any,
     with store.shared(db_url)() as session:
         if courses is None:
             courses = store.courses_of(session, username)
+        caller = Caller(name=username, admin=admin, courses=courses)
         if choice is not None:
-            verdict = rules.may_use(Caller(name=username, admin=admin, courses=courses), choice.course)
+            verdict = rules.may_use(caller, choice.course)
             if not verdict:
                 raise TemplateDenied(verdict.status, f"Cannot start this server: {verdict.message}")
         reseed = {
@@ -135,10 +137,12 @@ def resolve(db_url: str, username: str, admin: bool, option: Any,
                 return None  # nothing to re-seed at a plain start: no need to look at the home
             seeded_from = (home_marker() if home_marker else None) or last_seeded(session, username)
         keys = {k for k in ((choice.key if choice else None), seeded_from[0] if seeded_from else None) if k}
+        # a version only an assignment not open yet released is not the user's yet
+        now = datetime.now(timezone.utc)
         latest: dict[str, int] = {}
         for key in keys:
             course, name = key.split("/", 1)
-            newest = find_version(session, course, name, None)
+            newest = find_version(session, course, name, None, hidden_from(session, caller, course, now))
             if newest is not None:
                 latest[key] = newest.version
         if choice is not None and choice.key not in latest:
@@ -151,7 +155,8 @@ def resolve(db_url: str, username: str, admin: bool, option: Any,
         course, name = key.split("/", 1)
         if choice is None and course not in courses and not admin:
             return None  # no longer a member: nothing is re-seeded
-        version = find_version(session, course, name, number)
+        version = find_version(session, course, name, number,
+                               hidden_from(session, caller, course, now))
         if version is None:
             raise TemplateDenied(404, f"Cannot start this server: template {name} of {course} has no "
                                       f"version {number}.")

@@ -18,16 +18,28 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, CheckConstraint, Float, ForeignKey, Index, String, Text, UniqueConstraint
-from sqlalchemy.orm import Mapped, mapped_column, relationship
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Float,
+    ForeignKey,
+    Index,
+    String,
+    Text,
+    UniqueConstraint,
+    select,
+)
+from sqlalchemy.orm import Mapped, Session, mapped_column, relationship
 
+from hub_ext.core import authz
 from hub_ext.core.assignments import LATE_POLICIES
 from hub_ext.core.grading import feedback
 from hub_ext.store.models import Base, Course
 from hub_ext.store.template_models import TemplateVersion
 from hub_ext.store.types import JSONType
 
-__all__ = ["Assignment", "Submission", "assignment_json", "autograde_json", "submission_json"]
+__all__ = ["Assignment", "Submission", "assignment_json", "autograde_json", "held_back", "hidden_from",
+           "submission_json"]
 
 _POLICIES_SQL = "(" + ", ".join(f"'{p}'" for p in LATE_POLICIES) + ")"
 
@@ -91,6 +103,33 @@ class Submission(Base):
     max_score: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     assignment: Mapped[Assignment] = relationship(back_populates="submissions")
+
+
+def held_back(session: Session, course: str, now: datetime) -> set[int]:
+    """The ids of the template versions of ``course`` that only assignments not open yet at
+    ``now`` released: until the first of them opens they belong to the course's staff alone.
+
+    Why: an assignment does not exist for a student before its ``opens_at``
+    (docs/teachers/assignments.md), and its files are a template version; every way a student
+    reaches a version (the templates API and pages, a start from a template through classhub or
+    through the hub's own API, an ``on_start`` re-seed) leaves these out, so a scheduled exam is
+    not readable, nor startable, before it opens. A version an open assignment released, or no
+    assignment, is the course's like any other."""
+    rows = session.execute(select(Assignment.version_id, Assignment.opens_at).join(Course)
+                           .where(Course.name == course)).all()
+    opened = {version for version, opens_at in rows if opens_at <= now}
+    return {version for version, opens_at in rows if opens_at > now} - opened
+
+
+def hidden_from(session: Session, caller: authz.Caller, course: str, now: datetime) -> set[int]:
+    """The template versions of ``course`` that ``caller`` may not see, start or list yet: those
+    `held_back` at ``now``; none for whoever sees every assignment of the course (its teachers
+    and TAs, admins: ``authz.READ_SUBMISSIONS``). Every reader of a course's templates on a
+    user's behalf asks this: the service's templates API and pages, and the hub's start from a
+    template (hub_ext.backends.templates_spawn)."""
+    if authz.decide(caller, authz.READ_SUBMISSIONS, course=course):
+        return set()
+    return held_back(session, course, now)
 
 
 def assignment_json(a: Assignment, course: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ Why these shapes:
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
@@ -100,10 +101,15 @@ def find_template(session: Session, course: str, name: str) -> Template | None:
     ).one_or_none()
 
 
-def find_version(session: Session, course: str, name: str, version: int | None) -> TemplateVersion | None:
-    """Version ``version`` of ``course/name`` (the newest when None), or None."""
+def find_version(session: Session, course: str, name: str, version: int | None,
+                 hidden: Collection[int] = ()) -> TemplateVersion | None:
+    """Version ``version`` of ``course/name`` (the newest when None), or None; a version whose id
+    is in ``hidden`` (what the asker may not see yet: hub_ext.store.assignment_models.held_back)
+    is none."""
     query = (select(TemplateVersion).join(Template).join(Course)
              .where(Course.name == course, Template.name == name))
+    if hidden:
+        query = query.where(TemplateVersion.id.not_in(list(hidden)))
     if version is None:
         query = query.order_by(TemplateVersion.version.desc()).limit(1)
     else:

@@ -32,10 +32,10 @@ from hub_ext.service.jobs.records import as_json as job_json
 from hub_ext.service.pages.api import job_counts
 from hub_ext.service.pages.render import STATIC, PageHandler
 from hub_ext.service.pages.sentences import login_sentence
-from hub_ext.service.templates.base import settings_of
+from hub_ext.service.templates.base import hidden_versions, settings_of
 from hub_ext.service.templates.browsing import version_files
 from hub_ext.store.models import Course
-from hub_ext.store.template_models import Template, reseed_mode, version_json
+from hub_ext.store.template_models import Template, find_version, reseed_mode, version_json
 
 #: Jobs that still hold or wait for resources: what Cancel applies to, and what the pages follow.
 ACTIVE_JOBS = (QUEUED, ADMITTED, RUNNING, PREEMPTED)
@@ -121,15 +121,20 @@ class _Pages(PageHandler):
             found: dict[str, list[dict[str, Any]]] = {c: [] for c in courses}
             with self.settings["sessions"]() as session:
                 for course in courses:
+                    hidden = hidden_versions(session, self.caller, course)
                     for t in session.scalars(select(Template).join(Course).where(Course.name == course)
                                              .order_by(Template.name)):
                         versions = []
                         for v in t.versions:
+                            if v.id in hidden:  # what only an assignment not open yet released
+                                continue
                             shown = version_json(course, t.name, v)
                             # the files and the folder they land in (docs/templates.md)
                             shown["contents"] = (version_files(stored, v.location, v.manifest_sha256)
                                                  if files else None)
                             versions.append(shown)
+                        if t.versions and not versions:
+                            continue
                         for before, after in zip([None, *versions], versions, strict=False):
                             after["diff"] = _diff(before, after)
                         found[course].append({"name": t.name, "versions": versions,
@@ -350,11 +355,9 @@ class TemplateStartPage(_Pages):
 
         def read() -> dict[str, Any] | None:
             with self.settings["sessions"]() as session:
-                template = session.scalars(select(Template).join(Course).where(
-                    Course.name == course, Template.name == name)).one_or_none()
-                if template is None or not template.versions:
+                latest = find_version(session, course, name, None, hidden_versions(session, caller, course))
+                if latest is None:
                     return None
-                latest = template.versions[-1]
                 shown = version_json(course, name, latest)
                 shown["contents"] = version_files(stored, latest.location, latest.manifest_sha256)
                 return shown

@@ -13,8 +13,10 @@ from tornado import web
 from hub_ext.backends.templates import (
     ClasshubTemplates,
 )
+from hub_ext.core import authz
 from hub_ext.hubapi import HubAPIError
 from hub_ext.service.handlers import APIHandler
+from hub_ext.store.assignment_models import hidden_from
 from hub_ext.store.models import Course
 
 _COURSE = r"courses/([^/]+)"
@@ -32,6 +34,11 @@ def settings_of(app_settings: dict[str, Any]) -> ClasshubTemplates:
     if "classhub_templates" not in app_settings:
         app_settings["classhub_templates"] = ClasshubTemplates()
     return app_settings["classhub_templates"]
+
+
+def hidden_versions(session: Any, caller: authz.Caller, course: str) -> set[int]:
+    """What ``caller`` may not see of ``course``'s templates now (``hidden_from``)."""
+    return hidden_from(session, caller, course, _now())
 
 
 class TemplatesBase(APIHandler):

@@ -15,7 +15,7 @@ from hub_ext.core import authz
 from hub_ext.core import templates as rules
 from hub_ext.core.seeding import DIR, TemplateRefused
 from hub_ext.service.declare import needs, refuses, takes
-from hub_ext.service.templates.base import TemplatesBase, _now
+from hub_ext.service.templates.base import TemplatesBase, _now, hidden_versions
 from hub_ext.service.templates.bodies import TemplateSettingsBody
 from hub_ext.store.template_models import (
     Template,
@@ -39,11 +39,17 @@ class TemplateListHandler(TemplatesBase):
             row = self._course(session, course)
             found = session.scalars(select(Template).where(Template.course_id == row.id)
                                     .order_by(Template.name)).all()
-            return [_template_json(course, t) for t in found]
+            hidden = hidden_versions(session, self.caller, course)
+            return [t for t in (_template_json(course, t, hidden) for t in found) if t is not None]
 
 
-def _template_json(course: str, template: Template) -> dict[str, Any]:
-    versions = [version_json(course, template.name, v) for v in template.versions]
+def _template_json(course: str, template: Template, hidden: set[int]) -> dict[str, Any] | None:
+    """A template with the versions the caller may see (``hidden``: those they may not); None
+    when they may see none of them (then it is no template of theirs)."""
+    kept = [v for v in template.versions if v.id not in hidden]
+    if template.versions and not kept:
+        return None
+    versions = [version_json(course, template.name, v) for v in kept]
     return {"course": course, "name": template.name, "latest": versions[-1] if versions else None,
             "versions": versions}
 
@@ -60,10 +66,12 @@ class TemplateHandler(TemplatesBase):
         with self.settings["sessions"]() as session:
             self._course(session, course)
             template = find_template(session, course, name)
-            if template is None:
+            shown = _template_json(course, template, hidden_versions(session, self.caller, course)
+                                   ) if template is not None else None
+            if shown is None:
                 raise web.HTTPError(404, f"No template {name} in {course}; GET "
                                          f"/api/courses/{course}/templates lists them.")
-            return _template_json(course, template)
+            return shown
 
 
 class VersionHandler(TemplatesBase):
@@ -84,7 +92,7 @@ class VersionHandler(TemplatesBase):
     def _get(self, course: str, name: str, number: int) -> dict[str, Any] | None:
         with self.settings["sessions"]() as session:
             self._course(session, course)
-            v = find_version(session, course, name, number)
+            v = find_version(session, course, name, number, hidden_versions(session, self.caller, course))
             return version_json(course, name, v) if v is not None else None
 
 

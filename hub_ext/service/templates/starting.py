@@ -13,7 +13,7 @@ from hub_ext.core import authz
 from hub_ext.core import templates as rules
 from hub_ext.hubapi import HubAPIError
 from hub_ext.service.declare import needs, refuses, takes
-from hub_ext.service.templates.base import TemplatesBase, _now
+from hub_ext.service.templates.base import TemplatesBase, _now, hidden_versions
 from hub_ext.service.templates.bodies import StartBody
 from hub_ext.store.models import AuditLog
 from hub_ext.store.template_models import (
@@ -44,7 +44,8 @@ class StartHandler(TemplatesBase):
     def _version(self, choice: rules.TemplateChoice) -> dict[str, Any]:
         with self.settings["sessions"]() as session:
             self._course(session, choice.course)
-            v = find_version(session, choice.course, choice.name, choice.version)
+            v = find_version(session, choice.course, choice.name, choice.version,
+                             hidden_versions(session, self.caller, choice.course))
             if v is None:
                 which = f"version {choice.version} of " if choice.version else ""
                 raise web.HTTPError(404, f"No {which}template {choice.name} in {choice.course}; GET "
