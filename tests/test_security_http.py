@@ -89,6 +89,11 @@ def test_every_kind_of_classhub_response_refuses_framing(hub, admin, token):
         if r.status_code != status or _framing(r) != FRAMING:
             wrong.append(f"{label}: {r.status_code} {_framing(r)}")
     assert not wrong, "\n".join(wrong)
+    # what classhub answers a person (pages, API answers, their errors) no cache may keep
+    kept = [f"{label}: {r.headers.get('Cache-Control')}" for label, r in seen.items()
+            if "static" not in label and r.status_code != 302
+            and r.headers.get("Cache-Control") != "no-store"]
+    assert not kept, "\n".join(kept)
     assert seen["the 404 page"].headers["Content-Type"].startswith("text/html")
     assert seen["a static script"].headers["Content-Type"].startswith(("text/javascript",
                                                                        "application/javascript"))

@@ -138,6 +138,13 @@ class APIHandler(SecurityHeaders, ServiceHubAuth, web.RequestHandler):
     _linger: Any = None  # the timeout that ends lingering (`finish`)
     _linger_flush: asyncio.Future[None] | None = None
 
+    def set_default_headers(self) -> None:
+        """Every answer (errors too) is the caller's alone: no cache, shared or the browser's,
+        may keep one (a course's grades, a job's log, a roster) for the next person at that
+        computer or behind that proxy; pages say the same (render.py)."""
+        super().set_default_headers()
+        self.set_header("Cache-Control", "no-store")
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         for name in ("get", "post", "put", "patch", "delete"):
