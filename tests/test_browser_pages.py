@@ -311,6 +311,34 @@ def test_a_teacher_publishes_a_template_by_uploading_an_archive(hub, browser, tm
     context.close()
 
 
+def test_a_teacher_prepares_an_exam_that_students_do_not_see_yet(hub, browser, tmp_path):
+    """Ticked before publishing, the version is the staff's until an assignment released from it
+    opens (docs/teachers/templates.md): the teacher's page says so, a student's page lists nothing."""
+    archive = tmp_path / "midterm.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("midterm.ipynb", notebook("Midterm"))
+    context, page = logged_in_page(browser, hub, "teacher1", "/services/classhub/")
+    clicks = Clicks(page)
+    clicks.click("a.classhub-nav-link >> text=Templates")                     # 1
+    page.wait_for_selector("#publish-form")
+    page.fill("#pub-name", "midterm")
+    clicks.click("#pub-staff-only")                                           # 2 staff only
+    with page.expect_file_chooser() as chooser:
+        clicks.click("#pub-archive")                                          # 3 choose the zip
+    chooser.value.set_files(str(archive))
+    page.wait_for_selector("#page-status:text('Published demo101/midterm v1 (1 file); the students "
+                           "see it once an assignment released from it opens.')")
+    badge = page.locator("#t-demo101-midterm .classhub-staff-only")
+    assert badge.inner_text() == "students do not see it yet"
+    assert clicks.count == 3
+    context.close()
+    context, page = logged_in_page(browser, hub, "student1", "/services/classhub/templates")
+    page.wait_for_selector("h1:text('Templates')")
+    assert page.locator("#t-demo101-midterm").count() == 0
+    assert "midterm" not in page.inner_text("body")
+    context.close()
+
+
 def test_the_spawn_form_shows_whats_free_and_why_a_profile_is_disabled(hub, browser):
     # ta1's own server never runs in this module
     context, page = logged_in_page(browser, hub, "ta1", "/hub/spawn")

@@ -128,3 +128,39 @@ def test_staff_see_it_before_and_students_once_it_opens(hub, tokens, scheduled_e
     assert api(hub, "GET", f"courses/{COURSE}/assignments/exam", student).status_code == 200
     assert api(hub, "GET", f"{T}/exam/versions/1", student).status_code == 200
     assert "exam" in [t["name"] for t in api(hub, "GET", T, student).json()]
+
+
+def test_an_exam_published_for_staff_only_is_hidden_from_the_publish_on(hub, tokens):
+    """Publishing then releasing leaves a moment in which the files are an ordinary template; a
+    version published ``staff_only`` is the staff's from the start, until an assignment released
+    from it opens."""
+    teacher, student = tokens["teacher1"], tokens["student1"]
+    secret = "final-questions-SECRET.md"
+    r = api(hub, "POST", f"{T}/final/versions?home_folder=final&staff_only=maybe", teacher,
+            data=_zip({secret: b"Q1\n"}), headers={"Content-Type": "application/zip"})
+    assert r.status_code == 400 and "staff_only must be true or false" in r.text, r.text
+    r = api(hub, "POST", f"{T}/final/versions?home_folder=final&staff_only=true", teacher,
+            data=_zip({"final.ipynb": NOTEBOOK, secret: b"Q1: not yet\n"}),
+            headers={"Content-Type": "application/zip"})
+    assert r.status_code == 201 and r.json()["staff_only"] is True, r.text
+
+    assert "final" not in [t["name"] for t in api(hub, "GET", T, student).json()]
+    assert api(hub, "GET", f"{T}/final/versions/1", student).status_code == 404
+    r = api(hub, "POST", f"{T}/final/start", student, json={}, timeout=240)
+    assert r.status_code == 404, r.text
+    assert not (hub.data_dir / "homes" / "student1" / "final").exists()
+    page = HubSession(hub, "student1").get("/services/classhub/templates", headers={"Accept": "text/html"})
+    assert page.status_code == 200 and secret not in page.text
+    # the teacher sees it, marked as not seen by the students yet
+    page = HubSession(hub, "teacher1").get("/services/classhub/templates", headers={"Accept": "text/html"})
+    assert secret in page.text and "students do not see it yet" in page.text
+
+    # released and open: the students' like any assignment's files
+    now = datetime.now(timezone.utc)
+    r = api(hub, "POST", f"courses/{COURSE}/assignments", teacher, json={
+        "name": "final", "title": "Final", "template": "final",
+        "opens_at": _iso(now - timedelta(minutes=1)), "due_at": _iso(now + timedelta(hours=3))})
+    assert r.status_code == 201, r.text
+    assert api(hub, "GET", f"{T}/final/versions/1", student).status_code == 200
+    page = HubSession(hub, "student1").get("/services/classhub/templates", headers={"Accept": "text/html"})
+    assert secret in page.text and "students do not see it yet" not in page.text

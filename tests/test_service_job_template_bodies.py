@@ -96,8 +96,10 @@ def test_the_shorthand_and_roles_are_one_submission():
     (PublishFromServer, {"source": {"server_path": "../x"}},
      "server_path must be a folder inside your server, without '..'."),
     (PublishFromServer, {"source": {"server_path": "x"}, "colour": 1},
-     "Unknown field(s) colour; send image, profile, start_command, description, home_folder and "
-     "source."),
+     "Unknown field(s) colour; send image, profile, start_command, description, home_folder, "
+     "staff_only and source."),
+    (PublishFromServer, {"source": {"server_path": "x"}, "staff_only": "yes"},
+     "staff_only must be true or false."),
     (PublishFromServer, {"source": {"server_path": "x"}, "home_folder": "../x"},
      'home_folder must be a folder inside the home, without "..", "." or backslashes'),
     (PublishFromServer, {"source": {"server_path": "x"}, "image": "Not An Image"},
@@ -114,7 +116,9 @@ def test_template_bodies_read_as_the_version_columns():
     body = parse(PublishFromServer, {"source": {"server_path": "/lab1/"}, "image": "", "start_command": [],
                                      "description": None, "profile": "cpu"})
     assert body.source.server_path == "lab1"
-    assert body.columns() == {"image": None, "profile": "cpu", "start_command": None, "description": ""}
+    assert body.columns() == {"image": None, "profile": "cpu", "start_command": None, "description": "",
+                              "staff_only": False}
+    assert parse(PublishMetadata, {"staff_only": "true"}).columns()["staff_only"] is True
     assert parse(StartBody, {"version": "v3"}).version == 3
 
 

@@ -35,7 +35,7 @@ from hub_ext.core import authz
 from hub_ext.core.assignments import LATE_POLICIES
 from hub_ext.core.grading import feedback
 from hub_ext.store.models import Base, Course
-from hub_ext.store.template_models import TemplateVersion
+from hub_ext.store.template_models import Template, TemplateVersion
 from hub_ext.store.types import JSONType
 
 __all__ = ["Assignment", "Submission", "assignment_json", "autograde_json", "held_back", "hidden_from",
@@ -106,19 +106,22 @@ class Submission(Base):
 
 
 def held_back(session: Session, course: str, now: datetime) -> set[int]:
-    """The ids of the template versions of ``course`` that only assignments not open yet at
-    ``now`` released: until the first of them opens they belong to the course's staff alone.
+    """The ids of the template versions of ``course`` that are its staff's alone at ``now``:
+    those only assignments not open yet released, and those published ``staff_only`` that no
+    open assignment released.
 
     Why: an assignment does not exist for a student before its ``opens_at``
     (docs/teachers/assignments.md), and its files are a template version; every way a student
     reaches a version (the templates API and pages, a start from a template through classhub or
     through the hub's own API, an ``on_start`` re-seed) leaves these out, so a scheduled exam is
-    not readable, nor startable, before it opens. A version an open assignment released, or no
-    assignment, is the course's like any other."""
+    not readable, nor startable, before it opens, from the moment it is published (``staff_only``)
+    or released. A version an open assignment released, or any other, is the course's."""
     rows = session.execute(select(Assignment.version_id, Assignment.opens_at).join(Course)
                            .where(Course.name == course)).all()
     opened = {version for version, opens_at in rows if opens_at <= now}
-    return {version for version, opens_at in rows if opens_at > now} - opened
+    staff = set(session.scalars(select(TemplateVersion.id).join(Template).join(Course).where(
+        Course.name == course, TemplateVersion.staff_only.is_(True))))
+    return ({version for version, opens_at in rows if opens_at > now} | staff) - opened
 
 
 def hidden_from(session: Session, caller: authz.Caller, course: str, now: datetime) -> set[int]:

@@ -17,7 +17,16 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, CheckConstraint, ForeignKey, String, Text, UniqueConstraint, select
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    ForeignKey,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+    select,
+)
 from sqlalchemy.orm import Mapped, Session, mapped_column, relationship
 
 from hub_ext.store.models import Base, Course
@@ -75,6 +84,9 @@ class TemplateVersion(Base):
     bytes: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[datetime]
     created_by: Mapped[str]
+    staff_only: Mapped[bool] = mapped_column(default=False, server_default=false())
+    """Only the course's staff see it until an assignment using it opens (an exam prepared ahead:
+    hub_ext.store.assignment_models.held_back); otherwise the course's as soon as published."""
 
     template: Mapped[Template] = relationship(back_populates="versions")
 
@@ -140,4 +152,5 @@ def version_json(course: str, name: str, v: TemplateVersion) -> dict[str, Any]:
         "bytes": v.bytes,
         "created_at": v.created_at.isoformat(),
         "created_by": v.created_by,
+        "staff_only": v.staff_only,
     }

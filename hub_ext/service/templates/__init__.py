@@ -55,7 +55,9 @@ def _openapi_paths() -> dict[str, Any]:
         "course": {"type": "string"}, "template": {"type": "string"}, "version": {"type": "integer"},
         "tag": {"type": "string"}, "description": {"type": "string"}, "image": {"type": ["string", "null"]},
         "profile": {"type": ["string", "null"]}, "files": {"type": "integer"}, "bytes": {"type": "integer"},
-        "source": {"type": "string"}, "created_by": {"type": "string"}, "created_at": {"type": "string"}}}
+        "source": {"type": "string"}, "created_by": {"type": "string"}, "created_at": {"type": "string"},
+        "staff_only": {"type": "boolean", "description": "only the course's staff see it until an "
+                       "assignment released from it opens"}}}
     params = ("course", "template")
     publish_body = {"required": True, "content": {
         JSON: {"schema": model_schema(PublishFromServer)},

@@ -79,8 +79,8 @@ class PublishMetadata(Body):
 
     example: ClassVar[str] = ('{"image": "quay.io/jupyter/scipy-notebook:2024-10-07", "profile": "cpu", '
                               '"description": "Lab 1"}')
-    _fields_sentence: ClassVar[str] = ("send image, profile, start_command, description, home_folder "
-                                       "and source")
+    _fields_sentence: ClassVar[str] = ("send image, profile, start_command, description, home_folder, "
+                                       "staff_only and source")
 
     image: Annotated[str | None, Field(max_length=255, description="the container image of servers "
                                                                     "started from it (Kubernetes)")] = None
@@ -94,6 +94,10 @@ class PublishMetadata(Body):
         max_length=MAX_HOME_FOLDER,
         description='where the files land in each home: a folder such as "lab1" (the publish form '
                     'offers the picked folder\'s name), or "" for the top of the home (the default)')] = ""
+    staff_only: Annotated[bool, Field(
+        description="true: only the course's teachers, TAs and admins see, list and start this "
+                    "version until an assignment released from it opens (an exam prepared ahead); "
+                    "false (the default): the course's students see it as soon as it is published")] = False
 
     @model_validator(mode="before")
     @classmethod
@@ -145,6 +149,15 @@ class PublishMetadata(Body):
             raise ValueError(f"description must be a text of at most {MAX_DESCRIPTION} characters.")
         return value
 
+    @field_validator("staff_only", mode="before")
+    @classmethod
+    def _staff_only(cls, value: Any) -> Any:
+        # a JSON boolean, or "true"/"false" as a query argument of an archive
+        value = {"true": True, "false": False}.get(value, value) if isinstance(value, str) else value
+        if not isinstance(value, bool):
+            raise ValueError("staff_only must be true or false.")
+        return value
+
     @field_validator("home_folder", mode="before")
     @classmethod
     def _home_folder(cls, value: Any) -> Any:
@@ -160,8 +173,8 @@ class PublishMetadata(Body):
         return path
 
     def columns(self) -> dict[str, Any]:
-        """The version's columns (image, profile, start_command, description)."""
-        return self.model_dump(include={"image", "profile", "start_command", "description"})
+        """The version's columns (image, profile, start_command, description, staff_only)."""
+        return self.model_dump(include={"image", "profile", "start_command", "description", "staff_only"})
 
 
 class ServerFolder(Body):

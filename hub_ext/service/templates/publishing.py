@@ -134,10 +134,12 @@ class PublishHandler(TemplatesBase):
     """``POST /api/courses/<course>/templates/<name>/versions``: publish the next version.
 
     JSON body ``{"source": {"server_path": "lab1"}, "home_folder": "lab1", "image", "profile",
-    "start_command", "description"}`` copies a folder of the caller's running server (its files
-    land in ``home_folder`` of each home; "" or none: the top of the home); any other body is an
-    archive (zip or tar, optionally compressed) with the same fields as query arguments
-    (``start_command`` as a JSON list). Teachers of the course and admins.
+    "start_command", "description", "staff_only"}`` copies a folder of the caller's running server
+    (its files land in ``home_folder`` of each home; "" or none: the top of the home;
+    ``staff_only``: the course's students see it only once an assignment released from it opens);
+    any other body is an archive (zip or tar, optionally compressed) with the same fields as query
+    arguments (``start_command`` as a JSON list, ``staff_only`` as true or false). Teachers of the
+    course and admins.
 
     Who may publish is decided before the body is read: a refused caller's archive is read and
     dropped, never stored (see APIHandler.refuse_after_body); an archive over the size limit is
@@ -299,7 +301,7 @@ class PublishHandler(TemplatesBase):
 
     def _query_metadata(self) -> dict[str, Any]:
         data: dict[str, Any] = {}
-        for key in ("image", "profile", "description", "start_command", "home_folder"):
+        for key in ("image", "profile", "description", "start_command", "home_folder", "staff_only"):
             value = self.get_query_argument(key, None)
             if value is not None:
                 data[key] = value
