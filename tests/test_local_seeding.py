@@ -39,11 +39,13 @@ from hub_ext.core.seeding import (
     STUDENT_MODIFIED,
     SYMLINK,
     Manifest,
+    Marker,
     SeedLimits,
     TemplateRefused,
     home_paths,
     plan,
 )
+from tests.system_accounts import require_root
 from tests.test_core_seeding import scenarios
 
 pytestmark = pytest.mark.unit
@@ -431,6 +433,41 @@ def test_created_files_belong_to_the_student(template, tmp_path):
     for path in [home / "nb", home / "nb" / "lab1.ipynb", home / ".classhub", home / MARKER_PATH]:
         st = os.lstat(path)
         assert (st.st_uid, st.st_gid) == (4321, 4322), path
+
+
+@pytest.mark.parametrize("made_by", ["write_marker", "link_into_home"])
+def test_a_hard_link_swapped_in_for_a_new_folder_is_not_handed_to_the_student(tmp_path, monkeypatch,
+                                                                              made_by):
+    """Root makes a folder in a student's home and gives it to them (``~/.classhub`` for the
+    seeding marker, ``~/data`` for the courses' data). Between the ``mkdir`` and the ``chown``
+    the student, who owns the home, puts a hard link to a file in its place (here replayed at
+    that very moment); chown by name would make the file theirs (security rule 7)."""
+    from hub_ext.backends import coursedata
+
+    require_root()
+    home = tmp_path / "home"
+    home.mkdir()
+    victim = tmp_path / "shadow"  # a file the student may read and write, not theirs to own
+    victim.write_text("root's\n")
+    real_mkdir = os.mkdir
+
+    def mkdir_then_swap(path, mode=0o777, *, dir_fd=None):
+        real_mkdir(path, mode, dir_fd=dir_fd)
+        if dir_fd is not None and os.path.samestat(os.fstat(dir_fd), os.stat(home)):
+            os.rmdir(path, dir_fd=dir_fd)
+            os.link(victim, path, dst_dir_fd=dir_fd)  # what the student does in the window
+
+    monkeypatch.setattr(os, "mkdir", mkdir_then_swap)
+    if made_by == "write_marker":
+        with pytest.raises(seeding.HomeError):  # the marker's folder is no folder: nothing written
+            seeding.write_marker(home, Marker("cs101/lab1", "v1", Manifest()), uid=4321, gid=4322)
+    else:
+        data = tmp_path / "data"
+        data.mkdir()
+        settings = coursedata.ClasshubCourseData(root_dir=str(data))
+        assert coursedata.link_into_home(home, settings, {"cs101": "student"}, uid=4321, gid=4322)
+    st = os.stat(victim)
+    assert (st.st_uid, st.st_gid) == (0, 0), "root handed the linked file to the student"
 
 
 # ---------------------------------------------------------------------------------------------

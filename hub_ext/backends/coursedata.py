@@ -52,7 +52,7 @@ import escapism
 from traitlets import Bool, Dict, Float, Integer, Unicode
 from traitlets.config import Configurable
 
-from hub_ext.backends.seeding import walk_tree
+from hub_ext.backends.seeding import mkdir_owned, walk_tree
 from hub_ext.core.coursedata import (
     RESERVED_PREFIX,
     DataExists,
@@ -770,12 +770,7 @@ def link_into_home(home: Path, settings: ClasshubCourseData, courses: Mapping[st
     home_fd = os.open(home, _DIR_FLAGS)
     try:
         folder = settings.home_folder
-        try:
-            os.mkdir(folder, 0o755, dir_fd=home_fd)
-            if uid is not None:
-                os.chown(folder, uid, gid if gid is not None else -1, dir_fd=home_fd, follow_symlinks=False)
-        except FileExistsError:
-            pass
+        mkdir_owned(home_fd, folder, 0o755, uid, gid)
         try:
             data_fd = os.open(folder, _DIR_FLAGS, dir_fd=home_fd)
         except OSError as e:
@@ -791,10 +786,9 @@ def link_into_home(home: Path, settings: ClasshubCourseData, courses: Mapping[st
                 try:
                     current = os.readlink(name, dir_fd=data_fd)
                 except FileNotFoundError:
+                    # the link stays root's: the member owns the folder, so may still remove it,
+                    # and a chown by name could meet a hard link swapped in (seeding.mkdir_owned)
                     os.symlink(target, name, dir_fd=data_fd)
-                    if uid is not None:
-                        os.chown(name, uid, gid if gid is not None else -1, dir_fd=data_fd,
-                                 follow_symlinks=False)
                     continue
                 except OSError as e:
                     if e.errno != errno.EINVAL:

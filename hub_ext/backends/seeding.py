@@ -79,6 +79,7 @@ __all__ = [
     "SeedResult",
     "apply",
     "extract_archive",
+    "mkdir_owned",
     "read_marker",
     "scan_home",
     "scan_template",
@@ -137,6 +138,37 @@ class _Walker:
             os.close(fd)
         self.chain.clear()
         os.close(self.root)
+
+
+def mkdir_owned(parent_fd: int, name: str, mode: int, uid: int | None = None,
+                gid: int | None = None) -> bool:
+    """Make the folder ``name`` in ``parent_fd`` and give it to ``uid``/``gid`` (None: unchanged);
+    False when something of that name exists already (left alone).
+
+    Why not ``mkdir`` then ``chown`` by name: the parent is a user's home (or a folder of it), and
+    between the two its owner may put a hard link to a file in the new folder's place; chown by
+    name (``follow_symlinks=False`` does not help: a hard link is the file) would hand that file
+    to them. The folder is opened with ``O_DIRECTORY|O_NOFOLLOW`` and given away through its
+    descriptor, and only while it is still the one this process made (its own): anything swapped
+    in is not a folder (not opened) or is already someone else's (left as it is)."""
+    try:
+        os.mkdir(name, mode, dir_fd=parent_fd)
+    except FileExistsError:
+        return False
+    if uid is None and gid is None:
+        return True
+    try:
+        fd = os.open(name, _O_DIR, dir_fd=parent_fd)
+    except OSError as exc:
+        if exc.errno in (*_NOT_A_FOLDER, errno.EACCES):  # replaced meanwhile: nothing to give away
+            return True
+        raise
+    try:
+        if os.fstat(fd).st_uid == os.geteuid():
+            os.fchown(fd, -1 if uid is None else uid, -1 if gid is None else gid)
+    finally:
+        os.close(fd)
+    return True
 
 
 #: Folder levels :func:`walk_tree` enters below its root by default (no real tree is deeper; each
@@ -884,13 +916,7 @@ def write_marker(home: str | os.PathLike[str], marker: Marker, *, uid: int | Non
     owner = (-1 if uid is None else uid, -1 if gid is None else gid)
     root = _open_home(home)
     try:
-        try:
-            os.mkdir(MARKER_DIR, 0o755, dir_fd=root)
-        except FileExistsError:
-            pass
-        else:
-            if uid is not None or gid is not None:
-                os.chown(MARKER_DIR, *owner, dir_fd=root, follow_symlinks=False)
+        mkdir_owned(root, MARKER_DIR, 0o755, uid, gid)
         try:
             dir_fd = os.open(MARKER_DIR, _O_DIR, dir_fd=root)
         except OSError as exc:
