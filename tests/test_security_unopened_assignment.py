@@ -151,7 +151,9 @@ def test_an_exam_published_for_staff_only_is_hidden_from_the_publish_on(hub, tok
     assert not (hub.data_dir / "homes" / "student1" / "final").exists()
     page = HubSession(hub, "student1").get("/services/classhub/templates", headers={"Accept": "text/html"})
     assert page.status_code == 200 and secret not in page.text
-    # the teacher sees it, marked as not seen by the students yet
+    # the teacher sees it, marked as not seen by the students yet (the API says so for the panel)
+    latest = api(hub, "GET", f"{T}/final", teacher).json()["latest"]
+    assert (latest["staff_only"], latest["students_see"]) == (True, False), latest
     page = HubSession(hub, "teacher1").get("/services/classhub/templates", headers={"Accept": "text/html"})
     assert secret in page.text and "students do not see it yet" in page.text
 
@@ -162,5 +164,6 @@ def test_an_exam_published_for_staff_only_is_hidden_from_the_publish_on(hub, tok
         "opens_at": _iso(now - timedelta(minutes=1)), "due_at": _iso(now + timedelta(hours=3))})
     assert r.status_code == 201, r.text
     assert api(hub, "GET", f"{T}/final/versions/1", student).status_code == 200
+    assert api(hub, "GET", f"{T}/final", teacher).json()["latest"]["students_see"] is True
     page = HubSession(hub, "student1").get("/services/classhub/templates", headers={"Accept": "text/html"})
     assert secret in page.text and "students do not see it yet" not in page.text

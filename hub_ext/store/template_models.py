@@ -137,7 +137,9 @@ def reseed_mode(session: Session, course: str) -> str:
     return setting.reseed if setting is not None else RESEED_MODES[0]
 
 
-def version_json(course: str, name: str, v: TemplateVersion) -> dict[str, Any]:
+def version_json(course: str, name: str, v: TemplateVersion, held: Collection[int] = ()) -> dict[str, Any]:
+    """The version as the API and pages show it; ``held``: the versions the course's students do
+    not see yet (hub_ext.store.assignment_models.held_back), for ``students_see``."""
     return {
         "course": course,
         "template": name,
@@ -153,4 +155,5 @@ def version_json(course: str, name: str, v: TemplateVersion) -> dict[str, Any]:
         "created_at": v.created_at.isoformat(),
         "created_by": v.created_by,
         "staff_only": v.staff_only,
+        "students_see": v.id not in held,
     }

@@ -26,6 +26,7 @@ import {
   formatTime,
   quotaBars,
   secondsLeft,
+  templateText,
   waitingText
 } from './state';
 
@@ -236,7 +237,7 @@ export class ClasshubPanel extends Widget {
         el(
           'li',
           {},
-          el('span', {}, `${name} (${t.course})`),
+          el('span', {}, templateText(t)),
           button('Start', () => this.actions.startTemplate(t), `Start or re-seed from ${name}`)
         )
       );

@@ -228,6 +228,15 @@ export interface ITemplate {
   name: string;
   display_name?: string;
   description?: string;
+  /** its newest version the reader may see; `students_see` is false only in the staff's view */
+  latest?: { students_see?: boolean } | null;
+}
+
+/** A template's line in the panel; the staff read which ones their students do not see yet
+ * (published staff only, or an assignment's not open yet: docs/teachers/templates.md). */
+export function templateText(t: ITemplate): string {
+  const text = `${t.display_name || t.name} (${t.course})`;
+  return t.latest?.students_see === false ? `${text}: students do not see it yet` : text;
 }
 
 /** One replica of a job, as the service describes it (the generated types). */

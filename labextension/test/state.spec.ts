@@ -32,6 +32,7 @@ import {
   scoredText,
   secondsLeft,
   shareRequest,
+  templateText,
   timesIn,
   waitingText
 } from '../src/state';
@@ -480,6 +481,18 @@ describe('describeCompetition', () => {
     expect(notebookPath(null, 'preds.csv')).toBeNull();
     expect(notebookSentText(c, 'model.ipynb')).toBe(
       'Submitted model.ipynb to Cats or dogs: it runs as a job; its score shows here when it is scored.'
+    );
+  });
+});
+
+describe('templateText', () => {
+  it('tells the staff which templates their students do not see yet', () => {
+    expect(templateText({ course: 'demo101', name: 'lab1' })).toBe('lab1 (demo101)');
+    expect(templateText({ course: 'demo101', name: 'exam', latest: { students_see: false } })).toBe(
+      'exam (demo101): students do not see it yet'
+    );
+    expect(templateText({ course: 'demo101', name: 'x', display_name: 'Lab X', latest: { students_see: true } })).toBe(
+      'Lab X (demo101)'
     );
   });
 });

@@ -32,9 +32,8 @@ from hub_ext.service.jobs.records import as_json as job_json
 from hub_ext.service.pages.api import job_counts
 from hub_ext.service.pages.render import STATIC, PageHandler
 from hub_ext.service.pages.sentences import login_sentence
-from hub_ext.service.templates.base import _now, hidden_versions, settings_of
+from hub_ext.service.templates.base import hidden_versions, settings_of, visibility
 from hub_ext.service.templates.browsing import version_files
-from hub_ext.store.assignment_models import held_back
 from hub_ext.store.models import Course
 from hub_ext.store.template_models import Template, find_version, reseed_mode, version_json
 
@@ -122,17 +121,14 @@ class _Pages(PageHandler):
             found: dict[str, list[dict[str, Any]]] = {c: [] for c in courses}
             with self.settings["sessions"]() as session:
                 for course in courses:
-                    hidden = hidden_versions(session, self.caller, course)
-                    # what the course's students do not see yet (the staff see it, marked so)
-                    held = hidden or held_back(session, course, _now())
+                    hidden, held = visibility(session, self.caller, course)
                     for t in session.scalars(select(Template).join(Course).where(Course.name == course)
                                              .order_by(Template.name)):
                         versions = []
                         for v in t.versions:
                             if v.id in hidden:  # what only an assignment not open yet released
                                 continue
-                            shown = version_json(course, t.name, v)
-                            shown["students_see"] = v.id not in held
+                            shown = version_json(course, t.name, v, held)
                             # the files and the folder they land in (docs/templates.md)
                             shown["contents"] = (version_files(stored, v.location, v.manifest_sha256)
                                                  if files else None)

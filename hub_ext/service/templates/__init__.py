@@ -57,7 +57,10 @@ def _openapi_paths() -> dict[str, Any]:
         "profile": {"type": ["string", "null"]}, "files": {"type": "integer"}, "bytes": {"type": "integer"},
         "source": {"type": "string"}, "created_by": {"type": "string"}, "created_at": {"type": "string"},
         "staff_only": {"type": "boolean", "description": "only the course's staff see it until an "
-                       "assignment released from it opens"}}}
+                       "assignment released from it opens"},
+        "students_see": {"type": "boolean", "description": "false: the course's students do not see "
+                         "it yet (published staff_only, or released by an assignment not open yet); "
+                         "only its staff are shown such a version"}}}
     params = ("course", "template")
     publish_body = {"required": True, "content": {
         JSON: {"schema": model_schema(PublishFromServer)},

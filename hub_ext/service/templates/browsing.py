@@ -15,7 +15,7 @@ from hub_ext.core import authz
 from hub_ext.core import templates as rules
 from hub_ext.core.seeding import DIR, TemplateRefused
 from hub_ext.service.declare import needs, refuses, takes
-from hub_ext.service.templates.base import TemplatesBase, _now, hidden_versions
+from hub_ext.service.templates.base import TemplatesBase, _now, visibility
 from hub_ext.service.templates.bodies import TemplateSettingsBody
 from hub_ext.store.template_models import (
     Template,
@@ -39,17 +39,19 @@ class TemplateListHandler(TemplatesBase):
             row = self._course(session, course)
             found = session.scalars(select(Template).where(Template.course_id == row.id)
                                     .order_by(Template.name)).all()
-            hidden = hidden_versions(session, self.caller, course)
-            return [t for t in (_template_json(course, t, hidden) for t in found) if t is not None]
+            hidden, held = visibility(session, self.caller, course)
+            return [t for t in (_template_json(course, t, hidden, held) for t in found) if t is not None]
 
 
-def _template_json(course: str, template: Template, hidden: set[int]) -> dict[str, Any] | None:
-    """A template with the versions the caller may see (``hidden``: those they may not); None
-    when they may see none of them (then it is no template of theirs)."""
+def _template_json(course: str, template: Template, hidden: set[int], held: set[int]
+                   ) -> dict[str, Any] | None:
+    """A template with the versions the caller may see (``hidden``: those they may not; ``held``:
+    those the students do not see yet); None when they may see none of them (then it is no
+    template of theirs)."""
     kept = [v for v in template.versions if v.id not in hidden]
     if template.versions and not kept:
         return None
-    versions = [version_json(course, template.name, v) for v in kept]
+    versions = [version_json(course, template.name, v, held) for v in kept]
     return {"course": course, "name": template.name, "latest": versions[-1] if versions else None,
             "versions": versions}
 
@@ -66,7 +68,7 @@ class TemplateHandler(TemplatesBase):
         with self.settings["sessions"]() as session:
             self._course(session, course)
             template = find_template(session, course, name)
-            shown = _template_json(course, template, hidden_versions(session, self.caller, course)
+            shown = _template_json(course, template, *visibility(session, self.caller, course)
                                    ) if template is not None else None
             if shown is None:
                 raise web.HTTPError(404, f"No template {name} in {course}; GET "
@@ -92,8 +94,9 @@ class VersionHandler(TemplatesBase):
     def _get(self, course: str, name: str, number: int) -> dict[str, Any] | None:
         with self.settings["sessions"]() as session:
             self._course(session, course)
-            v = find_version(session, course, name, number, hidden_versions(session, self.caller, course))
-            return version_json(course, name, v) if v is not None else None
+            hidden, held = visibility(session, self.caller, course)
+            v = find_version(session, course, name, number, hidden)
+            return version_json(course, name, v, held) if v is not None else None
 
 
 class SettingsHandler(TemplatesBase):
