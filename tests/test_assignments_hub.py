@@ -21,6 +21,7 @@ from urllib.parse import quote
 import pytest
 import requests
 
+from tests.archives import zip_bytes
 from tests.hubproc import HubSession, LocalHub, api, tokens_with_an_outsider
 
 pytestmark = pytest.mark.hub
@@ -42,12 +43,6 @@ def tokens(hub: LocalHub) -> dict[str, str]:
     return tokens_with_an_outsider(hub, ("teacher1", "ta1", "student1", "student2"), "ta9", "ta")
 
 
-def _zip(members: dict[str, bytes]) -> bytes:
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w") as z:
-        for name, data in members.items():
-            z.writestr(name, data)
-    return out.getvalue()
 
 
 def _put(hub: LocalHub, user: str, token: str, path: str, text: str) -> None:
@@ -65,7 +60,7 @@ def test_release_start_submit_resubmit_late_and_download(hub: LocalHub, tokens: 
     teacher, student, other = tokens["teacher1"], tokens["student1"], tokens["student2"]
     # the teacher publishes the files (into the folder lab1 of each home) and releases them
     r = api(hub, "POST", f"courses/{COURSE}/templates/lab1/versions?home_folder=lab1", teacher,
-            data=_zip({"lab1.ipynb": NOTEBOOK, "README.md": b"# Lab 1\n"}),
+            data=zip_bytes({"lab1.ipynb": NOTEBOOK, "README.md": b"# Lab 1\n"}),
             headers={"Content-Type": "application/zip"})
     assert r.status_code == 201, r.text
     now = datetime.now(timezone.utc)

@@ -14,7 +14,6 @@ nothing outlives its job: hub_ext.backends.local.sandbox).
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import pwd
@@ -22,7 +21,6 @@ import secrets
 import shutil
 import subprocess
 import tempfile
-import zipfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -35,6 +33,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from hub_ext.backends import autograde
 from hub_ext.backends.local import accounts
 from hub_ext.core import grading as G
+from tests.archives import zip_bytes
 from tests.hubproc import BUSY_MACHINE, HubSession, LocalHub, api, traits, wait_for
 from tests.system_accounts import system_users_hub
 
@@ -113,12 +112,6 @@ def double(x):
 '''
 
 
-def _zip(members: dict[str, bytes]) -> bytes:
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w") as z:
-        for name, data in members.items():
-            z.writestr(name, data)
-    return out.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +166,7 @@ def labs(hub: LocalHub) -> None:
     for name, nb in (("lab1", source()), ("lab2", source(OTHER_HIDDEN, "triple"))):
         released = nbformat.writes(autograde.student_version(nb)).encode()
         r = api(hub, "POST", f"courses/{COURSE}/templates/{name}/versions?home_folder={name}", teacher,
-                data=_zip({f"{name}.ipynb": released}), headers={"Content-Type": "application/zip"})
+                data=zip_bytes({f"{name}.ipynb": released}), headers={"Content-Type": "application/zip"})
         assert r.status_code == 201, r.text
         now = datetime.now(timezone.utc)
         r = api(hub, "POST", A, teacher, json={"name": name, "template": name, "late_policy": "accept-late",

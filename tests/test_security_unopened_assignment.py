@@ -13,14 +13,13 @@ model".
 
 from __future__ import annotations
 
-import io
-import zipfile
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 import requests
 
+from tests.archives import zip_bytes
 from tests.hubproc import HubSession, LocalHub, api, tokens_with_an_outsider
 
 pytestmark = pytest.mark.hub
@@ -47,12 +46,6 @@ def _iso(when: datetime) -> str:
     return when.isoformat()
 
 
-def _zip(members: dict[str, bytes]) -> bytes:
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w") as z:
-        for name, data in members.items():
-            z.writestr(name, data)
-    return out.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +54,7 @@ def scheduled_exam(hub: LocalHub, tokens: dict[str, str]) -> str:
     days (the documented way: publish a template, then release it)."""
     teacher = tokens["teacher1"]
     r = api(hub, "POST", f"{T}/exam/versions?home_folder=exam", teacher,
-            data=_zip({"exam.ipynb": NOTEBOOK, SECRET: b"Q1: the question nobody may see yet\n"}),
+            data=zip_bytes({"exam.ipynb": NOTEBOOK, SECRET: b"Q1: the question nobody may see yet\n"}),
             headers={"Content-Type": "application/zip"})
     assert r.status_code == 201, r.text
     now = datetime.now(timezone.utc)
@@ -137,10 +130,10 @@ def test_an_exam_published_for_staff_only_is_hidden_from_the_publish_on(hub, tok
     teacher, student = tokens["teacher1"], tokens["student1"]
     secret = "final-questions-SECRET.md"
     r = api(hub, "POST", f"{T}/final/versions?home_folder=final&staff_only=maybe", teacher,
-            data=_zip({secret: b"Q1\n"}), headers={"Content-Type": "application/zip"})
+            data=zip_bytes({secret: b"Q1\n"}), headers={"Content-Type": "application/zip"})
     assert r.status_code == 400 and "staff_only must be true or false" in r.text, r.text
     r = api(hub, "POST", f"{T}/final/versions?home_folder=final&staff_only=true", teacher,
-            data=_zip({"final.ipynb": NOTEBOOK, secret: b"Q1: not yet\n"}),
+            data=zip_bytes({"final.ipynb": NOTEBOOK, secret: b"Q1: not yet\n"}),
             headers={"Content-Type": "application/zip"})
     assert r.status_code == 201 and r.json()["staff_only"] is True, r.text
 

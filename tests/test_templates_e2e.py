@@ -13,13 +13,13 @@ import base64
 import io
 import json
 import tarfile
-import zipfile
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
 import requests
 
+from tests.archives import zip_bytes
 from tests.hubproc import HubSession, LocalHub, api, start_server, tokens_with_an_outsider, wait_for
 
 pytestmark = pytest.mark.hub
@@ -175,19 +175,14 @@ def restart(hub: LocalHub, user: str, token: str) -> None:
     start_server(hub, user, token)
 
 
-def _zip(members: dict[str, bytes]) -> bytes:
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w") as z:
-        for name, data in members.items():
-            z.writestr(name, data)
-    return out.getvalue()
 
 
 def test_archives_bad_ones_refused_and_nothing_stored(hub: LocalHub, tokens: dict[str, str]):
     teacher = tokens["teacher1"]
     path = f"courses/{COURSE}/templates/uploaded/versions"
     headers = {"Content-Type": "application/zip"}
-    r = api(hub, "POST", path, teacher, data=_zip({"ok.txt": b"x", "../evil.txt": b"owned"}), headers=headers)
+    evil = zip_bytes({"ok.txt": b"x", "../evil.txt": b"owned"})
+    r = api(hub, "POST", path, teacher, data=evil, headers=headers)
     assert r.status_code == 400, r.text
     assert "Not published" in r.json()["message"] and "'..'" in r.json()["message"]
     r = api(hub, "POST", path, teacher, data=b"not an archive", headers=headers)
@@ -214,7 +209,7 @@ def test_archives_bad_ones_refused_and_nothing_stored(hub: LocalHub, tokens: dic
     # a zip of a subfolder with 2 files is announced and listed as 2 files (folders are none)
     zipped = f"courses/{COURSE}/templates/zipped"
     r = api(hub, "POST", f"{zipped}/versions", teacher,
-            data=_zip({"sub/a.txt": b"a\n", "sub/b.txt": b"bb\n"}), headers=headers)
+            data=zip_bytes({"sub/a.txt": b"a\n", "sub/b.txt": b"bb\n"}), headers=headers)
     assert r.status_code == 201, r.text
     assert (r.json()["files"], r.json()["bytes"]) == (2, 5)
     (listed,) = api(hub, "GET", zipped, teacher).json()["versions"]
