@@ -215,8 +215,11 @@ def test_with_trainer_v2_a_job_is_a_valid_suspended_trainjob_admitted_by_one_mer
     assert node["name"] == "node" and pod["metadata"]["annotations"] == {"a": "1"}
     assert pod["metadata"]["labels"]["classhub.io/course"] == "gpu101"
     assert kube.POD_GROUP_LABEL not in pod["metadata"]["labels"]
-    assert pod["spec"]["volumes"] == [dict(home.volume)] and "affinity" not in pod["spec"]
-    assert pod["spec"]["containers"] == [{"name": "node", "volumeMounts": [dict(home.mount)],
+    # the home, and an empty folder where the API token would be mounted (no token for the replica)
+    assert pod["spec"]["volumes"] == [dict(home.volume), kube._NO_TOKEN_VOLUME]
+    assert "affinity" not in pod["spec"]
+    assert pod["spec"]["containers"] == [{"name": "node",
+                                          "volumeMounts": [dict(home.mount), kube._NO_TOKEN_MOUNT],
                                           "securityContext": {"runAsUser": 1000, "runAsGroup": 100}}]
     assert pod["spec"]["securityContext"] == {"fsGroup": 100}
 

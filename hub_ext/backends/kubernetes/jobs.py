@@ -208,6 +208,9 @@ def _template(launch: Launch, role: str, image: str, scheduler: str | None,
             **({"workingDir": launch.workdir} if launch.workdir.startswith("/") else {}),
         }],
         "tolerations": tolerations,
+        # A replica runs the student's code: no token of the namespace's ServiceAccount to
+        # present to the API server (a notebook gets none either: KubeSpawner's default).
+        "automountServiceAccountToken": False,
     }
     if pod.get("node_selector"):  # a profile's node selector (GPU model, MIG layout), as a notebook's
         spec["nodeSelector"] = dict(pod["node_selector"])
@@ -367,8 +370,12 @@ def train_job(launch: Launch, *, namespace: str, image: str, runtime: str = "tor
     env = [*container["env"], {"name": "MASTER_ADDR", "value": master},  # as a PyTorchJob gives
            {"name": "MASTER_PORT", "value": str(TRAINER_PORT)},
            {"name": "WORLD_SIZE", "value": str(launch.world_size)}, {"name": "RANK", "valueFrom": rank}]
-    node_container = {"name": TRAINER_NODE, "volumeMounts": container.get("volumeMounts"),
+    # A runtime patch has no automountServiceAccountToken: an empty folder mounted where the
+    # token would go keeps the ServiceAccount admission from mounting it (`_NO_TOKEN_MOUNT`).
+    node_container = {"name": TRAINER_NODE,
+                      "volumeMounts": [*container.get("volumeMounts", ()), _NO_TOKEN_MOUNT],
                       "securityContext": container.get("securityContext")}
+    spec = {**spec, "volumes": [*spec.get("volumes", ()), _NO_TOKEN_VOLUME]}
     metadata: dict[str, Any] = {"labels": pod["metadata"]["labels"]}
     if annotations:
         metadata["annotations"] = dict(annotations)
@@ -397,6 +404,15 @@ def train_job(launch: Launch, *, namespace: str, image: str, runtime: str = "tor
                 training_runtime_spec=m.TrainerV1alpha1TrainingRuntimeSpecPatch.from_dict(
                     {"template": {"spec": {"replicatedJobs": [replicated]}}}))]))
     return job.to_dict()
+
+
+#: Where the ServiceAccount admission mounts a pod's API token, and the empty, read-only
+#: folder a TrainJob's replica gets there instead: the admission mounts the token into no
+#: container that already has a mount at that path (a PyTorchJob's pods say
+#: ``automountServiceAccountToken: false``, which Trainer's runtime patches cannot).
+_TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+_NO_TOKEN_VOLUME = {"name": "classhub-no-api-token", "emptyDir": {"sizeLimit": "1Mi"}}
+_NO_TOKEN_MOUNT = {"name": "classhub-no-api-token", "mountPath": _TOKEN_PATH, "readOnly": True}
 
 
 def train_job_admit_patch(placed: Mapping[str, Any]) -> dict[str, Any]:

@@ -390,15 +390,19 @@ class UploadHandler(APIHandler):
     """``GET /api/template-uploads/<id>``: the publisher pod fetches a checked upload, once.
 
     Not for people: the id and the ``Authorization: token <secret>`` exist only while one publish
-    waits for its pod; anything else is a 404.
+    waits for its pod; anything else is a 404. The token is spent by its first use: a second
+    fetch (a copy of the token in another pod, a replay) is a 404 too, so the tree (which may
+    hold what students must not see yet) leaves the service once, to the publisher pod.
     """
 
     @needs(PUBLIC)  # the one-time token of the publish in progress is checked here
     async def get(self, upload: str) -> None:
-        found = self.settings.get("template_uploads", {}).get(upload)
+        uploads = self.settings.get("template_uploads", {})
+        found = uploads.get(upload)
         header = self.request.headers.get("Authorization", "")
         if found is None or not hmac.compare_digest(header.encode(), f"token {found[1]}".encode()):
             raise web.HTTPError(404, "No such upload.")
+        uploads.pop(upload, None)  # spent (before any await: no second request gets it)
         self.set_header("Content-Type", "application/x-tar")
         with open(found[0], "rb") as data:
             while chunk := await asyncio.to_thread(data.read, 1 << 20):
