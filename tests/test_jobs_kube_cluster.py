@@ -55,9 +55,9 @@ def store(tmp_path):
     sessions.kw["bind"].dispose()
 
 
-def submit(store: JobStore, name: str, seconds: float = 1.0, workdir: str = "") -> str:
+def submit(store: JobStore, name: str, seconds: float = 1.0, workdir: str = "", gpus: int = 4) -> str:
     sub = parse_submission({"name": name, "command": ["python", "train.py"], "replicas": 2,
-                              "resources": {"nvidia.com/gpu": 4, "cpu": "4", "memory": "16Gi"},
+                              "resources": {"nvidia.com/gpu": gpus, "cpu": "4", "memory": "16Gi"},
                               "env": {"RUN_SECONDS": str(seconds)}, "workdir": workdir})
     job = J.parse_job({**sub.job_fields, "name": sub.name}, owner="ann", course="gpu101",
                       submit_time=NOW.timestamp(), default_max_runtime=600)
@@ -252,3 +252,50 @@ async def test_a_trainjob_is_admitted_by_unsuspending_runs_on_the_chosen_nodes_a
     assert cluster.get("trainjobs", job_id, NS) is None
     assert [p for p in cluster.list("pods", NS)
             if p["metadata"]["labels"].get("jobset.sigs.k8s.io/jobset-name") == job_id] == []
+
+
+async def test_each_job_is_fenced_from_other_jobs_and_private_networks(cluster, store):
+    """A job's replicas run code nobody authenticates to (torch's rendezvous store): another
+    student's job must not reach them, nor they the cloud's metadata server or other users' pods.
+    Each job gets a NetworkPolicy of its own, owned by the job (gone with it); kube-apiserver
+    stores it (the fake validates it as it does), the network plugin enforces it."""
+    import ipaddress
+
+    from tests.kubefake.netpol import selects
+
+    loop, api = await make_loop(cluster, store, exit_after="30")
+    async with api:
+        first, second = (submit(store, name, seconds=30, gpus=2) for name in ("one", "two"))
+        await run_until(loop, lambda: all(store.get(j).state == J.RUNNING for j in (first, second)))
+        policies = {p["metadata"]["name"]: p for p in cluster.list("networkpolicies", NS)}
+        pods = {j: job_pods(cluster, j) for j in (first, second)}
+        for job, other in ((first, second), (second, first)):
+            fence = policies[f"classhub-job-{job}"]
+            assert fence["metadata"]["ownerReferences"][0]["name"] == job
+            labels = [p["metadata"]["labels"] for p in pods[job]]
+            assert labels and all(selects(fence, lab) for lab in labels)  # every replica fenced
+            assert not any(selects(fence, p["metadata"]["labels"]) for p in pods[other])
+            spec = fence["spec"]
+            assert spec["policyTypes"] == ["Ingress", "Egress"]
+            peers = [peer for rule in spec["ingress"] for peer in rule["from"]]
+            # only its own pods may connect: the other job's pods match no peer
+            assert all("podSelector" in peer and "namespaceSelector" not in peer for peer in peers)
+            assert not any(selects({"spec": peer}, p["metadata"]["labels"])
+                           for peer in peers for p in pods[other])
+            assert all(selects({"spec": peer}, lab) for peer in peers for lab in labels)
+            blocks = [peer["ipBlock"] for rule in spec["egress"] for peer in rule.get("to", ())
+                      if "ipBlock" in peer]
+            for address in ("169.254.169.254", "10.1.2.3", "192.168.0.10"):
+                assert not any(ipaddress.ip_address(address) in ipaddress.ip_network(b["cidr"])
+                               and not any(ipaddress.ip_address(address) in ipaddress.ip_network(x)
+                                           for x in b.get("except", ())) for b in blocks), address
+            assert any(ipaddress.ip_address("151.101.0.223") in ipaddress.ip_network(b["cidr"])
+                       for b in blocks)  # public addresses (a package index) stay reachable
+        store.request_stop(first, J.STOP_CANCEL, "ann", datetime.now(timezone.utc), "cancel")
+        await run_until(loop, lambda: store.get(first).state == J.CANCELLED)
+        # gone with its job (the garbage collector follows the owner reference)
+        wait_for(lambda: f"classhub-job-{first}" not in
+                 {p["metadata"]["name"] for p in cluster.list("networkpolicies", NS)}, 30,
+                 "the cancelled job's policy to go")
+        store.request_stop(second, J.STOP_CANCEL, "ann", datetime.now(timezone.utc), "cancel")
+        await run_until(loop, lambda: store.get(second).state == J.CANCELLED)

@@ -327,6 +327,43 @@ def admit_patch(launch: Launch) -> dict[str, Any]:
     return {"spec": {"runPolicy": {"suspend": False}, "pytorchReplicaSpecs": specs}}
 
 
+#: Addresses a job's replicas may not reach (as z2jh's singleuser policy keeps notebooks from
+#: them): the cluster's private networks (other users' pods and services, the nodes) and the
+#: link-local range that holds the cloud's metadata server (169.254.169.254: node credentials).
+PRIVATE_NETWORKS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16")
+
+
+def job_network_policy(launch: Launch, *, namespace: str, owner: Mapping[str, Any]) -> dict[str, Any]:
+    """The NetworkPolicy that fences one job's replicas (docs/deploy-jobs.md, "Jobs' network").
+
+    Why one per job: a job's replicas talk to each other on ports nobody authenticates (torch's
+    rendezvous store, NCCL), so another student's job that reaches them can join, feed or hang the
+    training; a manifest cannot say "the pods of the same job", a policy per job can. Selected by
+    it, a replica accepts connections only from its own job's pods and opens them only to those,
+    to DNS (port 53), and to public addresses (datasets, package indexes), not to private ones
+    nor the cloud's metadata server (`PRIVATE_NETWORKS`). Owned by the job (`owner`: its
+    apiVersion, kind, name and uid), so the garbage collector removes it with the job. Grading
+    pods get none: their policy denies everything, and policies only add allowed paths."""
+    own = {"podSelector": {"matchLabels": {JOB_LABEL: launch.job_id}}}
+    dns = [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": f"classhub-job-{launch.job_id}", "namespace": namespace,
+                     "labels": _labels(launch),
+                     "ownerReferences": [{"apiVersion": owner["apiVersion"], "kind": owner["kind"],
+                                          "name": owner["metadata"]["name"],
+                                          "uid": owner["metadata"]["uid"]}]},
+        "spec": {
+            "podSelector": {"matchLabels": {JOB_LABEL: launch.job_id}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [own]}],
+            "egress": [{"to": [own]}, {"ports": dns},
+                       {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(PRIVATE_NETWORKS)}}]}],
+        },
+    }
+
+
 def pod_group(launch: Launch, *, namespace: str, schedule_timeout: int = 120) -> dict[str, Any]:
     """The coscheduling PodGroup: all replicas bound together or none."""
     per_role = {role: ResourceVector.from_k8s(request) for role, request in launch.requests.items()}
@@ -445,14 +482,17 @@ class KubernetesJobs:
                  pod_annotations: Mapping[str, str] | None = None,
                  home_of: Callable[[str], Awaitable[Mapping[str, Any] | None]] | None = None,
                  kind: str = "pytorchjob", runtime: str = "torch-distributed",
-                 kueue_cluster_queue: str = "classhub", watch: bool = True) -> None:
+                 kueue_cluster_queue: str = "classhub", watch: bool = True,
+                 isolate: bool = True) -> None:
         """`kueue_queue`: the LocalQueue of a course (``{course}`` is replaced), when Kueue
         admits; None when classhub does. `kueue_cluster_queue`: the one ClusterQueue every
         course's LocalQueue feeds (docs/kueue.md). `home_of(user)`: the home volume the user's notebook
         pod mounts (`Home.from_answer`'s fields: the hub's ``ClasshubKubeSpawner.home_volume``),
         None for none; without it the replicas mount nothing. `kind`: ``pytorchjob`` or
         ``trainjob`` (on the ClusterTrainingRuntime `runtime`). `watch`: keep a live view of the
-        cluster (`JobClusterView`: nodes and pods by watch) instead of listing at every look."""
+        cluster (`JobClusterView`: nodes and pods by watch) instead of listing at every look.
+        `isolate`: fence each job's replicas with a NetworkPolicy of its own
+        (`job_network_policy`)."""
         if kind not in JOB_KINDS:
             raise ValueError(f"kind must be one of {', '.join(JOB_KINDS)}, not {kind!r}")
         self._core, self._custom = core, custom
@@ -464,13 +504,24 @@ class KubernetesJobs:
         self.pod_annotations = dict(pod_annotations or {})
         self.home_of = home_of
         self.watch = watch
+        self.isolate = isolate
         self._view: JobClusterView | None = None
+        self._networking: Any = None
 
     @property
     def core(self) -> Any:
         if self._core is None:
             self._core = client.core_v1()
         return self._core
+
+    @property
+    def networking(self) -> Any:
+        """A NetworkingV1Api on the same API client as `custom` (the jobs' policies)."""
+        if self._networking is None:
+            from kubernetes_asyncio.client import NetworkingV1Api
+
+            self._networking = NetworkingV1Api(self.custom.api_client)
+        return self._networking
 
     @property
     def custom(self) -> Any:
@@ -570,17 +621,37 @@ class KubernetesJobs:
                                                            scheduler=self.scheduler, kueue_queue=queue,
                                                            home=home)))]
             admit = admit_patch(launch)
+        made: Any = None
         for group, version, plural, body in objects:
             try:
-                await self.custom.create_namespaced_custom_object(group, version, self.namespace,
-                                                                  plural, body)
+                made = await self.custom.create_namespaced_custom_object(group, version, self.namespace,
+                                                                         plural, body)
             except ApiException as e:
                 if e.status != 409:  # 409: made before this crash or retry; keep it
                     raise
+                made = await self.custom.get_namespaced_custom_object(
+                    group, version, self.namespace, plural, body["metadata"]["name"])
+        if self.isolate and not launch.sandbox:  # fenced before it is admitted (the job is last)
+            await self._fence(launch, made)
         if queue is None:
             await self.custom.patch_namespaced_custom_object(
                 group, version, self.namespace, plural, launch.job_id, admit,
                 _content_type="application/merge-patch+json")
+
+    async def _fence(self, launch: Launch, job: Mapping[str, Any]) -> None:
+        """Create the job's NetworkPolicy (`job_network_policy`), owned by the job object."""
+        body = job_network_policy(launch, namespace=self.namespace, owner=job)
+        try:
+            await self.networking.create_namespaced_network_policy(self.namespace, body)
+        except ApiException as e:
+            if e.status == 409:  # made before this crash or retry
+                return
+            if e.status == 403:
+                raise KubeJobError(
+                    f"the hub may not create NetworkPolicies in namespace {self.namespace}, which fence "
+                    "each job's replicas from other jobs; an admin applies helm-values/jobs-rbac.yaml "
+                    "again (it grants that), or sets c.ClasshubJobs.isolate_jobs = False") from None
+            raise
 
     async def check_home(self, launch: Launch) -> Home | None:
         """The owner's home for the replicas (None: their notebook mounts none, or no `home_of`);

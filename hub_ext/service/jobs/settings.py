@@ -147,6 +147,13 @@ class ClasshubJobs(Configurable):
             raise TraitError(str(e)) from None
         return proposal["value"]
 
+    isolate_jobs = Bool(True, config=True, help="Kubernetes mode: fence each job's replicas with "
+                        "a NetworkPolicy of its own: they accept connections only from their own "
+                        "job's pods and reach only those, DNS and public addresses (not other users' "
+                        "pods, the cluster's private networks or the cloud's metadata server). Needs "
+                        "the networkpolicies rule of helm-values/jobs-rbac.yaml and a network plugin "
+                        "that enforces NetworkPolicies; False: replicas are reachable as any pod of the "
+                        "namespace (docs/deploy-jobs.md).")
     job_kind = CaselessStrEnum(
         ["pytorchjob", "trainjob"], "pytorchjob", config=True,
         help="Kubernetes mode: what a job becomes: pytorchjob (kubeflow.org/v1, the training operator) "
@@ -173,7 +180,8 @@ class ClasshubJobs(Configurable):
         return KubernetesJobs(namespace=namespace, image=self.image,
                               scheduler=self.scheduler_name or None, kueue_queue=self.kueue_queue or None,
                               kueue_cluster_queue=self.kueue_cluster_queue,
-                              home_of=home_of, kind=self.job_kind.lower(), runtime=self.training_runtime)
+                              home_of=home_of, kind=self.job_kind.lower(), runtime=self.training_runtime,
+                              isolate=self.isolate_jobs)
 
     def local_backend(self) -> JobBackend:
         """Processes on this machine, with the same GPUs the local spawner hands out."""
