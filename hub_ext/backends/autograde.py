@@ -161,7 +161,8 @@ def merge_for_grading(source: NotebookNode, student: NotebookNode) -> tuple[Note
     """The notebook to run: the student's, with the teacher's source (hidden tests included) in
     place of every test and locked cell, matched by grade_id; (notebook, grade_ids the student's
     notebook lacks). A grade_id the student copied onto a second cell counts once (the first);
-    the copies lose their nbgrader metadata, so they score nothing."""
+    the copies lose their nbgrader metadata, so they score nothing. A test or locked cell takes
+    the teacher's metadata whole (tags included), never the student's."""
     import nbformat
 
     teacher = {nbgrader_meta(c)["grade_id"]: c for c in source.cells
@@ -181,7 +182,10 @@ def merge_for_grading(source: NotebookNode, student: NotebookNode) -> tuple[Note
             original = teacher[grade_id]
             cell.cell_type = original.cell_type
             cell.source = original.source
-            cell.metadata["nbgrader"] = dict(nbgrader_meta(original))
+            # the teacher's metadata whole, not only its nbgrader part: the runner reads a cell's
+            # metadata too (nbclient skips a cell tagged ``skip-execution``), so a student's tag
+            # on a test cell must not decide whether the test runs
+            cell.metadata = nbformat.from_dict(json.loads(json.dumps(original.get("metadata", {}))))
             if cell.cell_type == "code":
                 cell.setdefault("outputs", [])
                 cell.setdefault("execution_count", None)

@@ -37,11 +37,21 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 class CappedClient(NotebookClient):
     """nbclient's client keeping at most ``cap`` bytes of outputs (a notebook printing forever
     must not fill the grader's memory or the feedback); ``capped`` says whether outputs were left
-    out. The kernel ends with the run (`async_setup_kernel`)."""
+    out. The kernel ends with the run (`async_setup_kernel`).
+
+    ``replies`` holds, by cell index, the content of the kernel's ``execute_reply`` to each cell
+    it ran: the protocol's verdict on a cell. A test scores from it (`grade`), not from the
+    outputs alone: a cell nbclient returned without sending to the kernel (skipped) has no reply,
+    and a cell whose error display the notebook's code suppressed still replies "error"."""
 
     def __init__(self, nb: NotebookNode, cap: int, **kw: Any) -> None:
-        super().__init__(nb, shutdown_kernel="immediate", **kw)
+        super().__init__(nb, shutdown_kernel="immediate", on_cell_executed=self._replied, **kw)
         self.cap, self.kept, self.capped = cap, 0, False
+        self.replies: dict[int, dict[str, Any]] = {}
+
+    def _replied(self, cell: NotebookNode, cell_index: int, execute_reply: dict[str, Any]) -> None:
+        content = execute_reply.get("content") if isinstance(execute_reply, dict) else None
+        self.replies[cell_index] = content if isinstance(content, dict) else {}
 
     def async_setup_kernel(self, **kwargs: Any) -> Any:
         """The kernel for a run, killed when the run ends, however it ended.
@@ -138,15 +148,28 @@ def grade(source: NotebookNode, student_data: bytes, where: str, *, time_limit: 
                                              "graded by your teacher"))
             continue
         index, cell = by_id[graded.grade_id]
-        error = error_of(cell)
+        reply = client.replies.get(index)
+        error = error_of(cell) or _reply_error(reply)
         if error is not None:
             outcome.cells.append(G.CellScore(graded.grade_id, graded.points, G.FAILED, 0.0, error))
-        elif index in ran:
+        elif index in ran and reply is not None:  # passed: the kernel ran it and replied "ok"
             outcome.cells.append(G.CellScore(graded.grade_id, graded.points, G.PASSED, graded.points))
+        elif index in ran:
+            outcome.cells.append(G.CellScore(graded.grade_id, graded.points, G.NOT_RUN, 0.0,
+                                             "not run: the kernel never ran this cell"))
         else:
             outcome.cells.append(G.CellScore(graded.grade_id, graded.points, G.NOT_RUN, 0.0,
                                              "not run (see the message above)"))
     return outcome
+
+
+def _reply_error(reply: dict[str, Any] | None) -> str | None:
+    """The error an ``execute_reply`` reports (any status but "ok"), or None: a test whose error
+    display the notebook's code suppressed still fails."""
+    if reply is None or reply.get("status") == "ok":
+        return None
+    head = f"{reply.get('ename') or 'Error'}: {reply.get('evalue') or ''}".strip()
+    return G.truncate(f"{head} (the cell ended with status {str(reply.get('status'))[:40]!r})")
 
 
 async def _run(client: CappedClient, nb: NotebookNode, ran: set[int], deadline: float,
