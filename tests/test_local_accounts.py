@@ -65,3 +65,19 @@ def test_private_home_modes(tmp_path):
 def test_missing_account_without_creation_says_what_to_do(tmp_path):
     with pytest.raises(accounts.AccountError, match="--create-system-users"):
         accounts.ensure_system_account("jupyter-no-such-user-x", tmp_path, create=False)
+
+
+def test_the_grading_account_may_schedule_unless_cron_and_at_deny_it(tmp_path):
+    """What the service warns about at start (a crontab a grading notebook left would run between
+    jobs): cron lets every account when neither list exists (Debian), at only root; an allow list
+    wins over a deny list; an uninstalled tool schedules nothing."""
+    installed = {"crontab": "/usr/bin/crontab", "at": "/usr/bin/at"}.get
+    assert accounts.may_schedule("classhub-grader", tmp_path, installed) == ["cron"]
+    (tmp_path / "at.deny").write_text("daemon\n")
+    assert accounts.may_schedule("classhub-grader", tmp_path, installed) == ["cron", "at"]
+    (tmp_path / "cron.deny").write_text("nobody\n classhub-grader \n")
+    (tmp_path / "at.deny").write_text("classhub-grader\n")
+    assert accounts.may_schedule("classhub-grader", tmp_path, installed) == []
+    (tmp_path / "cron.allow").write_text("classhub-grader\n")  # the allow list wins
+    assert accounts.may_schedule("classhub-grader", tmp_path, installed) == ["cron"]
+    assert accounts.may_schedule("classhub-grader", tmp_path, lambda command: None) == []

@@ -15,6 +15,7 @@ import re
 import shutil
 import stat
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +43,44 @@ def safe_name(name: str, max_length: int = 64) -> str:
         digest = hashlib.sha256(name.encode()).hexdigest()[:8]
         escaped = f"{escaped[: max_length - 9]}-{digest}"
     return escaped
+
+
+#: (tool, its command, its allow file, its deny file, whether it lets every user when neither
+#: file exists): crontab(1) lets everyone then on Debian, at(1) only root.
+_SCHEDULERS = (("cron", "crontab", "cron.allow", "cron.deny", True),
+               ("at", "at", "at.allow", "at.deny", False))
+
+
+def may_schedule(account: str, etc: Path = Path("/etc"),
+                 which: Callable[[str], str | None] = shutil.which) -> list[str]:
+    """The installed schedulers (cron, at) that would run commands for ``account`` later.
+
+    Why: the grading account runs students' notebooks, and a job's sweep kills only what the
+    account started while that job ran; a crontab or at job a notebook left behind would run
+    between jobs, beside the next one's folder. The admin denies them (docs/teachers/
+    autograding.md, "Isolation"); the service says at start when that was not done."""
+    found = []
+    for tool, command, allow, deny, open_by_default in _SCHEDULERS:
+        if which(command) is None:
+            continue
+        listed = {name: _names(etc / name) for name in (allow, deny)}
+        if listed[allow] is not None:
+            allowed = account in listed[allow]
+        elif listed[deny] is not None:
+            allowed = account not in listed[deny]
+        else:
+            allowed = open_by_default
+        if allowed:
+            found.append(tool)
+    return found
+
+
+def _names(path: Path) -> set[str] | None:
+    """The account names a cron/at allow or deny file lists (one per line), None if absent."""
+    try:
+        return {line.strip() for line in path.read_text(errors="replace").splitlines() if line.strip()}
+    except FileNotFoundError:
+        return None
 
 
 def system_account_name(hub_name: str, prefix: str) -> str:

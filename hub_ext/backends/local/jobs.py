@@ -153,6 +153,11 @@ class LocalJobs:
                         "create a dedicated account (e.g. classhub-grader) and set "
                         "c.ClasshubJobs.grader_user; a job's sweep kills what that account started "
                         "while the job ran (docs/teachers/autograding.md, \"Isolation\")")
+        if system_users and (tools := accounts.may_schedule(grader_user)):
+            log.warning("classhub: the grading account %r may schedule commands with %s: a student's "
+                        "notebook could leave one that runs between jobs; add it to /etc/cron.deny "
+                        "and /etc/at.deny (docs/teachers/autograding.md, \"Isolation\")",
+                        grader_user, " and ".join(tools))
 
     # -- capacity -------------------------------------------------------------------------------
     def allocatable(self) -> ResourceVector:
