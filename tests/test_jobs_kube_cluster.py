@@ -285,7 +285,7 @@ async def test_each_job_is_fenced_from_other_jobs_and_private_networks(cluster, 
             assert all(selects({"spec": peer}, lab) for peer in peers for lab in labels)
             blocks = [peer["ipBlock"] for rule in spec["egress"] for peer in rule.get("to", ())
                       if "ipBlock" in peer]
-            for address in ("169.254.169.254", "10.1.2.3", "192.168.0.10"):
+            for address in ("169.254.169.254", "10.1.2.3", "192.168.0.10", "100.64.3.4"):
                 assert not any(ipaddress.ip_address(address) in ipaddress.ip_network(b["cidr"])
                                and not any(ipaddress.ip_address(address) in ipaddress.ip_network(x)
                                            for x in b.get("except", ())) for b in blocks), address

@@ -328,9 +328,11 @@ def admit_patch(launch: Launch) -> dict[str, Any]:
 
 
 #: Addresses a job's replicas may not reach (as z2jh's singleuser policy keeps notebooks from
-#: them): the cluster's private networks (other users' pods and services, the nodes) and the
-#: link-local range that holds the cloud's metadata server (169.254.169.254: node credentials).
-PRIVATE_NETWORKS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16")
+#: them): the cluster's private networks (other users' pods and services, the nodes; the shared
+#: 100.64.0.0/10 that some clusters give pods) and the link-local range that holds the cloud's
+#: metadata server (169.254.169.254: node credentials). IPv6 has no allowed block at all.
+PRIVATE_NETWORKS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10",
+                    "169.254.0.0/16")
 
 
 def job_network_policy(launch: Launch, *, namespace: str, owner: Mapping[str, Any]) -> dict[str, Any]:
