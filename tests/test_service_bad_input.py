@@ -11,14 +11,13 @@ schemathesis runs, 413s and refusals answered before the body through the proxy,
 
 from __future__ import annotations
 
-import io
 import json
-import zipfile
 from typing import Any
 
 import pytest
 from tornado.httpclient import HTTPResponse
 
+from tests.archives import zip_bytes
 from tests.inproc import InProcessService
 
 pytestmark = pytest.mark.unit
@@ -169,17 +168,11 @@ async def test_a_window_at_the_end_of_time_is_400(service):
         assert r.code == 400 and "between the years" in _error_json(r)["message"], r.body
 
 
-def _archive(files: dict[str, bytes]) -> bytes:
-    data = io.BytesIO()
-    with zipfile.ZipFile(data, "w") as zf:
-        for name, content in files.items():
-            zf.writestr(name, content)
-    return data.getvalue()
 
 
 async def test_a_refused_archive_does_not_show_the_services_folders(service):
     path = f"courses/{COURSE}/templates/lab1/versions"
-    for body in (b"not an archive", _archive({"../escape.txt": b"x"})):
+    for body in (b"not an archive", zip_bytes({"../escape.txt": b"x"})):
         r = await service.request("POST", path, "teacher1", body=body,
                                   headers={"Content-Type": "application/zip"})
         message = _error_json(r)["message"]

@@ -19,13 +19,11 @@ run against the service in the test's event loop: tests/test_service_bad_input.p
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
 import sys
 import time
-import zipfile
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -47,6 +45,7 @@ from hub_ext import store
 from hub_ext.service.handlers import APIHandler
 from hub_ext.store.models import AuditLog
 from hub_ext.store.share_models import Share
+from tests.archives import zip_bytes
 from tests.hubproc import HubSession, LocalHub, api, hub_with_config, wait_for
 from tests.pg import postgres_server, postgres_url  # noqa: F401
 
@@ -243,17 +242,11 @@ def test_oversized_bodies_get_413_with_a_message(hub, tokens, document):
 
 # -- the attack run's findings ----------------------------------------------------------------------
 
-def _archive(files: dict[str, bytes]) -> bytes:
-    data = io.BytesIO()
-    with zipfile.ZipFile(data, "w") as zf:
-        for name, content in files.items():
-            zf.writestr(name, content)
-    return data.getvalue()
 
 
 def test_refused_and_oversized_uploads_are_answered_not_reset(hub, tokens):
     path = f"courses/{COURSE}/templates/lab1/versions"
-    archive = _archive({"lab.ipynb": b"{}" * 100_000})
+    archive = zip_bytes({"lab.ipynb": b"{}" * 100_000})
     zip_type = {"Content-Type": "application/zip"}
     r = api(hub, "POST", path, None, data=archive, headers=zip_type)
     assert r.status_code == 401 and "token" in _error_json(r)["message"]
