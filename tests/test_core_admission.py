@@ -447,7 +447,7 @@ def test_a_preempted_job_comes_back_ahead_of_its_course_later_reserved_job():
     assert [p.job for p in second.preemptions] == ["borrow"]
     assert [name for name, _ in second.carried] == ["mine1"]  # small gave its reservation up
     waits = second.waiting("small")
-    assert waits.code == CAPACITY and "waits for borrow" in waits.message, waits
+    assert waits.code == CAPACITY and "waits for your job borrow" in waits.message, waits
 
     stopping = [running(borrow, ["a"], borrowed=True, ends_by=NOW + 3)]
     third = cycle(full, [small, mine1], stopping, courses, reservations=second.carried, grace=3.0)

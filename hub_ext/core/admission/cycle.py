@@ -720,11 +720,11 @@ class _Cycle:
         elif code == BEHIND_RESERVATION:
             assert res is not None
             text = (f"fits now, but would still run at {self.clock(res.start, self.now)}, when "
-                    f"{res.job} starts on the nodes it needs; a shorter max_runtime could start it "
-                    f"now; {where}; {when}")
+                    f"{self._whose_name(res.job, job)} starts on the nodes it needs; a shorter "
+                    f"max_runtime could start it now; {where}; {when}")
         elif detail:  # behind a preempted job of its course (rule 8)
-            text = (f"waits for {detail[0]}, submitted before it in {course} and preempted: it goes "
-                    f"back to the queue first; {where}; {when}")
+            text = (f"waits for {self._whose_name(detail[0], job)}, submitted before it in {course} "
+                    f"and preempted: it goes back to the queue first; {where}; {when}")
         else:
             text = f"{self._need_text(job)}; {where}; {when}"
         return Waiting(name, code, text, estimate)
@@ -790,6 +790,17 @@ class _Cycle:
             named.append(f"{more} more job{'s' if more > 1 else ''}")
         text = " and ".join(named) if len(named) < 3 else ", ".join(named[:-1]) + " and " + named[-1]
         return text, len(holding) == 1
+
+    def _whose_name(self, name: str, waiting: Job) -> str:
+        """`_whose` for a job known by its name (its id: the owner's name for it and a random
+        suffix, so never shown to anyone else); a job the queue no longer holds is "a job"."""
+        other = self.q.jobs.get(name)
+        if other is None:
+            for run in self.s.running:
+                if run.job.name == name:
+                    other = run.job
+                    break
+        return "a job" if other is None else self._whose(other, waiting)
 
     def _whose(self, holder: Job, waiting: Job) -> str:
         """"your job train-a" for the same owner; other people's jobs are not named."""
