@@ -49,6 +49,7 @@ __all__ = [
     "background_request",
     "decide",
     "grant_from_scopes",
+    "handler_resource",
     "normalise_path",
     "request_path",
     "share_scopes",
@@ -86,8 +87,13 @@ ACTIONS = (READ, WRITE, EXECUTE)
 
 #: Resources whose requests name a file path (the rest of the URL after the prefix).
 PATH_RESOURCES = {"contents": "api/contents", "files": "files", "nbconvert": "nbconvert", "view": "view"}
-#: Resources a path-limited viewer may read because they reveal no files.
-NEUTRAL_RESOURCES = frozenset({"kernelspecs", "api", "config", "events", "lab", "server", "csp", "security"})
+#: Resources a path-limited viewer may read because they reveal no files. Not ``events`` (the
+#: server's event stream names every file the owner opens, saves, renames or deletes) nor
+#: `WORKSPACES`; a resource not named here is refused to a path-limited viewer (deny by default).
+NEUTRAL_RESOURCES = frozenset({"kernelspecs", "api", "config", "lab", "server", "csp", "security"})
+#: JupyterLab's saved layouts (``lab/api/workspaces``), kept in the owner's home: they name the
+#: owner's open files. Their handlers skip ``@authorized``; `handler_resource` names them.
+WORKSPACES = "workspaces"
 #: Resources an editable path-limited collaborator needs to run the shared notebook.
 RUN_RESOURCES = frozenset({"kernels", "sessions"})
 
@@ -270,7 +276,7 @@ def _decide_path(grant: Grant, request: Request) -> Verdict:
             return _deny(f"Only {shared} is shared with you: you may save it, not rename, copy, "
                          "create or delete files.")
         return ALLOW
-    if resource in NEUTRAL_RESOURCES and (request.action != WRITE or resource in ("events",)):
+    if resource in NEUTRAL_RESOURCES and request.action != WRITE:
         return ALLOW
     if resource in RUN_RESOURCES and grant.level == EDIT:
         return ALLOW
@@ -280,10 +286,13 @@ def _decide_path(grant: Grant, request: Request) -> Verdict:
 # -- JupyterLab's background requests ----------------------------------------------------------
 
 #: How a viewer's server answers a background request the viewer may not make (see
-#: `background_request`): an empty list, a layout not kept, a folder listing only shared entries.
+#: `background_request`): an empty list, a layout not kept, a folder listing only shared entries,
+#: an empty layout (the owner's saved workspaces are not shown).
 EMPTY_LIST = "empty-list"
 NOT_KEPT = "not-kept"
 SHARED_ONLY = "shared-only"
+EMPTY_WORKSPACE = "empty-workspace"
+SILENT_STREAM = "silent-stream"
 
 _RUNNING_LISTS = {"api/kernels": "kernels", "api/sessions": "sessions", "api/terminals": "terminals"}
 
@@ -310,10 +319,24 @@ def background_request(method: str, url_path: str, level: str) -> tuple[str, str
         return EMPTY_LIST, READ, _RUNNING_LISTS[path]
     if method == "PUT" and path.startswith("lab/api/workspaces/"):
         return NOT_KEPT, WRITE, "lab"
+    if method == "GET" and path == "api/events/subscribe":  # opened, but carries no event
+        return SILENT_STREAM, EXECUTE, "events"
+    if method == "GET" and (path == "lab/api/workspaces" or path.startswith("lab/api/workspaces/")):
+        return EMPTY_WORKSPACE, READ, WORKSPACES
     if method == "GET" and (path == "api/contents" or path.startswith("api/contents/")) \
             and not _CHECKPOINT.search(path):
         return SHARED_ONLY, READ, "contents"
     return None
+
+
+def handler_resource(url_path: str, auth_resource: str | None) -> str:
+    """The resource a request is checked against when its handler does not name one itself:
+    `WORKSPACES` for JupyterLab's saved layouts, else the handler's ``auth_resource``, else
+    ``lab`` (JupyterLab's pages, settings and static files)."""
+    path = url_path.strip("/")
+    if path == "lab/api/workspaces" or path.startswith("lab/api/workspaces/"):
+        return WORKSPACES
+    return auth_resource or "lab"
 
 
 def shared_children(paths: Iterable[str], folder: str) -> tuple[str, ...]:

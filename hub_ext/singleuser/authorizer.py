@@ -92,6 +92,8 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
         if not super().is_authorized(handler, user, action, resource):
             return False
         hub_user = user.hub_user
+        if getattr(handler, "_classhub_silent", False) and resource == "events" and action != "write":
+            return True  # quiet_answer: a silent event stream for a viewer who still holds a share
         if action == "write" and (refusal := self._course_data_refusal(handler, resource)):
             handler._classhub_refusal = refusal
             return False
@@ -171,7 +173,8 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
                         watched.pop(handler, None)
                     continue
                 try:
-                    handler.__dict__.pop("_classhub_model", None)
+                    for cached in ("_classhub_model", "_classhub_scopes", "_classhub_paths"):
+                        handler.__dict__.pop(cached, None)
                     verdict = await self._decide(handler, action, resource)
                 except Exception as e:  # the hub restarting: check again next round
                     self.log.warning("classhub: cannot re-check an open websocket: %s", e)
@@ -186,7 +189,9 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
         model = await self._fresh_model(handler)
         if model is None or not self.hub_auth.check_scopes(self.hub_auth.access_scopes, model):
             return sharing.Verdict(False, "Your access to this server was revoked or has expired.")
-        scopes = [*model.get("scopes", []), *await self._share_scopes(model)]
+        if "_classhub_scopes" not in handler.__dict__:  # once per request (prepare, then @authorized)
+            handler._classhub_scopes = [*model.get("scopes", []), *await self._share_scopes(model)]
+        scopes = handler._classhub_scopes
         grant = sharing.grant_from_scopes(scopes, self.owner, self.server_name,
                                           caller=model.get("name"), caller_kind=model.get("kind", "user"))
         handler._classhub_level = grant.level  # read by the contents answer and the lab panel
@@ -195,7 +200,9 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
         except ValueError as e:
             return sharing.Verdict(False, str(e))
         if grant.paths is not None:
-            shared = await self._shared_paths(model["name"])
+            if "_classhub_paths" not in handler.__dict__:
+                handler._classhub_paths = await self._shared_paths(model["name"])
+            shared = handler._classhub_paths
             resolved = frozenset(p for p in map(self._resolve, shared) if p is not None)
             grant = sharing.Grant(grant.level, resolved)
             if path is not None:
@@ -227,12 +234,20 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
         if known is None:
             return False  # no share any more: refused, so the viewer's JupyterLab learns it
         answer = known[0]
+        if answer == sharing.SILENT_STREAM:  # the websocket opens; no event is ever sent on it
+            handler._classhub_silent = True
+            return False
         if answer == sharing.EMPTY_LIST:
             handler.set_header("Content-Type", "application/json")
             handler.finish("[]")
         elif answer == sharing.NOT_KEPT:
             handler.set_status(204)
             handler.finish()
+        elif answer == sharing.EMPTY_WORKSPACE:  # JupyterLab starts with its default layout
+            name = url.strip("/")[len("lab/api/workspaces"):].strip("/")
+            handler.set_header("Content-Type", "application/json")
+            handler.finish(json.dumps({"data": {}, "metadata": {"id": name}} if name
+                                      else {"workspaces": {"ids": [], "values": []}}))
         else:
             grant = getattr(handler, "_classhub_grant", None)
             try:
@@ -261,6 +276,33 @@ class ClasshubAuthorizer(JupyterHubAuthorizer):
         self.log.debug("classhub: answered %s %s for %s without a refusal (%s)", method,
                        handler.request.path, hub_user.get("name"), answer)
         return True
+
+    async def read_refusal(self, handler: Any) -> str | None:
+        """Why a non-owner may not make this read (GET, HEAD, OPTIONS) request, else None.
+
+        Deny by default: handlers that skip jupyter-server's ``@authorized`` (JupyterLab's
+        workspaces and settings, extensions' pages) are checked too, as a read of the resource
+        `sharing.handler_resource` names; a path-limited viewer reads only the resources that
+        reveal none of the owner's files (`sharing.NEUTRAL_RESOURCES`) and the shared paths."""
+        hub_user = handler.current_user.hub_user
+        if hub_user.get("kind", "user") == "user" and hub_user.get("name") == self.owner:
+            return None
+        if getattr(handler, "_classhub_silent", False):
+            return None
+        if isinstance(handler, web.StaticFileHandler) and getattr(handler, "auth_resource", None) is None:
+            # the server's and its extensions' own static files (JupyterLab loads dozens per page,
+            # and each check asks the hub); a handler of the owner's files (``files/``) names its
+            # resource and is checked by its own @authorized
+            return None
+        if not super().is_authorized(handler, handler.current_user, "read", "lab"):
+            return None  # JupyterHub's own check refuses it (and says so) in @authorized or later
+        resource = sharing.handler_resource(self._url_path(handler), getattr(handler, "auth_resource", None))
+        verdict = await self._decide(handler, "read", resource)
+        if verdict:
+            return None
+        self.log.warning("classhub: refused %s %s (read on %s) for %s: %s", handler.request.method,
+                         handler.request.path, resource, hub_user.get("name"), verdict.message)
+        return verdict.message
 
     def _course_data_refusal(self, handler: Any, resource: str) -> str | None:
         """The sentence refusing a change under a course's data folder, else None: in local mode
@@ -462,9 +504,13 @@ def setup(serverapp: Any) -> None:
             result = await result
         if self.current_user is not None and await self.authorizer.quiet_answer(self):
             return result  # answered (tornado skips the handler's method once finished)
+        if self.request.method.upper() in SAFE_METHODS and self.current_user is not None and \
+                (refusal := await self.authorizer.read_refusal(self)):
+            raise web.HTTPError(403, refusal)
         if self.request.method.upper() not in SAFE_METHODS and self.current_user is not None and \
                 not getattr(self, "classhub_changes_nothing_here", False):
-            resource = getattr(self, "auth_resource", None) or "lab"
+            resource = sharing.handler_resource(self.authorizer._url_path(self),
+                                                getattr(self, "auth_resource", None))
             allowed = self.authorizer.is_authorized(self, self.current_user, "write", resource)
             if not await ensure_async(allowed):
                 refusal = getattr(self, "_classhub_refusal", "Not allowed on a shared server.")
@@ -474,6 +520,7 @@ def setup(serverapp: Any) -> None:
     prepare._classhub = True  # type: ignore[attr-defined]
     JupyterHandler.prepare = prepare
     _read_only_contents_say_so()
+    _silent_event_streams()
     serverapp.log.info("classhub: share enforcement on (owner %s)", os.environ.get("JUPYTERHUB_USER"))
 
 
@@ -499,3 +546,22 @@ def _read_only_contents_say_so() -> None:
 
     finish_model._classhub = True  # type: ignore[attr-defined]
     ContentsHandler._finish_model = finish_model
+
+
+def _silent_event_streams() -> None:
+    """A path-limited viewer's event stream (``api/events/subscribe``) opens but never carries an
+    event: the server's events name every file the owner opens, saves, renames or deletes, and
+    JupyterLab, refused, would ask again and again (see `ClasshubAuthorizer.quiet_answer`)."""
+    from jupyter_server.services.events.handlers import SubscribeWebsocket
+
+    if getattr(SubscribeWebsocket.open, "_classhub", False):
+        return
+    original = SubscribeWebsocket.open
+
+    def open_(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if getattr(self, "_classhub_silent", False):
+            return None  # no listener: nothing reaches this socket
+        return original(self, *args, **kwargs)
+
+    open_._classhub = True  # type: ignore[attr-defined]
+    SubscribeWebsocket.open = open_
