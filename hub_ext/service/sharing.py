@@ -68,6 +68,9 @@ class Shares:
         self.hub = hub
         self.prefix = prefix
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
+        #: servers whose hub shares are not yet in step with their ended records (the hub did not
+        #: answer): tried again at every round of `expire_due` until they are
+        self._unsynced: set[tuple[str, str]] = set()
 
     # -- model -------------------------------------------------------------------------------
     def model(self, share: Share, code: str | None = None) -> dict[str, Any]:
@@ -177,9 +180,27 @@ class Shares:
         Looks first with a reader: the write lock is taken only when something is due, not
         every few seconds for nothing."""
         due, servers = await self._db(self._expire, _now())
-        for owner, server in sorted(servers):
-            await self.reconcile(owner, server)
+        await self._reconcile_each(servers | self._unsynced)
         return due
+
+    async def _reconcile_each(self, servers: set[tuple[str, str]]) -> None:
+        """`reconcile` each server, whatever another one does.
+
+        Why: a record ends before its hub share is revoked, so it is never due again; one
+        server the hub could not sync (restarting, or a deleted owner) must neither leave the
+        others' ended shares working, nor be forgotten: it stays in `_unsynced` and is tried at
+        the next round. A server the hub no longer has (404) has no share left to end."""
+        for owner, server in sorted(servers):
+            try:
+                await self.reconcile(owner, server)
+            except Exception as e:
+                if isinstance(e, HubAPIError) and e.status == 404:
+                    self._unsynced.discard((owner, server))
+                else:
+                    self._unsynced.add((owner, server))
+                log.warning("classhub: shares of %s/%s not in step with the hub yet: %s", owner, server, e)
+            else:
+                self._unsynced.discard((owner, server))
 
     def _due(self, session: Session, now: datetime) -> list[Share]:
         return [s for s in self._query(session, ended_at=None) if s.expires_at and s.expires_at <= now]
@@ -202,9 +223,8 @@ class Shares:
 
     async def reconcile_groups(self) -> None:
         """Servers with an active group share: members who joined or left since the last look."""
-        for owner, server in sorted(await self._db(lambda: self._servers(target_kind="group",
-                                                                          ended_at=None))):
-            await self.reconcile(owner, server)
+        await self._reconcile_each(await self._db(lambda: self._servers(target_kind="group",
+                                                                         ended_at=None)))
 
     async def reconcile_all(self) -> None:
         """Every server classhub ever shared: its hub shares match the records
