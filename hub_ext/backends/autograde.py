@@ -26,6 +26,7 @@ work (docs/architecture.md, rule 7).
 from __future__ import annotations
 
 import contextlib
+import copy
 import ctypes
 import json
 from collections.abc import Sequence
@@ -185,7 +186,7 @@ def merge_for_grading(source: NotebookNode, student: NotebookNode) -> tuple[Note
             # the teacher's metadata whole, not only its nbgrader part: the runner reads a cell's
             # metadata too (nbclient skips a cell tagged ``skip-execution``), so a student's tag
             # on a test cell must not decide whether the test runs
-            cell.metadata = nbformat.from_dict(json.loads(json.dumps(original.get("metadata", {}))))
+            cell.metadata = copy.deepcopy(original.metadata)
             if cell.cell_type == "code":
                 cell.setdefault("outputs", [])
                 cell.setdefault("execution_count", None)

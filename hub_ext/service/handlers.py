@@ -141,7 +141,7 @@ class APIHandler(SecurityHeaders, ServiceHubAuth, web.RequestHandler):
     def set_default_headers(self) -> None:
         """Every answer (errors too) is the caller's alone: no cache, shared or the browser's,
         may keep one (a course's grades, a job's log, a roster) for the next person at that
-        computer or behind that proxy; pages say the same (render.py)."""
+        computer or behind that proxy; the pages are APIHandlers too (render.py)."""
         super().set_default_headers()
         self.set_header("Cache-Control", "no-store")
 

@@ -229,11 +229,7 @@ class Shares:
     async def reconcile_all(self) -> None:
         """Every server classhub ever shared: its hub shares match the records
         (docs/architecture.md, rule 4)."""
-        for owner, server in sorted(await self._db(self._servers)):
-            try:
-                await self.reconcile(owner, server)
-            except HubAPIError as e:  # a deleted user: nothing left to share
-                log.warning("classhub: shares of %s/%s not reconciled: %s", owner, server, e)
+        await self._reconcile_each(await self._db(self._servers))
 
     async def desired(self, owner: str, server: str) -> dict[tuple[str, str], frozenset[str]]:
         """(user, name) -> the hub scopes the active records grant them on this server.

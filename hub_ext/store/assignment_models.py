@@ -39,7 +39,7 @@ from hub_ext.store.template_models import Template, TemplateVersion
 from hub_ext.store.types import JSONType
 
 __all__ = ["Assignment", "Submission", "assignment_json", "autograde_json", "held_back", "hidden_from",
-           "submission_json"]
+           "submission_json", "visibility"]
 
 _POLICIES_SQL = "(" + ", ".join(f"'{p}'" for p in LATE_POLICIES) + ")"
 
@@ -124,15 +124,21 @@ def held_back(session: Session, course: str, now: datetime) -> set[int]:
     return ({version for version, opens_at in rows if opens_at > now} | staff) - opened
 
 
+def visibility(session: Session, caller: authz.Caller, course: str,
+               now: datetime) -> tuple[set[int], set[int]]:
+    """(the template versions of ``course`` that ``caller`` may not see, start or list yet, those
+    `held_back` at ``now``): the first is the second for a student, empty for whoever sees every
+    assignment of the course (its teachers and TAs, admins: ``authz.READ_SUBMISSIONS``), who are
+    shown the held versions marked. Every reader of a course's templates on a user's behalf asks
+    this: the service's templates API and pages, and the hub's start from a template
+    (hub_ext.backends.templates_spawn)."""
+    held = held_back(session, course, now)
+    return (set() if authz.decide(caller, authz.READ_SUBMISSIONS, course=course) else held), held
+
+
 def hidden_from(session: Session, caller: authz.Caller, course: str, now: datetime) -> set[int]:
-    """The template versions of ``course`` that ``caller`` may not see, start or list yet: those
-    `held_back` at ``now``; none for whoever sees every assignment of the course (its teachers
-    and TAs, admins: ``authz.READ_SUBMISSIONS``). Every reader of a course's templates on a
-    user's behalf asks this: the service's templates API and pages, and the hub's start from a
-    template (hub_ext.backends.templates_spawn)."""
-    if authz.decide(caller, authz.READ_SUBMISSIONS, course=course):
-        return set()
-    return held_back(session, course, now)
+    """The first of `visibility`: what ``caller`` may not see of ``course``'s templates."""
+    return visibility(session, caller, course, now)[0]
 
 
 def assignment_json(a: Assignment, course: str) -> dict[str, Any]:

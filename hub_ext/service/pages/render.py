@@ -124,8 +124,7 @@ class PageHandler(APIHandler):
         ns = self.namespace(caller)
         ns.update(values)
         html = environment().get_template(name).render(**ns)
-        self.set_header("Content-Type", "text/html; charset=utf-8")
-        self.set_header("Cache-Control", "no-store")
+        self.set_header("Content-Type", "text/html; charset=utf-8")  # no-store: APIHandler's default
         self.finish(html)
 
     def _json_client(self) -> bool:

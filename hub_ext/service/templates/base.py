@@ -16,7 +16,8 @@ from hub_ext.backends.templates import (
 from hub_ext.core import authz
 from hub_ext.hubapi import HubAPIError
 from hub_ext.service.handlers import APIHandler
-from hub_ext.store.assignment_models import held_back, hidden_from
+from hub_ext.store.assignment_models import hidden_from
+from hub_ext.store.assignment_models import visibility as store_visibility
 from hub_ext.store.models import Course
 
 _COURSE = r"courses/([^/]+)"
@@ -44,8 +45,7 @@ def hidden_versions(session: Any, caller: authz.Caller, course: str) -> set[int]
 def visibility(session: Any, caller: authz.Caller, course: str) -> tuple[set[int], set[int]]:
     """(the versions of ``course`` that ``caller`` may not see now, those the course's students do
     not see yet): the staff see the second kind, marked ``students_see: false``."""
-    hidden = hidden_versions(session, caller, course)
-    return hidden, hidden or held_back(session, course, _now())
+    return store_visibility(session, caller, course, _now())
 
 
 class TemplatesBase(APIHandler):
